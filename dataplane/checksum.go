@@ -1,0 +1,106 @@
+package dataplane
+
+import "encoding/binary"
+
+// Internet checksums (RFC 1071) and their incremental update (RFC 1624).
+//
+// A checksum field holds the ones' complement of the ones' complement sum of
+// the covered 16-bit words. Changing a word m to m' changes the field HC to
+//
+//	HC' = ~(~HC + ~m + m')		(RFC 1624, eqn. 3)
+//
+// CsumDelta accumulates the "~m + m'" part for any number of words so that a
+// flow's rewrite, which changes the same words the same way in every packet,
+// folds into one addition per checksum field.
+
+// Sum adds b, as big-endian 16-bit words, to the unfolded ones' complement
+// sum acc. An odd trailing byte is padded with zero.
+func Sum(b []byte, acc uint64) uint64 {
+	for len(b) >= 8 {
+		acc += uint64(binary.BigEndian.Uint32(b)) + uint64(binary.BigEndian.Uint32(b[4:]))
+		b = b[8:]
+	}
+	if len(b) >= 4 {
+		acc += uint64(binary.BigEndian.Uint32(b))
+		b = b[4:]
+	}
+	if len(b) >= 2 {
+		acc += uint64(binary.BigEndian.Uint16(b))
+		b = b[2:]
+	}
+	if len(b) == 1 {
+		acc += uint64(b[0]) << 8
+	}
+	return acc
+}
+
+// Fold reduces an unfolded sum to 16 bits (not complemented).
+func Fold(acc uint64) uint16 {
+	acc = (acc >> 32) + (acc & 0xffffffff)
+	acc = (acc >> 16) + (acc & 0xffff)
+	acc = (acc >> 16) + (acc & 0xffff)
+	acc = (acc >> 16) + (acc & 0xffff)
+	return uint16(acc)
+}
+
+// Checksum returns the Internet checksum of b with initial sum acc: the value
+// to store in a checksum field that was zero while b was summed.
+func Checksum(b []byte, acc uint64) uint16 {
+	return ^Fold(Sum(b, acc))
+}
+
+// PseudoHeaderSum returns the unfolded sum of the TCP/UDP/ICMPv6 pseudo-header
+// for addresses src and dst (4 or 16 bytes each), protocol proto and upper
+// layer length n.
+func PseudoHeaderSum(src, dst []byte, proto uint8, n int) uint64 {
+	return Sum(src, Sum(dst, uint64(proto)+uint64(n)))
+}
+
+// CsumDelta is the accumulated change of a set of 16-bit words, to be applied
+// to any checksum that covers them. The zero value is no change.
+type CsumDelta uint32
+
+// Word records that a covered 16-bit word changes from old to new.
+func (d CsumDelta) Word(old, new uint16) CsumDelta {
+	s := uint32(d) + uint32(^old) + uint32(new)
+	return CsumDelta((s & 0xffff) + (s >> 16))
+}
+
+// Bytes records that the covered bytes old change to new. Both have the same
+// even length and start at an even offset of the checksummed data.
+func (d CsumDelta) Bytes(old, new []byte) CsumDelta {
+	for i := 0; i+1 < len(old) && i+1 < len(new); i += 2 {
+		d = d.Word(binary.BigEndian.Uint16(old[i:]), binary.BigEndian.Uint16(new[i:]))
+	}
+	return d
+}
+
+// Add combines two deltas.
+func (d CsumDelta) Add(e CsumDelta) CsumDelta {
+	s := uint32(d) + uint32(e)
+	return CsumDelta((s & 0xffff) + (s >> 16))
+}
+
+// Update applies d to the checksum field value hc (RFC 1624 eqn. 3).
+func (d CsumDelta) Update(hc uint16) uint16 {
+	s := uint32(^hc) + uint32(d)
+	s = (s & 0xffff) + (s >> 16)
+	s = (s & 0xffff) + (s >> 16)
+	return ^uint16(s)
+}
+
+// UpdatePartial applies d to a partial checksum, the kind a packet carries when
+// its checksum is left to the NIC (virtio-net NEEDS_CSUM, Linux
+// CHECKSUM_PARTIAL): the field then holds the folded pseudo-header sum, not
+// its complement.
+func (d CsumDelta) UpdatePartial(partial uint16) uint16 {
+	s := uint32(partial) + uint32(d)
+	s = (s & 0xffff) + (s >> 16)
+	s = (s & 0xffff) + (s >> 16)
+	return uint16(s)
+}
+
+// UpdateChecksumField applies d to the big-endian checksum field at b[0:2].
+func (d CsumDelta) UpdateChecksumField(b []byte) {
+	binary.BigEndian.PutUint16(b, d.Update(binary.BigEndian.Uint16(b)))
+}

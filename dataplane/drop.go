@@ -1,0 +1,149 @@
+package dataplane
+
+import (
+	"strconv"
+	"strings"
+	"sync/atomic"
+)
+
+// DropReason says why a packet was not forwarded. The zero value means the
+// packet was not dropped. Reasons are constants so that counting and tracing
+// them never allocates.
+type DropReason uint8
+
+const (
+	NotDropped DropReason = iota
+
+	// Parse errors: the frame is malformed or truncated.
+	DropTruncatedEthernet
+	DropTruncatedVLAN
+	DropTruncatedARP
+	DropBadARP
+	DropTruncatedIPv4
+	DropBadIPv4Header
+	DropBadIPv4Length
+	DropTruncatedIPv6
+	DropBadIPv6Header
+	DropBadIPv6Length
+	DropBadIPv6ExtHeader
+	DropTooManyExtHeaders
+	DropTruncatedTCP
+	DropBadTCPHeader
+	DropTruncatedUDP
+	DropBadUDPLength
+	DropTruncatedICMP
+	DropBadVXLAN
+	DropNestedVXLAN
+	DropFrameTooLarge
+
+	// Pipeline decisions.
+	DropUnsupportedEtherType
+	DropUnknownPort
+	DropSpoofedSource
+	DropBlocked
+	DropNoDestination
+	DropHairpin
+	DropFlowTableFull
+	DropTransposition
+	DropNoHeadroom
+	DropRevalidated
+	DropTTLExceeded
+
+	numDropReasons
+)
+
+var dropNames = [numDropReasons]string{
+	NotDropped:               "not-dropped",
+	DropTruncatedEthernet:    "truncated-ethernet",
+	DropTruncatedVLAN:        "truncated-vlan",
+	DropTruncatedARP:         "truncated-arp",
+	DropBadARP:               "bad-arp",
+	DropTruncatedIPv4:        "truncated-ipv4",
+	DropBadIPv4Header:        "bad-ipv4-header",
+	DropBadIPv4Length:        "bad-ipv4-length",
+	DropTruncatedIPv6:        "truncated-ipv6",
+	DropBadIPv6Header:        "bad-ipv6-header",
+	DropBadIPv6Length:        "bad-ipv6-length",
+	DropBadIPv6ExtHeader:     "bad-ipv6-extension-header",
+	DropTooManyExtHeaders:    "too-many-ipv6-extension-headers",
+	DropTruncatedTCP:         "truncated-tcp",
+	DropBadTCPHeader:         "bad-tcp-header",
+	DropTruncatedUDP:         "truncated-udp",
+	DropBadUDPLength:         "bad-udp-length",
+	DropTruncatedICMP:        "truncated-icmp",
+	DropBadVXLAN:             "bad-vxlan",
+	DropNestedVXLAN:          "nested-vxlan",
+	DropFrameTooLarge:        "frame-too-large",
+	DropUnsupportedEtherType: "unsupported-ethertype",
+	DropUnknownPort:          "unknown-port",
+	DropSpoofedSource:        "spoofed-source",
+	DropBlocked:              "blocked-by-policy",
+	DropNoDestination:        "no-destination",
+	DropHairpin:              "hairpin",
+	DropFlowTableFull:        "flow-table-full",
+	DropTransposition:        "transposition-failed",
+	DropNoHeadroom:           "no-headroom",
+	DropRevalidated:          "revalidation-failed",
+	DropTTLExceeded:          "ttl-exceeded",
+}
+
+// NumDropReasons is the number of distinct drop reasons, for sizing arrays.
+const NumDropReasons = int(numDropReasons)
+
+func (r DropReason) String() string {
+	if r < numDropReasons {
+		return dropNames[r]
+	}
+	return "unknown-drop-reason"
+}
+
+// IsMalformed reports whether r is a parse error (the frame itself is bad)
+// rather than a policy or switching decision.
+func (r DropReason) IsMalformed() bool {
+	return r > NotDropped && r <= DropFrameTooLarge
+}
+
+// ParseDropReason returns the reason named s, as String prints it.
+func ParseDropReason(s string) (DropReason, bool) {
+	for i, n := range dropNames {
+		if n == s {
+			return DropReason(i), true
+		}
+	}
+	return 0, false
+}
+
+// DropCounters counts drops by reason. The zero value is ready to use and
+// safe for concurrent use.
+type DropCounters [numDropReasons]atomic.Uint64
+
+// Add counts one drop for reason r.
+func (c *DropCounters) Add(r DropReason) {
+	if r < numDropReasons {
+		c[r].Add(1)
+	}
+}
+
+// Get returns the count for reason r.
+func (c *DropCounters) Get(r DropReason) uint64 {
+	if r < numDropReasons {
+		return c[r].Load()
+	}
+	return 0
+}
+
+// String lists the non-zero counters as "reason=n" in reason order.
+func (c *DropCounters) String() string {
+	var b strings.Builder
+	for i := range c {
+		if n := c[i].Load(); n != 0 && i != 0 {
+			if b.Len() > 0 {
+				b.WriteByte(' ')
+			}
+			b.WriteString(DropReason(i).String())
+			b.WriteByte('=')
+			b.WriteString(strconv.FormatUint(n, 10))
+		}
+	}
+	return b.String()
+}

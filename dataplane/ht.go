@@ -1,0 +1,489 @@
+package dataplane
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"strings"
+)
+
+// A header transposition (HT) says what happens to a packet's headers. It
+// has three parts, applied in this order:
+//
+//  1. the outer (underlay) header set: Ignore it, Pop it (decapsulate), or
+//     require it NotPresent;
+//  2. the tenant headers (Ethernet, IP, L4 of the inner frame when the packet
+//     is encapsulated): Modify the fields named in Set, Ignore the rest;
+//  3. a new outer header set to Push (encapsulate), if any.
+//
+// Every sequence of HTs normalises to this shape, so the HTs of all layers a
+// packet crosses compose into one (Then), which the fast path applies with
+// one pass over the headers. Rewrites never move the tenant headers, so
+// checksums are updated incrementally (RFC 1624).
+//
+// Transposition is a comparable value: equal HTs can share one cached
+// Action.
+type Transposition struct {
+	Outer OuterOp
+	Set   Fields
+	// Values for the fields in Set. IP addresses are of the packet's family.
+	SrcMAC, DstMAC   MAC
+	SrcIP, DstIP     netip.Addr
+	SrcPort, DstPort uint16
+	// Push, when non-nil, is the outer header set to add last.
+	Push *Outer
+}
+
+// OuterOp is what an HT does to the outer header set a packet arrived with.
+type OuterOp uint8
+
+const (
+	OuterIgnore     OuterOp = iota // leave it (or its absence) alone
+	OuterPop                       // remove it; the packet must have one
+	OuterNotPresent                // the packet must not have one
+)
+
+func (o OuterOp) String() string {
+	switch o {
+	case OuterPop:
+		return "pop"
+	case OuterNotPresent:
+		return "not-present"
+	}
+	return "ignore"
+}
+
+// Fields is a set of tenant header fields an HT modifies.
+type Fields uint8
+
+const (
+	FieldSrcMAC Fields = 1 << iota
+	FieldDstMAC
+	FieldSrcIP
+	FieldDstIP
+	// FieldSrcPort and FieldDstPort rewrite TCP/UDP ports; on an ICMP echo
+	// message either one rewrites the identifier (SrcPort if both are set).
+	FieldSrcPort
+	FieldDstPort
+)
+
+// Outer is a VXLAN outer header set: Ethernet, IPv4 or IPv6, UDP, VXLAN.
+// Outer values are immutable once built; HTs share them by pointer.
+type Outer struct {
+	SrcMAC, DstMAC MAC
+	Src, Dst       netip.Addr // both IPv4 or both IPv6
+	VNI            uint32
+	DstPort        uint16 // UDP destination port, VXLANPort if zero
+	TTL            uint8  // 64 if zero
+	// DontFragment sets DF on an IPv4 outer header.
+	DontFragment bool
+	// ZeroUDPChecksum leaves the UDP checksum of an IPv6 outer header zero
+	// (RFC 6935); IPv4 outer headers always carry a zero UDP checksum.
+	ZeroUDPChecksum bool
+}
+
+// Len returns the length of the outer header set.
+func (o *Outer) Len() int {
+	if o.Src.Is4() {
+		return EthernetLen + IPv4MinLen + UDPLen + VXLANLen
+	}
+	return EthernetLen + IPv6Len + UDPLen + VXLANLen
+}
+
+// Validate checks that o can be pushed.
+func (o *Outer) Validate() error {
+	switch {
+	case !o.Src.IsValid() || !o.Dst.IsValid():
+		return fmt.Errorf("outer: src and dst addresses are required")
+	case o.Src.Is4() != o.Dst.Is4() || o.Src.Is4In6() || o.Dst.Is4In6():
+		return fmt.Errorf("outer: src %s and dst %s are not of one family", o.Src, o.Dst)
+	case o.VNI >= 1<<24:
+		return fmt.Errorf("outer: vni %d does not fit in 24 bits", o.VNI)
+	}
+	return nil
+}
+
+func (o *Outer) String() string {
+	port := o.DstPort
+	if port == 0 {
+		port = VXLANPort
+	}
+	return fmt.Sprintf("vxlan(vni=%d %s>%s udp/%d eth %s>%s)", o.VNI, o.Src, o.Dst, port, o.SrcMAC, o.DstMAC)
+}
+
+// Then returns the HT that has the effect of t followed by u. It fails when
+// the two cannot be expressed as one: two pushes, a pop of a pushed header
+// set that was itself popped from, or a NotPresent after a push.
+func (t Transposition) Then(u Transposition) (Transposition, error) {
+	r := t
+	switch u.Outer {
+	case OuterPop:
+		switch {
+		case t.Push != nil:
+			r.Push = nil // u removes what t added
+		case t.Outer == OuterPop:
+			return r, fmt.Errorf("transposition: pop after pop (nested encapsulation)")
+		case t.Outer == OuterNotPresent:
+			return r, fmt.Errorf("transposition: pop of a header set required not present")
+		default:
+			r.Outer = OuterPop
+		}
+	case OuterNotPresent:
+		switch {
+		case t.Push != nil:
+			return r, fmt.Errorf("transposition: outer header required not present after a push")
+		case t.Outer == OuterIgnore:
+			r.Outer = OuterNotPresent
+		}
+	}
+	if u.Push != nil {
+		if r.Push != nil {
+			return r, fmt.Errorf("transposition: push after push (nested encapsulation)")
+		}
+		r.Push = u.Push
+	}
+	if u.Set&FieldSrcMAC != 0 {
+		r.SrcMAC = u.SrcMAC
+	}
+	if u.Set&FieldDstMAC != 0 {
+		r.DstMAC = u.DstMAC
+	}
+	if u.Set&FieldSrcIP != 0 {
+		r.SrcIP = u.SrcIP
+	}
+	if u.Set&FieldDstIP != 0 {
+		r.DstIP = u.DstIP
+	}
+	if u.Set&FieldSrcPort != 0 {
+		r.SrcPort = u.SrcPort
+	}
+	if u.Set&FieldDstPort != 0 {
+		r.DstPort = u.DstPort
+	}
+	r.Set |= u.Set
+	return r, nil
+}
+
+// IsIdentity reports whether t changes nothing.
+func (t Transposition) IsIdentity() bool {
+	return t.Outer != OuterPop && t.Set == 0 && t.Push == nil
+}
+
+// String formats t for traces: "pop, modify(dst-mac=..., src-ip=...), push(vxlan(...))".
+func (t Transposition) String() string {
+	var parts []string
+	switch t.Outer {
+	case OuterPop:
+		parts = append(parts, "pop(vxlan)")
+	case OuterNotPresent:
+		parts = append(parts, "require(no-outer)")
+	}
+	if t.Set != 0 {
+		var m []string
+		if t.Set&FieldSrcMAC != 0 {
+			m = append(m, "src-mac="+t.SrcMAC.String())
+		}
+		if t.Set&FieldDstMAC != 0 {
+			m = append(m, "dst-mac="+t.DstMAC.String())
+		}
+		if t.Set&FieldSrcIP != 0 {
+			m = append(m, "src-ip="+t.SrcIP.String())
+		}
+		if t.Set&FieldDstIP != 0 {
+			m = append(m, "dst-ip="+t.DstIP.String())
+		}
+		if t.Set&FieldSrcPort != 0 {
+			m = append(m, fmt.Sprintf("src-port=%d", t.SrcPort))
+		}
+		if t.Set&FieldDstPort != 0 {
+			m = append(m, fmt.Sprintf("dst-port=%d", t.DstPort))
+		}
+		parts = append(parts, "modify("+strings.Join(m, " ")+")")
+	}
+	if t.Push != nil {
+		parts = append(parts, "push("+t.Push.String()+")")
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, " ")
+}
+
+// Action is what the fast path does with every packet of a flow: drop it
+// with a reason, or apply an HT and send it out of a port. Actions are
+// immutable and shared between flows with the same decision; Gen is the
+// policy generation the decision was made under.
+type Action struct {
+	Out  PortID
+	Drop DropReason
+	HT   Transposition
+	Gen  uint64
+
+	// Pushed outer header template (Ethernet, IP, UDP, VXLAN) with every
+	// field but lengths, checksums and the UDP source port filled in.
+	outer    [MaxOuterLen]byte
+	outerLen uint8
+	outer6   bool
+	outerCk  bool   // IPv6: compute the UDP checksum
+	outerSum uint16 // IPv4: folded header sum without total length and checksum
+}
+
+// NewAction compiles a forwarding (drop == NotDropped) or dropping action.
+func NewAction(out PortID, drop DropReason, ht Transposition, gen uint64) (*Action, error) {
+	a := &Action{Out: out, Drop: drop, HT: ht, Gen: gen}
+	if drop != NotDropped {
+		a.Out, a.HT = NoPort, Transposition{}
+		return a, nil
+	}
+	if ht.Set&(FieldSrcIP|FieldDstIP) != 0 {
+		for _, ip := range []netip.Addr{ht.SrcIP, ht.DstIP} {
+			if ip.IsValid() && ip.Is4In6() {
+				return nil, fmt.Errorf("action: address %s must be plain IPv4 or IPv6", ip)
+			}
+		}
+	}
+	if o := ht.Push; o != nil {
+		if err := o.Validate(); err != nil {
+			return nil, err
+		}
+		a.buildOuter(o)
+	}
+	return a, nil
+}
+
+func (a *Action) buildOuter(o *Outer) {
+	b := a.outer[:]
+	copy(b[ethDst:], o.DstMAC[:])
+	copy(b[ethSrc:], o.SrcMAC[:])
+	ttl := o.TTL
+	if ttl == 0 {
+		ttl = 64
+	}
+	port := o.DstPort
+	if port == 0 {
+		port = VXLANPort
+	}
+	ip := b[EthernetLen:]
+	var udp []byte
+	if o.Src.Is4() {
+		binary.BigEndian.PutUint16(b[ethType:], EtherTypeIPv4)
+		ip[ipv4VerIHL] = 0x45
+		if o.DontFragment {
+			binary.BigEndian.PutUint16(ip[ipv4FragOff:], ipv4FlagDF)
+		}
+		ip[ipv4TTL] = ttl
+		ip[ipv4Proto] = ProtoUDP
+		s, d := o.Src.As4(), o.Dst.As4()
+		copy(ip[ipv4Src:], s[:])
+		copy(ip[ipv4Dst:], d[:])
+		a.outerSum = Fold(Sum(ip[:IPv4MinLen], 0))
+		udp = ip[IPv4MinLen:]
+	} else {
+		binary.BigEndian.PutUint16(b[ethType:], EtherTypeIPv6)
+		ip[0] = 0x60
+		ip[ipv6NextHeader] = ProtoUDP
+		ip[ipv6HopLimit] = ttl
+		s, d := o.Src.As16(), o.Dst.As16()
+		copy(ip[ipv6Src:], s[:])
+		copy(ip[ipv6Dst:], d[:])
+		udp = ip[IPv6Len:]
+		a.outer6 = true
+		a.outerCk = !o.ZeroUDPChecksum
+	}
+	binary.BigEndian.PutUint16(udp[udpDstPort:], port)
+	vx := udp[UDPLen:]
+	vx[0] = vxlanFlagI
+	vx[4], vx[5], vx[6] = byte(o.VNI>>16), byte(o.VNI>>8), byte(o.VNI)
+	a.outerLen = uint8(o.Len())
+}
+
+// EntropyPort returns the UDP source port a pushed VXLAN header uses for the
+// flow with hash h: in the dynamic range 49152-65535 (RFC 7348 section 5).
+func EntropyPort(h uint32) uint16 {
+	return uint16(49152 + (h^h>>16)%16384)
+}
+
+// Apply performs a's HT on packet p, whose headers pr describes (as decoded
+// from p's current bytes). hash is the flow hash that picks the source port
+// of a pushed VXLAN header. It reports a drop reason if the HT cannot be
+// applied. Apply does not allocate.
+func (a *Action) Apply(p *Packet, pr *Parsed, hash uint32) DropReason {
+	t := &a.HT
+	h := pr.Tenant()
+	base := int32(0)
+	if t.Outer == OuterPop {
+		if !pr.Encap {
+			return DropTransposition
+		}
+		// Drop the outer headers and any Ethernet padding behind the
+		// outer IP packet.
+		p.truncate(int(pr.Outer.End))
+		base = pr.Inner.Eth
+		p.pull(int(base))
+		p.Offload.shift(-int(base))
+	}
+	if t.Set != 0 {
+		a.modify(p.Bytes(), h, base, &p.Offload)
+	}
+	if t.Push != nil {
+		return a.push(p, hash)
+	}
+	return NotDropped
+}
+
+// shift moves the offload offsets by n bytes (a push or a pop).
+func (o *Offload) shift(n int) {
+	if o.NeedsCsum {
+		o.CsumStart = uint16(int(o.CsumStart) + n)
+	}
+	if o.GSOType != GSONone {
+		o.HdrLen = uint16(int(o.HdrLen) + n)
+	}
+}
+
+func (a *Action) modify(b []byte, h *Headers, base int32, off *Offload) {
+	t := &a.HT
+	eth := Ethernet(b[h.Eth-base:])
+	if t.Set&FieldSrcMAC != 0 {
+		eth.SetSrc(t.SrcMAC)
+	}
+	if t.Set&FieldDstMAC != 0 {
+		eth.SetDst(t.DstMAC)
+	}
+	if t.Set&(FieldSrcIP|FieldDstIP|FieldSrcPort|FieldDstPort) == 0 || h.IPVersion == 0 {
+		return
+	}
+	l3 := b[h.L3-base:]
+	// pseudo collects the address changes (in the L4 pseudo-header);
+	// l4 the port or identifier changes (in the L4 header itself).
+	var pseudo, l4 CsumDelta
+	if h.IPVersion == 4 {
+		if t.Set&FieldSrcIP != 0 && t.SrcIP.Is4() {
+			pseudo = setAddr4(l3[ipv4Src:], t.SrcIP, pseudo)
+		}
+		if t.Set&FieldDstIP != 0 && t.DstIP.Is4() {
+			pseudo = setAddr4(l3[ipv4Dst:], t.DstIP, pseudo)
+		}
+		pseudo.UpdateChecksumField(l3[ipv4Csum:])
+	} else {
+		if t.Set&FieldSrcIP != 0 && t.SrcIP.Is6() {
+			pseudo = setAddr16(l3[ipv6Src:], t.SrcIP, pseudo)
+		}
+		if t.Set&FieldDstIP != 0 && t.DstIP.Is6() {
+			pseudo = setAddr16(l3[ipv6Dst:], t.DstIP, pseudo)
+		}
+	}
+	if h.Flags&FlagL4 == 0 {
+		return
+	}
+	l4off := h.L4 - base
+	seg := b[l4off:]
+	var csum int
+	switch h.Proto {
+	case ProtoTCP:
+		csum = tcpCsum
+		l4 = a.setPorts(seg, l4)
+	case ProtoUDP:
+		csum = udpCsum
+		l4 = a.setPorts(seg, l4)
+		if binary.BigEndian.Uint16(seg[udpCsum:]) == 0 {
+			return // no checksum (RFC 768)
+		}
+	case ProtoICMPv4, ProtoICMPv6:
+		csum = icmpCsum
+		if isEcho(h.Proto, seg[icmpType]) {
+			if t.Set&FieldSrcPort != 0 {
+				l4 = setPort(seg[icmpID:], t.SrcPort, l4)
+			} else if t.Set&FieldDstPort != 0 {
+				l4 = setPort(seg[icmpID:], t.DstPort, l4)
+			}
+		}
+		if h.Proto == ProtoICMPv4 {
+			pseudo = 0 // ICMPv4 has no pseudo-header
+		}
+	default:
+		return
+	}
+	field := seg[csum:]
+	if off.NeedsCsum && int32(off.CsumStart) == l4off {
+		// The field holds the pseudo-header sum the NIC will finish.
+		binary.BigEndian.PutUint16(field, pseudo.UpdatePartial(binary.BigEndian.Uint16(field)))
+		return
+	}
+	v := pseudo.Add(l4).Update(binary.BigEndian.Uint16(field))
+	if v == 0 && h.Proto == ProtoUDP {
+		v = 0xffff // RFC 768: a computed zero is sent as all ones
+	}
+	binary.BigEndian.PutUint16(field, v)
+}
+
+func (a *Action) setPorts(seg []byte, d CsumDelta) CsumDelta {
+	if a.HT.Set&FieldSrcPort != 0 {
+		d = setPort(seg[0:], a.HT.SrcPort, d)
+	}
+	if a.HT.Set&FieldDstPort != 0 {
+		d = setPort(seg[2:], a.HT.DstPort, d)
+	}
+	return d
+}
+
+func setPort(b []byte, v uint16, d CsumDelta) CsumDelta {
+	d = d.Word(binary.BigEndian.Uint16(b), v)
+	binary.BigEndian.PutUint16(b, v)
+	return d
+}
+
+func setAddr4(b []byte, ip netip.Addr, d CsumDelta) CsumDelta {
+	n := ip.As4()
+	d = d.Bytes(b[:4], n[:])
+	copy(b, n[:])
+	return d
+}
+
+func setAddr16(b []byte, ip netip.Addr, d CsumDelta) CsumDelta {
+	n := ip.As16()
+	d = d.Bytes(b[:16], n[:])
+	copy(b, n[:])
+	return d
+}
+
+func (a *Action) push(p *Packet, hash uint32) DropReason {
+	n := int(a.outerLen)
+	inner := p.n
+	hdr, ok := p.push(n)
+	if !ok {
+		return DropNoHeadroom
+	}
+	copy(hdr, a.outer[:n])
+	ip := hdr[EthernetLen:]
+	var udp []byte
+	if !a.outer6 {
+		tl := inner + n - EthernetLen
+		if tl > 0xffff {
+			return DropFrameTooLarge
+		}
+		binary.BigEndian.PutUint16(ip[ipv4TotalLen:], uint16(tl))
+		binary.BigEndian.PutUint16(ip[ipv4Csum:], ^Fold(uint64(a.outerSum)+uint64(tl)))
+		udp = ip[IPv4MinLen:]
+	} else {
+		pl := inner + n - EthernetLen - IPv6Len
+		if pl > 0xffff {
+			return DropFrameTooLarge
+		}
+		binary.BigEndian.PutUint16(ip[ipv6PayloadLen:], uint16(pl))
+		udp = ip[IPv6Len:]
+	}
+	ul := inner + UDPLen + VXLANLen
+	binary.BigEndian.PutUint16(udp[udpSrcPort:], EntropyPort(hash))
+	binary.BigEndian.PutUint16(udp[udpLength:], uint16(ul))
+	if a.outerCk {
+		seg := p.buf[p.off+n-UDPLen-VXLANLen : p.off+p.n]
+		c := Checksum(seg, PseudoHeaderSum(ip[ipv6Src:ipv6Src+16], ip[ipv6Dst:ipv6Dst+16], ProtoUDP, ul))
+		if c == 0 {
+			c = 0xffff
+		}
+		binary.BigEndian.PutUint16(udp[udpCsum:], c)
+	}
+	p.Offload.shift(n)
+	return NotDropped
+}

@@ -1,0 +1,401 @@
+package dataplane
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// SlowPath is what the pipeline calls when the flow table cannot answer: the
+// switch's layers and forwarding tables. Implementations are safe for
+// concurrent use by several workers.
+type SlowPath interface {
+	// Generation returns the current policy generation. Cached decisions
+	// of an older generation are revalidated on their next packet.
+	Generation() uint64
+	// Local handles a frame that is not a cacheable IP flow: ARP, IPv6
+	// neighbour discovery, other EtherTypes. It answers in place (rewrites
+	// p and sets p.OutPort) or sets p.Drop.
+	Local(p *Packet, pr *Parsed, tr *Trace)
+	// Decide runs the layers on the packet v describes (the first packet
+	// of a flow, or the origin of a connection being revalidated) and
+	// fills d. It leaves v as the packet will leave the switch. d.State
+	// holds the connection's state when revalidating, nil otherwise.
+	Decide(v *View, tr *Trace, d *Decision)
+}
+
+// Decision is the slow path's verdict for a flow.
+type Decision struct {
+	Out  PortID
+	Drop DropReason
+	HT   Transposition
+	// NoCache: apply the decision to this packet only.
+	NoCache bool
+	// Stateful: install the reply direction too, with the reverse of HT,
+	// so that replies are handled without crossing the layers.
+	Stateful bool
+	// State is connection state for stateful actions, kept on the Conn.
+	State any
+}
+
+// PipelineConfig configures a Pipeline.
+type PipelineConfig struct {
+	FlowTable FlowTableConfig
+	// VXLANPort is the UDP port decoded as VXLAN; 0 means 4789.
+	VXLANPort uint16
+}
+
+// Pipeline runs packets through the unified flow table and, on a miss, the
+// slow path. It is shared by workers; each worker uses its own Worker.
+type Pipeline struct {
+	slow      SlowPath
+	uft       *FlowTable
+	vxlanPort uint16
+
+	// Drops counts dropped packets by reason.
+	Drops DropCounters
+	fast  atomic.Uint64
+	slowN atomic.Uint64
+
+	mu      sync.Mutex
+	actGen  uint64
+	actions map[actionKey]*Action
+}
+
+type actionKey struct {
+	out  PortID
+	drop DropReason
+	ht   Transposition
+}
+
+// maxInterned bounds the table of shared actions; beyond it, flows get
+// actions of their own.
+const maxInterned = 1 << 16
+
+// NewPipeline returns a pipeline over slow path s.
+func NewPipeline(cfg PipelineConfig, s SlowPath) (*Pipeline, error) {
+	uft, err := NewFlowTable(cfg.FlowTable)
+	if err != nil {
+		return nil, err
+	}
+	return &Pipeline{slow: s, uft: uft, vxlanPort: cfg.VXLANPort, actions: make(map[actionKey]*Action)}, nil
+}
+
+// FlowTable returns the pipeline's flow table.
+func (pl *Pipeline) FlowTable() *FlowTable { return pl.uft }
+
+// PipelineStats counts packets by path.
+type PipelineStats struct{ Fast, Slow uint64 }
+
+// Stats returns the packet counters.
+func (pl *Pipeline) Stats() PipelineStats {
+	return PipelineStats{Fast: pl.fast.Load(), Slow: pl.slowN.Load()}
+}
+
+// action returns the shared action for a decision under generation gen.
+func (pl *Pipeline) action(out PortID, drop DropReason, ht Transposition, gen uint64) (*Action, error) {
+	k := actionKey{out, drop, ht}
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	if pl.actGen != gen {
+		clear(pl.actions)
+		pl.actGen = gen
+	}
+	if a := pl.actions[k]; a != nil {
+		return a, nil
+	}
+	a, err := NewAction(out, drop, ht, gen)
+	if err != nil {
+		return nil, err
+	}
+	if len(pl.actions) < maxInterned {
+		pl.actions[k] = a
+	}
+	return a, nil
+}
+
+// Worker processes batches for one goroutine. Its scratch space is reused
+// from packet to packet. Not safe for concurrent use.
+type Worker struct {
+	pl     *Pipeline
+	parsed Parsed
+	view   View
+	orig   View
+	fast   uint64
+	slow   uint64
+
+	// Trace, when non-nil, records each slow-path packet's way; the caller
+	// resets it between packets.
+	Trace *Trace
+	// Flow is the flow the last packet used (nil if none), for tracing.
+	Flow *Flow
+	// Revalidated reports whether the last packet revalidated its flow.
+	Revalidated bool
+}
+
+// NewWorker returns a worker of pl.
+func (pl *Pipeline) NewWorker() *Worker {
+	w := &Worker{pl: pl}
+	w.parsed.VXLANPort = pl.vxlanPort
+	return w
+}
+
+// Process runs a batch of packets, each arrived on its InPort, at time now
+// (nanoseconds on the caller's clock). On return every packet has OutPort
+// set, or Drop set and OutPort == NoPort.
+func (w *Worker) Process(pkts []*Packet, now int64) {
+	gen := w.pl.slow.Generation()
+	for _, p := range pkts {
+		w.process(p, gen, now)
+	}
+	w.pl.fast.Add(w.fast)
+	w.pl.slowN.Add(w.slow)
+	w.fast, w.slow = 0, 0
+}
+
+func (w *Worker) drop(p *Packet, r DropReason) {
+	p.Drop, p.OutPort = r, NoPort
+	w.pl.Drops.Add(r)
+}
+
+func (w *Worker) process(p *Packet, gen uint64, now int64) {
+	p.OutPort, p.Drop, p.Path = NoPort, NotDropped, PathNone
+	w.Flow, w.Revalidated = nil, false
+	pr := &w.parsed
+	if r := pr.Decode(p.Bytes()); r != NotDropped {
+		w.drop(p, r)
+		return
+	}
+	h := pr.Tenant()
+	if h.IPVersion == 0 || isNeighborDiscovery(h) {
+		p.Path = PathSlow
+		w.slow++
+		w.pl.slow.Local(p, pr, w.Trace)
+		if p.Drop != NotDropped {
+			w.drop(p, p.Drop)
+		}
+		return
+	}
+	key := pr.Key(p.InPort)
+	hash := key.Hash()
+	b := p.Bytes()
+	eth := Ethernet(b[h.Eth:])
+	src, dst := eth.Src(), eth.Dst()
+	var outerSrc [16]byte
+	if pr.Encap {
+		outerSrc = pr.Outer.Src
+	}
+	uft := w.pl.uft
+	f := uft.Lookup(&key, hash)
+	if f != nil {
+		a := f.action.Load()
+		if a.Gen == gen && f.GuardMatches(src, dst, &outerSrc) && !uft.Expired(f, now) && !restarts(f, h.TCPFlags) {
+			n := p.Len()
+			w.apply(p, pr, a, hash)
+			f.Account(n, h.TCPFlags, now)
+			p.Path = PathFast
+			w.Flow = f
+			w.fast++
+			return
+		}
+	}
+	p.Path = PathSlow
+	w.slow++
+	w.slowPath(p, &key, hash, f, gen, now, src, dst, outerSrc)
+}
+
+// restarts reports whether a TCP SYN reuses the key of a connection that
+// was closed (FIN or RST seen): it starts a new connection.
+func restarts(f *Flow, tcp uint8) bool {
+	if tcp&(TCPSyn|TCPAck) != TCPSyn {
+		return false
+	}
+	s := uint8(f.state.Load())
+	if c := f.conn.Load(); c != nil {
+		if o := c.Other(f); o != nil {
+			s |= uint8(o.state.Load())
+		}
+	}
+	return s&(TCPFin|TCPRst) != 0
+}
+
+func isNeighborDiscovery(h *Headers) bool {
+	if h.Proto != ProtoICMPv6 || h.Flags&FlagL4 == 0 {
+		return false
+	}
+	t := uint8(h.DstPort >> 8)
+	return t >= 133 && t <= 137
+}
+
+func (w *Worker) apply(p *Packet, pr *Parsed, a *Action, hash uint32) {
+	if a.Drop != NotDropped {
+		w.drop(p, a.Drop)
+		return
+	}
+	if r := a.Apply(p, pr, hash); r != NotDropped {
+		w.drop(p, r)
+		return
+	}
+	p.OutPort = a.Out
+}
+
+func (w *Worker) slowPath(p *Packet, key *FlowKey, hash uint32, f *Flow, gen uint64, now int64, src, dst MAC, outerSrc [16]byte) {
+	uft := w.pl.uft
+	pr := &w.parsed
+	if f != nil {
+		switch {
+		case uft.Expired(f, now) || restarts(f, pr.Tenant().TCPFlags):
+			w.pl.Trace(w.Trace, "flow %s expired or closed: removed", f.key)
+			uft.RemoveConn(f)
+			f = nil
+		case f.action.Load().Gen != gen && f.GuardMatches(src, dst, &outerSrc):
+			if c := f.conn.Load(); c != nil && c.Stateful {
+				if w.revalidate(p, f, c, hash, gen, now) {
+					return
+				}
+				f = nil
+			}
+		default:
+			// The guard differs: this packet is decided afresh and its
+			// flow replaces the old one.
+			w.pl.Trace(w.Trace, "flow %s cached for other MACs or outer source: decided afresh", f.key)
+			uft.RemoveConn(f)
+			f = nil
+		}
+	}
+	v, orig := &w.view, &w.orig
+	v.FromParsed(p.Bytes(), pr, p.InPort)
+	*orig = *v
+	var d Decision
+	w.pl.slow.Decide(v, w.Trace, &d)
+	a, err := w.pl.action(d.Out, d.Drop, d.HT, gen)
+	if err != nil {
+		w.pl.Trace(w.Trace, "transposition rejected: %v", err)
+		w.drop(p, DropTransposition)
+		return
+	}
+	if d.NoCache {
+		w.apply(p, pr, a, hash)
+		return
+	}
+	if f != nil {
+		// Stale stateless flow: keep it (and its counters), new action.
+		f.SetAction(a)
+		if f.Removed() {
+			f = nil
+		}
+	}
+	if f == nil {
+		nf := NewFlow(*key, a, src, dst, outerSrc, now)
+		if f = uft.Insert(nf); f == nil {
+			w.pl.Trace(w.Trace, "flow table full (%d flows, %s)", uft.Len(), uft.cfg.OnFull)
+			w.drop(p, DropFlowTableFull)
+			return
+		}
+		if f != nf {
+			f.SetAction(a) // another worker got there first
+		}
+	}
+	w.Flow = f
+	if a.Drop == NotDropped {
+		w.installReverse(f, orig, v, &d, gen, now)
+	}
+	n := p.Len()
+	w.apply(p, pr, a, hash)
+	f.Account(n, pr.Tenant().TCPFlags, now)
+}
+
+// installReverse installs the reply direction of a stateful decision, or
+// pairs a stateless flow with a reply flow already present.
+func (w *Worker) installReverse(f *Flow, orig, final *View, d *Decision, gen uint64, now int64) {
+	uft := w.pl.uft
+	reply := final.Reversed()
+	rkey := reply.Key(d.Out)
+	if !d.Stateful {
+		if r := uft.Lookup(&rkey, rkey.Hash()); r != nil && r != f && r.conn.Load() == nil && f.conn.Load() == nil {
+			uft.Pair(r, f, false, now)
+		}
+		return
+	}
+	ra, err := w.pl.action(orig.InPort, NotDropped, ReverseHT(orig, final), gen)
+	if err != nil {
+		w.pl.Trace(w.Trace, "reverse transposition rejected: %v", err)
+		return
+	}
+	c := f.conn.Load()
+	if c == nil || !c.Stateful {
+		c = uft.AttachConn(f, true, now)
+	}
+	c.OriginOuterSrc, c.OriginOuterDst = orig.OuterSrc, orig.OuterDst
+	c.State = d.State
+	if old := c.rev.Load(); old != nil {
+		if old.key == rkey {
+			old.SetAction(ra)
+			return
+		}
+		uft.Remove(old)
+		c.rev.Store(nil)
+	}
+	rf := NewFlow(rkey, ra, reply.SrcMAC, reply.DstMAC, Addr16(reply.OuterSrc), now)
+	rf.lastSeen.Store(now)
+	got := uft.Insert(rf)
+	switch {
+	case got == nil:
+		w.pl.Trace(w.Trace, "reply flow %s not installed: flow table full", rkey)
+		return
+	case got != rf:
+		// A flow for the reply key exists (the reply raced us, or an old
+		// stateless one): it now belongs to this connection.
+		got.SetAction(ra)
+		if oc := got.conn.Load(); oc != nil && oc != c {
+			uft.RemoveConn(got)
+			if got = uft.Insert(rf); got == nil {
+				return
+			}
+		}
+	}
+	c.rev.Store(got)
+	got.conn.Store(c)
+	w.pl.Trace(w.Trace, "stateful: reply flow %s -> %s", rkey, ra.HT)
+}
+
+// revalidate re-decides a stateful connection from its origin after a
+// policy change, then handles packet p (of flow f) with the new decision.
+// It reports false if p must take the slow path as a new flow.
+func (w *Worker) revalidate(p *Packet, f *Flow, c *Conn, hash uint32, gen uint64, now int64) bool {
+	uft := w.pl.uft
+	fwd := c.fwd.Load()
+	old := f.action.Load().Gen
+	v, orig := &w.view, &w.orig
+	v.FromFlow(fwd, c)
+	*orig = *v
+	d := Decision{State: c.State}
+	w.pl.Trace(w.Trace, "revalidate connection %s (generation %d -> %d)", fwd.key, old, gen)
+	w.Revalidated = true
+	w.pl.slow.Decide(v, w.Trace, &d)
+	a, err := w.pl.action(d.Out, d.Drop, d.HT, gen)
+	if err != nil {
+		a, _ = w.pl.action(NoPort, DropRevalidated, Transposition{}, gen)
+	}
+	fwd.SetAction(a)
+	if a.Drop == NotDropped && d.Stateful {
+		w.installReverse(fwd, orig, v, &d, gen, now)
+	} else if r := c.rev.Load(); r != nil {
+		// The reply direction is no longer implied by the origin's
+		// decision: it goes through the layers on its own next time.
+		c.rev.Store(nil)
+		uft.Remove(r)
+	}
+	if f != fwd && (f.Removed() || c.rev.Load() != f) {
+		return false
+	}
+	w.Flow = f
+	n := p.Len()
+	w.apply(p, &w.parsed, f.action.Load(), hash)
+	f.Account(n, w.parsed.Tenant().TCPFlags, now)
+	return true
+}
+
+// Trace records a line on tr if tracing.
+func (pl *Pipeline) Trace(tr *Trace, format string, args ...any) {
+	tr.Addf(format, args...)
+}

@@ -1,0 +1,544 @@
+package dataplane
+
+import (
+	"fmt"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// FullPolicy says what the flow table does with a new flow when it is full.
+type FullPolicy uint8
+
+const (
+	// RefuseNew drops the packet of a new flow that does not fit
+	// (DropFlowTableFull); established flows are untouched.
+	RefuseNew FullPolicy = iota
+	// EvictOldest makes room by evicting, from the new flow's shard, the
+	// connection idle longest among a sample of EvictSample.
+	EvictOldest
+)
+
+// EvictSample is how many connections EvictOldest compares.
+const EvictSample = 8
+
+func (f FullPolicy) String() string {
+	if f == EvictOldest {
+		return "evict-oldest"
+	}
+	return "refuse-new"
+}
+
+// Timeouts are the idle times after which a connection's flows expire, by
+// protocol and TCP state. Zero fields take the defaults of DefaultTimeouts.
+type Timeouts struct {
+	TCPEstablished time.Duration // both directions seen, no FIN or RST
+	TCPTransitory  time.Duration // SYN not yet answered, or FIN in one direction
+	TCPTimeWait    time.Duration // FIN seen in both directions
+	TCPClosed      time.Duration // RST seen
+	UDP            time.Duration // UDP with traffic in both directions
+	UDPUnreplied   time.Duration // UDP seen in one direction only
+	ICMP           time.Duration
+	Other          time.Duration
+}
+
+// DefaultTimeouts follow the NAT behaviour RFCs where they give a figure:
+// RFC 5382 (TCP established >= 2 h 4 min, transitory >= 4 min), RFC 4787
+// (UDP >= 2 min), RFC 5508 (ICMP query 60 s).
+var DefaultTimeouts = Timeouts{
+	TCPEstablished: 2*time.Hour + 4*time.Minute,
+	TCPTransitory:  4 * time.Minute,
+	TCPTimeWait:    30 * time.Second,
+	TCPClosed:      10 * time.Second,
+	UDP:            2 * time.Minute,
+	UDPUnreplied:   30 * time.Second,
+	ICMP:           60 * time.Second,
+	Other:          2 * time.Minute,
+}
+
+func (t *Timeouts) fill() {
+	d := &DefaultTimeouts
+	for _, f := range []struct{ v, def *time.Duration }{
+		{&t.TCPEstablished, &d.TCPEstablished}, {&t.TCPTransitory, &d.TCPTransitory},
+		{&t.TCPTimeWait, &d.TCPTimeWait}, {&t.TCPClosed, &d.TCPClosed},
+		{&t.UDP, &d.UDP}, {&t.UDPUnreplied, &d.UDPUnreplied},
+		{&t.ICMP, &d.ICMP}, {&t.Other, &d.Other},
+	} {
+		if *f.v == 0 {
+			*f.v = *f.def
+		}
+	}
+}
+
+// FlowTableConfig configures a FlowTable.
+type FlowTableConfig struct {
+	// MaxFlows bounds the number of flows (one per direction) held at once.
+	MaxFlows int
+	// Shards is the number of independently locked shards, a power of two;
+	// 0 means 64.
+	Shards int
+	// OnFull says what happens to a new flow when MaxFlows are held.
+	OnFull   FullPolicy
+	Timeouts Timeouts
+}
+
+// Validate checks c and fills in defaults.
+func (c *FlowTableConfig) Validate() error {
+	if c.MaxFlows <= 0 {
+		return fmt.Errorf("flowTable.maxFlows: must be positive, got %d", c.MaxFlows)
+	}
+	if c.Shards == 0 {
+		c.Shards = 64
+	}
+	if c.Shards < 0 || c.Shards&(c.Shards-1) != 0 || c.Shards > 1<<16 {
+		return fmt.Errorf("flowTable.shards: must be a power of two up to 65536, got %d", c.Shards)
+	}
+	if c.OnFull > EvictOldest {
+		return fmt.Errorf("flowTable.onFull: unknown policy %d", c.OnFull)
+	}
+	for _, d := range []time.Duration{c.Timeouts.TCPEstablished, c.Timeouts.TCPTransitory, c.Timeouts.TCPTimeWait,
+		c.Timeouts.TCPClosed, c.Timeouts.UDP, c.Timeouts.UDPUnreplied, c.Timeouts.ICMP, c.Timeouts.Other} {
+		if d < 0 {
+			return fmt.Errorf("flowTable.timeouts: negative duration %s", d)
+		}
+	}
+	c.Timeouts.fill()
+	return nil
+}
+
+// Flow is one direction of a connection in the flow table: its key, the
+// cached action, the fields the decision depended on that are not in the key
+// (the guard), and counters. The table owns its flows; callers get read-only
+// views of them. Safe for concurrent use.
+type Flow struct {
+	key    FlowKey
+	action atomic.Pointer[Action]
+	conn   atomic.Pointer[Conn]
+	// guard: the decision depended on these; a packet that differs takes
+	// the slow path.
+	srcMAC, dstMAC MAC
+	outerSrc       [16]byte
+
+	packets  atomic.Uint64
+	bytes    atomic.Uint64
+	lastSeen atomic.Int64
+	state    atomic.Uint32 // TCP flags seen (low byte) | flowRemoved
+}
+
+const flowRemoved = 1 << 16
+
+// NewFlow returns a flow for key whose packets carry the given source and
+// destination MACs and, if encapsulated, outer source address.
+func NewFlow(key FlowKey, a *Action, srcMAC, dstMAC MAC, outerSrc [16]byte, now int64) *Flow {
+	f := &Flow{key: key, srcMAC: srcMAC, dstMAC: dstMAC, outerSrc: outerSrc}
+	f.action.Store(a)
+	f.lastSeen.Store(now)
+	return f
+}
+
+// Key returns the flow's key.
+func (f *Flow) Key() FlowKey { return f.key }
+
+// Action returns the flow's current action.
+func (f *Flow) Action() *Action { return f.action.Load() }
+
+// SetAction replaces the flow's action (after revalidation).
+func (f *Flow) SetAction(a *Action) { f.action.Store(a) }
+
+// Conn returns the connection the flow belongs to, nil if none.
+func (f *Flow) Conn() *Conn { return f.conn.Load() }
+
+// Packets and Bytes return the flow's counters.
+func (f *Flow) Packets() uint64 { return f.packets.Load() }
+func (f *Flow) Bytes() uint64   { return f.bytes.Load() }
+
+// LastSeen returns the time of the flow's last packet.
+func (f *Flow) LastSeen() int64 { return f.lastSeen.Load() }
+
+// TCPFlags returns the TCP flags seen in this direction.
+func (f *Flow) TCPFlags() uint8 { return uint8(f.state.Load()) }
+
+// Removed reports whether the flow has left the table.
+func (f *Flow) Removed() bool { return f.state.Load()&flowRemoved != 0 }
+
+// GuardMatches reports whether a packet with these MACs and outer source may
+// use the flow's action.
+func (f *Flow) GuardMatches(src, dst MAC, outerSrc *[16]byte) bool {
+	return f.srcMAC == src && f.dstMAC == dst && f.outerSrc == *outerSrc
+}
+
+// Guard returns the fields the flow's decision depended on beyond its key.
+func (f *Flow) Guard() (src, dst MAC, outerSrc [16]byte) { return f.srcMAC, f.dstMAC, f.outerSrc }
+
+// Account counts one packet of n bytes with TCP flags tcp at time now.
+func (f *Flow) Account(n int, tcp uint8, now int64) {
+	f.packets.Add(1)
+	f.bytes.Add(uint64(n))
+	if f.lastSeen.Load() < now {
+		f.lastSeen.Store(now)
+	}
+	if tcp != 0 {
+		if s := f.state.Load(); uint32(tcp)&^s != 0 {
+			f.state.Or(uint32(tcp))
+		}
+	}
+}
+
+// Conn is the state a connection's two directions share: the flows, the
+// connection-level data stateful actions attach (a NAT mapping, a chosen
+// backend), and what revalidation needs to re-run the origin direction.
+type Conn struct {
+	fwd atomic.Pointer[Flow] // the origin direction
+	rev atomic.Pointer[Flow] // the reply direction, if installed
+	// Stateful: the reply direction was installed from the origin's
+	// decision (ReverseHT) and is revalidated with it.
+	Stateful bool
+	// The outer addresses of an encapsulated origin.
+	OriginOuterSrc, OriginOuterDst netip.Addr
+	Created                        int64
+	// State is what stateful actions attach; the table does not look at it.
+	State any
+}
+
+// Fwd returns the origin direction's flow.
+func (c *Conn) Fwd() *Flow { return c.fwd.Load() }
+
+// Rev returns the reply direction's flow, nil if none.
+func (c *Conn) Rev() *Flow { return c.rev.Load() }
+
+// Other returns the flow of the direction opposite to f.
+func (c *Conn) Other(f *Flow) *Flow {
+	if fw := c.fwd.Load(); fw != f {
+		return fw
+	}
+	return c.rev.Load()
+}
+
+// FlowTable is the unified flow table: a concurrent, bounded map from flow
+// keys to flows, sharded by key hash. Safe for concurrent use.
+type FlowTable struct {
+	cfg    FlowTableConfig
+	shards []shard
+	mask   uint32
+	tmo    [numTimeoutKinds]int64
+
+	count                               atomic.Int64
+	inserted, expired, evicted, refused atomic.Uint64
+}
+
+type shard struct {
+	mu sync.RWMutex
+	m  map[FlowKey]*Flow
+	_  [40]byte // keep shards on their own cache lines
+}
+
+// NewFlowTable returns an empty table.
+func NewFlowTable(cfg FlowTableConfig) (*FlowTable, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	t := &FlowTable{cfg: cfg, shards: make([]shard, cfg.Shards), mask: uint32(cfg.Shards - 1)}
+	for i := range t.shards {
+		t.shards[i].m = make(map[FlowKey]*Flow)
+	}
+	to := &cfg.Timeouts
+	for i, d := range [numTimeoutKinds]time.Duration{to.TCPEstablished, to.TCPTransitory, to.TCPTimeWait,
+		to.TCPClosed, to.UDP, to.UDPUnreplied, to.ICMP, to.Other} {
+		t.tmo[i] = int64(d)
+	}
+	return t, nil
+}
+
+// Config returns the table's configuration, defaults filled in.
+func (t *FlowTable) Config() FlowTableConfig { return t.cfg }
+
+// Hash returns the hash of k: the table's shard choice and the entropy of
+// pushed VXLAN headers. It is a fixed function of the key, so traces and
+// pushed headers are reproducible.
+func (k *FlowKey) Hash() uint32 {
+	// FNV-1a over the words that vary most, then a final avalanche.
+	h := uint32(2166136261)
+	mix := func(v uint32) {
+		h ^= v
+		h *= 16777619
+	}
+	for i := 0; i < 16; i += 4 {
+		mix(uint32(k.Src[i])<<24 | uint32(k.Src[i+1])<<16 | uint32(k.Src[i+2])<<8 | uint32(k.Src[i+3]))
+		mix(uint32(k.Dst[i])<<24 | uint32(k.Dst[i+1])<<16 | uint32(k.Dst[i+2])<<8 | uint32(k.Dst[i+3]))
+	}
+	mix(uint32(k.SrcPort)<<16 | uint32(k.DstPort))
+	mix(uint32(k.InPort)<<16 | uint32(k.Proto)<<8 | uint32(k.Flags))
+	mix(k.VNI)
+	h ^= h >> 16
+	h *= 0x85ebca6b
+	h ^= h >> 13
+	return h
+}
+
+func (t *FlowTable) shardOf(hash uint32) *shard { return &t.shards[hash&t.mask] }
+
+// Lookup returns the flow for k (whose Hash is hash), or nil.
+func (t *FlowTable) Lookup(k *FlowKey, hash uint32) *Flow {
+	s := t.shardOf(hash)
+	s.mu.RLock()
+	f := s.m[*k]
+	s.mu.RUnlock()
+	return f
+}
+
+// Len returns the number of flows held.
+func (t *FlowTable) Len() int { return int(t.count.Load()) }
+
+// Stats are the table's counters.
+type FlowTableStats struct {
+	Flows                               int
+	Inserted, Expired, Evicted, Refused uint64
+}
+
+// Stats returns the table's counters.
+func (t *FlowTable) Stats() FlowTableStats {
+	return FlowTableStats{Flows: t.Len(), Inserted: t.inserted.Load(), Expired: t.expired.Load(),
+		Evicted: t.evicted.Load(), Refused: t.refused.Load()}
+}
+
+// Insert adds f unless a flow with its key is present, in which case the
+// present flow is returned and f is not added. It returns nil if the table
+// is full and cannot make room (RefuseNew, or nothing to evict).
+func (t *FlowTable) Insert(f *Flow) *Flow {
+	hash := f.key.Hash()
+	s := t.shardOf(hash)
+	var victims []*Flow
+	s.mu.Lock()
+	if old := s.m[f.key]; old != nil {
+		s.mu.Unlock()
+		return old
+	}
+	if t.count.Load() >= int64(t.cfg.MaxFlows) {
+		if t.cfg.OnFull == EvictOldest {
+			victims = t.evictLocked(s)
+		}
+		if t.count.Load() >= int64(t.cfg.MaxFlows) {
+			s.mu.Unlock()
+			t.refused.Add(1)
+			t.dropOthers(victims)
+			return nil
+		}
+	}
+	s.m[f.key] = f
+	t.count.Add(1)
+	s.mu.Unlock()
+	t.inserted.Add(1)
+	t.dropOthers(victims)
+	return f
+}
+
+// evictLocked removes from s the flow, among a sample, whose connection has
+// been idle longest, and returns it so that its partner can be removed
+// after s is unlocked.
+func (t *FlowTable) evictLocked(s *shard) []*Flow {
+	var oldest *Flow
+	var oldestSeen int64
+	n := 0
+	for _, f := range s.m {
+		seen := connLastSeen(f)
+		if oldest == nil || seen < oldestSeen {
+			oldest, oldestSeen = f, seen
+		}
+		if n++; n == EvictSample {
+			break
+		}
+	}
+	if oldest == nil {
+		return nil
+	}
+	t.deleteLocked(s, oldest)
+	t.evicted.Add(1)
+	return []*Flow{oldest}
+}
+
+func (t *FlowTable) deleteLocked(s *shard, f *Flow) {
+	delete(s.m, f.key)
+	f.state.Or(flowRemoved)
+	t.count.Add(-1)
+}
+
+// dropOthers removes the partners of removed flows.
+func (t *FlowTable) dropOthers(removed []*Flow) {
+	for _, f := range removed {
+		if c := f.conn.Load(); c != nil {
+			if o := c.Other(f); o != nil && o != f {
+				t.Remove(o)
+			}
+		}
+	}
+}
+
+// Remove removes f from the table if it is still there.
+func (t *FlowTable) Remove(f *Flow) bool {
+	s := t.shardOf(f.key.Hash())
+	s.mu.Lock()
+	ok := s.m[f.key] == f
+	if ok {
+		t.deleteLocked(s, f)
+	}
+	s.mu.Unlock()
+	return ok
+}
+
+// RemoveConn removes f and the other direction of its connection.
+func (t *FlowTable) RemoveConn(f *Flow) {
+	t.Remove(f)
+	t.dropOthers([]*Flow{f})
+}
+
+// Pair makes fwd and rev the two directions of one connection. If either
+// already belongs to a connection, that one is kept (and returned) unless it
+// already has both directions.
+func (t *FlowTable) Pair(fwd, rev *Flow, stateful bool, now int64) *Conn {
+	c := fwd.conn.Load()
+	if c == nil {
+		c = &Conn{Stateful: stateful, Created: now}
+		c.fwd.Store(fwd)
+		if !fwd.conn.CompareAndSwap(nil, c) {
+			c = fwd.conn.Load()
+		}
+	}
+	if c.rev.CompareAndSwap(nil, rev) || c.rev.Load() == rev {
+		rev.conn.Store(c)
+	}
+	return c
+}
+
+// AttachConn makes f the origin of a new connection with no reply flow yet.
+func (t *FlowTable) AttachConn(f *Flow, stateful bool, now int64) *Conn {
+	c := &Conn{Stateful: stateful, Created: now}
+	c.fwd.Store(f)
+	f.conn.Store(c)
+	return c
+}
+
+type timeoutKind uint8
+
+const (
+	tmoTCPEstablished timeoutKind = iota
+	tmoTCPTransitory
+	tmoTCPTimeWait
+	tmoTCPClosed
+	tmoUDP
+	tmoUDPUnreplied
+	tmoICMP
+	tmoOther
+	numTimeoutKinds
+)
+
+// connLastSeen returns the last time either direction of f's connection saw
+// a packet.
+func connLastSeen(f *Flow) int64 {
+	seen := f.lastSeen.Load()
+	if c := f.conn.Load(); c != nil {
+		if o := c.Other(f); o != nil {
+			seen = max(seen, o.lastSeen.Load())
+		}
+	}
+	return seen
+}
+
+// timeoutOf returns the idle timeout that applies to f's connection now.
+func (t *FlowTable) timeoutOf(f *Flow) int64 {
+	var other *Flow
+	if c := f.conn.Load(); c != nil {
+		if o := c.Other(f); o != f {
+			other = o
+		}
+	}
+	switch f.key.Proto {
+	case ProtoTCP:
+		mine := uint8(f.state.Load())
+		var theirs uint8
+		if other != nil {
+			theirs = uint8(other.state.Load())
+		}
+		switch {
+		case (mine|theirs)&TCPRst != 0:
+			return t.tmo[tmoTCPClosed]
+		case mine&theirs&TCPFin != 0:
+			return t.tmo[tmoTCPTimeWait]
+		case (mine|theirs)&TCPFin != 0:
+			return t.tmo[tmoTCPTransitory]
+		case (mine|theirs)&TCPSyn != 0 && (other == nil || other.packets.Load() == 0):
+			return t.tmo[tmoTCPTransitory]
+		}
+		return t.tmo[tmoTCPEstablished]
+	case ProtoUDP:
+		if other != nil && other.packets.Load() > 0 {
+			return t.tmo[tmoUDP]
+		}
+		return t.tmo[tmoUDPUnreplied]
+	case ProtoICMPv4, ProtoICMPv6:
+		return t.tmo[tmoICMP]
+	}
+	return t.tmo[tmoOther]
+}
+
+// Expired reports whether f's connection has been idle past its timeout at
+// time now.
+func (t *FlowTable) Expired(f *Flow, now int64) bool {
+	return now-connLastSeen(f) > t.timeoutOf(f)
+}
+
+// Expire removes every flow whose connection has been idle past its timeout
+// at time now, and returns how many it removed.
+func (t *FlowTable) Expire(now int64) int {
+	n := 0
+	var gone []*Flow
+	for i := range t.shards {
+		s := &t.shards[i]
+		s.mu.Lock()
+		for _, f := range s.m {
+			if t.Expired(f, now) {
+				t.deleteLocked(s, f)
+				gone = append(gone, f)
+			}
+		}
+		s.mu.Unlock()
+		n += len(gone)
+		t.expired.Add(uint64(len(gone)))
+		// Partners expire with them: both directions share the idle time.
+		t.dropOthers(gone)
+		gone = gone[:0]
+	}
+	return n
+}
+
+// Range calls fn for every flow until fn returns false. The flows seen are
+// a snapshot per shard; fn must not call back into the table.
+func (t *FlowTable) Range(fn func(*Flow) bool) {
+	var buf []*Flow
+	for i := range t.shards {
+		s := &t.shards[i]
+		s.mu.RLock()
+		for _, f := range s.m {
+			buf = append(buf, f)
+		}
+		s.mu.RUnlock()
+		for _, f := range buf {
+			if !fn(f) {
+				return
+			}
+		}
+		buf = buf[:0]
+	}
+}
+
+// Flush removes every flow.
+func (t *FlowTable) Flush() {
+	for i := range t.shards {
+		s := &t.shards[i]
+		s.mu.Lock()
+		for _, f := range s.m {
+			t.deleteLocked(s, f)
+		}
+		s.mu.Unlock()
+	}
+}
