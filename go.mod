@@ -2,4 +2,8 @@ module github.com/ufp-dev/ufp
 
 go 1.26.8
 
-require github.com/gopacket/gopacket v1.7.7 // indirect
+require (
+	github.com/gopacket/gopacket v1.7.7 // indirect
+	golang.org/x/net v0.55.0 // indirect
+	golang.org/x/sys v0.45.0 // indirect
+)

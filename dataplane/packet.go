@@ -121,6 +121,17 @@ func (p *Packet) SetFrame(frame []byte) bool {
 	return true
 }
 
+// Resize sets the frame length to n bytes from its current start, within
+// the buffer; bytes beyond the old length are left as they were, for the
+// caller to write. It reports false if n does not fit.
+func (p *Packet) Resize(n int) bool {
+	if n < 0 || p.off+n > len(p.buf) {
+		return false
+	}
+	p.n = n
+	return true
+}
+
 // Bytes returns the frame. The slice aliases the buffer and is valid until
 // the packet is next modified.
 func (p *Packet) Bytes() []byte { return p.buf[p.off : p.off+p.n : p.off+p.n] }

@@ -9,6 +9,10 @@ import (
 // switch's layers and forwarding tables. Implementations are safe for
 // concurrent use by several workers.
 type SlowPath interface {
+	// Decapsulates reports whether VXLAN packets arriving on port are
+	// tunnel traffic the switch terminates (the uplink); elsewhere they
+	// are plain UDP.
+	Decapsulates(port PortID) bool
 	// Generation returns the current policy generation. Cached decisions
 	// of an older generation are revalidated on their next packet.
 	Generation() uint64
@@ -128,8 +132,6 @@ type Worker struct {
 	Trace *Trace
 	// Flow is the flow the last packet used (nil if none), for tracing.
 	Flow *Flow
-	// Revalidated reports whether the last packet revalidated its flow.
-	Revalidated bool
 }
 
 // NewWorker returns a worker of pl.
@@ -159,11 +161,14 @@ func (w *Worker) drop(p *Packet, r DropReason) {
 
 func (w *Worker) process(p *Packet, gen uint64, now int64) {
 	p.OutPort, p.Drop, p.Path = NoPort, NotDropped, PathNone
-	w.Flow, w.Revalidated = nil, false
+	w.Flow = nil
 	pr := &w.parsed
 	if r := pr.Decode(p.Bytes()); r != NotDropped {
 		w.drop(p, r)
 		return
+	}
+	if pr.Encap && !w.pl.slow.Decapsulates(p.InPort) {
+		pr.Encap = false
 	}
 	h := pr.Tenant()
 	if h.IPVersion == 0 || isNeighborDiscovery(h) {
@@ -244,7 +249,7 @@ func (w *Worker) slowPath(p *Packet, key *FlowKey, hash uint32, f *Flow, gen uin
 	if f != nil {
 		switch {
 		case uft.Expired(f, now) || restarts(f, pr.Tenant().TCPFlags):
-			w.pl.Trace(w.Trace, "flow %s expired or closed: removed", f.key)
+			w.Trace.Addf("flow %s expired or closed: removed", f.key)
 			uft.RemoveConn(f)
 			f = nil
 		case f.action.Load().Gen != gen && f.GuardMatches(src, dst, &outerSrc):
@@ -253,11 +258,13 @@ func (w *Worker) slowPath(p *Packet, key *FlowKey, hash uint32, f *Flow, gen uin
 					return
 				}
 				f = nil
+			} else {
+				w.Trace.Addf("revalidate flow %s (generation %d -> %d)", f.key, f.action.Load().Gen, gen)
 			}
 		default:
 			// The guard differs: this packet is decided afresh and its
 			// flow replaces the old one.
-			w.pl.Trace(w.Trace, "flow %s cached for other MACs or outer source: decided afresh", f.key)
+			w.Trace.Addf("flow %s cached for other MACs or outer source: decided afresh", f.key)
 			uft.RemoveConn(f)
 			f = nil
 		}
@@ -269,7 +276,7 @@ func (w *Worker) slowPath(p *Packet, key *FlowKey, hash uint32, f *Flow, gen uin
 	w.pl.slow.Decide(v, w.Trace, &d)
 	a, err := w.pl.action(d.Out, d.Drop, d.HT, gen)
 	if err != nil {
-		w.pl.Trace(w.Trace, "transposition rejected: %v", err)
+		w.Trace.Addf("transposition rejected: %v", err)
 		w.drop(p, DropTransposition)
 		return
 	}
@@ -287,7 +294,7 @@ func (w *Worker) slowPath(p *Packet, key *FlowKey, hash uint32, f *Flow, gen uin
 	if f == nil {
 		nf := NewFlow(*key, a, src, dst, outerSrc, now)
 		if f = uft.Insert(nf); f == nil {
-			w.pl.Trace(w.Trace, "flow table full (%d flows, %s)", uft.Len(), uft.cfg.OnFull)
+			w.Trace.Addf("flow table full (%d flows, %s)", uft.Len(), uft.cfg.OnFull)
 			w.drop(p, DropFlowTableFull)
 			return
 		}
@@ -318,7 +325,7 @@ func (w *Worker) installReverse(f *Flow, orig, final *View, d *Decision, gen uin
 	}
 	ra, err := w.pl.action(orig.InPort, NotDropped, ReverseHT(orig, final), gen)
 	if err != nil {
-		w.pl.Trace(w.Trace, "reverse transposition rejected: %v", err)
+		w.Trace.Addf("reverse transposition rejected: %v", err)
 		return
 	}
 	c := f.conn.Load()
@@ -340,7 +347,7 @@ func (w *Worker) installReverse(f *Flow, orig, final *View, d *Decision, gen uin
 	got := uft.Insert(rf)
 	switch {
 	case got == nil:
-		w.pl.Trace(w.Trace, "reply flow %s not installed: flow table full", rkey)
+		w.Trace.Addf("reply flow %s not installed: flow table full", rkey)
 		return
 	case got != rf:
 		// A flow for the reply key exists (the reply raced us, or an old
@@ -355,7 +362,7 @@ func (w *Worker) installReverse(f *Flow, orig, final *View, d *Decision, gen uin
 	}
 	c.rev.Store(got)
 	got.conn.Store(c)
-	w.pl.Trace(w.Trace, "stateful: reply flow %s -> %s", rkey, ra.HT)
+	w.Trace.Addf("stateful: reply flow %s -> %s", rkey, ra.HT)
 }
 
 // revalidate re-decides a stateful connection from its origin after a
@@ -369,8 +376,7 @@ func (w *Worker) revalidate(p *Packet, f *Flow, c *Conn, hash uint32, gen uint64
 	v.FromFlow(fwd, c)
 	*orig = *v
 	d := Decision{State: c.State}
-	w.pl.Trace(w.Trace, "revalidate connection %s (generation %d -> %d)", fwd.key, old, gen)
-	w.Revalidated = true
+	w.Trace.Addf("revalidate connection %s (generation %d -> %d)", fwd.key, old, gen)
 	w.pl.slow.Decide(v, w.Trace, &d)
 	a, err := w.pl.action(d.Out, d.Drop, d.HT, gen)
 	if err != nil {
@@ -393,9 +399,4 @@ func (w *Worker) revalidate(p *Packet, f *Flow, c *Conn, hash uint32, gen uint64
 	w.apply(p, &w.parsed, f.action.Load(), hash)
 	f.Account(n, w.parsed.Tenant().TCPFlags, now)
 	return true
-}
-
-// Trace records a line on tr if tracing.
-func (pl *Pipeline) Trace(tr *Trace, format string, args ...any) {
-	tr.Addf(format, args...)
 }

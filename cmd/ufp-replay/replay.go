@@ -1,0 +1,228 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
+	"github.com/gopacket/gopacket/pcapgo"
+
+	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/vswitch"
+)
+
+// Scenario is one replay: a policy, packets to feed in, and policy changes
+// to apply on the way.
+type Scenario struct {
+	Policy *vswitch.Config
+	// Changes are applied before the packet with the given 1-based number.
+	Changes []Change
+	// In is a pcapng whose interfaces are named after switch ports.
+	In []byte
+}
+
+// Change is a policy document applied mid-replay. An invalid one is
+// rejected, traced, and leaves the running policy in place.
+type Change struct {
+	Before int
+	Name   string
+	Raw    []byte
+}
+
+// Frame is one captured frame: the port it entered or left by.
+type Frame struct {
+	Port string
+	Time time.Time
+	Data []byte
+}
+
+// Result is what a replay produced.
+type Result struct {
+	Out   []Frame
+	Trace string
+}
+
+// ReadFrames reads a pcapng whose interfaces are named after ports.
+func ReadFrames(b []byte) ([]Frame, error) {
+	r, err := pcapgo.NewNgReader(bytes.NewReader(b), pcapgo.NgReaderOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("not a pcapng file: %w", err)
+	}
+	var frames []Frame
+	for {
+		data, ci, err := r.ReadPacketData()
+		if errors.Is(err, io.EOF) {
+			return frames, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("packet %d: %w", len(frames)+1, err)
+		}
+		intf, err := r.Interface(ci.InterfaceIndex)
+		if err != nil {
+			return nil, fmt.Errorf("packet %d: %w", len(frames)+1, err)
+		}
+		if intf.LinkType != layers.LinkTypeEthernet {
+			return nil, fmt.Errorf("packet %d: interface %q has link type %s; only Ethernet is replayed",
+				len(frames)+1, intf.Name, intf.LinkType)
+		}
+		if ci.CaptureLength < ci.Length {
+			return nil, fmt.Errorf("packet %d: captured %d of %d bytes; replay needs whole frames",
+				len(frames)+1, ci.CaptureLength, ci.Length)
+		}
+		frames = append(frames, Frame{Port: intf.Name, Time: ci.Timestamp, Data: slices.Clone(data)})
+	}
+}
+
+// WriteFrames writes frames as a pcapng with one interface per port, in the
+// order of ports (then of first use for names not in ports).
+func WriteFrames(w io.Writer, ports []string, frames []Frame) error {
+	names := slices.Clone(ports)
+	for _, f := range frames {
+		if !slices.Contains(names, f.Port) {
+			names = append(names, f.Port)
+		}
+	}
+	if len(names) == 0 {
+		names = []string{"none"}
+	}
+	intf := func(name string) pcapgo.NgInterface {
+		return pcapgo.NgInterface{Name: name, LinkType: layers.LinkTypeEthernet, TimestampResolution: 9}
+	}
+	nw, err := pcapgo.NewNgWriterInterface(w, intf(names[0]), pcapgo.NgWriterOptions{
+		SectionInfo: pcapgo.NgSectionInfo{Application: "ufp-replay"},
+	})
+	if err != nil {
+		return err
+	}
+	for _, n := range names[1:] {
+		if _, err := nw.AddInterface(intf(n)); err != nil {
+			return err
+		}
+	}
+	for _, f := range frames {
+		ci := gopacket.CaptureInfo{Timestamp: f.Time, CaptureLength: len(f.Data), Length: len(f.Data),
+			InterfaceIndex: slices.Index(names, f.Port)}
+		if err := nw.WritePacket(ci, f.Data); err != nil {
+			return err
+		}
+	}
+	return nw.Flush()
+}
+
+// Run replays sc through a new switch and returns what came out.
+func Run(sc *Scenario) (*Result, error) {
+	in, err := ReadFrames(sc.In)
+	if err != nil {
+		return nil, fmt.Errorf("input: %w", err)
+	}
+	sw, err := vswitch.New(sc.Policy)
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	pl := sw.Pipeline()
+	w := pl.NewWorker()
+	tr := &dataplane.Trace{}
+	w.Trace = tr
+	vx := sc.Policy.Switch.VXLANPort
+	res := &Result{}
+	var out strings.Builder
+	pkt := dataplane.NewPacket(dataplane.BufferSize)
+	batch := []*dataplane.Packet{pkt}
+	var t0 time.Time
+	outBy := map[string]int{}
+	var nOut, nDrop int
+	for i, f := range in {
+		n := i + 1
+		for _, c := range sc.Changes {
+			if c.Before == n {
+				cfg, err := vswitch.ParseConfig(c.Raw)
+				if err == nil {
+					err = sw.Apply(cfg)
+				}
+				if err != nil {
+					fmt.Fprintf(&out, "policy %s rejected, running policy kept: %v\n", c.Name, err)
+				} else {
+					fmt.Fprintf(&out, "policy %s applied: generation %d\n", c.Name, sw.Generation())
+				}
+			}
+		}
+		if i == 0 {
+			t0 = f.Time
+		}
+		now := int64(f.Time.Sub(t0))
+		if k := pl.FlowTable().Expire(now); k > 0 {
+			fmt.Fprintf(&out, "expired %d flows at +%.6fs\n", k, time.Duration(now).Seconds())
+		}
+		fmt.Fprintf(&out, "#%d +%.6fs in %s %dB %s\n", n, time.Duration(now).Seconds(), f.Port, len(f.Data), vswitch.Describe(f.Data, vx))
+		port := sw.Port(f.Port)
+		if port == nil {
+			fmt.Fprintf(&out, "  => drop: interface %q is no port of the policy\n", f.Port)
+			nDrop++
+			continue
+		}
+		if !pkt.SetFrame(f.Data) {
+			fmt.Fprintf(&out, "  => drop: %s\n", dataplane.DropFrameTooLarge)
+			pl.Drops.Add(dataplane.DropFrameTooLarge)
+			nDrop++
+			continue
+		}
+		pkt.InPort = port.ID
+		tr.Reset()
+		w.Process(batch, now)
+		switch {
+		case pkt.Path == dataplane.PathFast:
+			fmt.Fprintf(&out, "  fast path: %s (generation %d, packet %d)\n", w.Flow.Key(), w.Flow.Action().Gen, w.Flow.Packets())
+		case pkt.Path == dataplane.PathSlow && w.Flow != nil:
+			fmt.Fprintf(&out, "  slow path: %s\n", w.Flow.Key())
+		case pkt.Path == dataplane.PathSlow:
+			fmt.Fprintf(&out, "  slow path\n")
+		}
+		for _, l := range tr.Lines() {
+			fmt.Fprintf(&out, "  %s\n", l)
+		}
+		if pkt.Drop != dataplane.NotDropped {
+			fmt.Fprintf(&out, "  => drop: %s\n", pkt.Drop)
+			nDrop++
+			continue
+		}
+		op := sw.PortByID(pkt.OutPort)
+		if op == nil {
+			fmt.Fprintf(&out, "  => drop: output port %d is gone\n", pkt.OutPort)
+			nDrop++
+			continue
+		}
+		if w.Flow != nil {
+			fmt.Fprintf(&out, "  ht: %s\n", w.Flow.Action().HT)
+		}
+		data := slices.Clone(pkt.Bytes())
+		fmt.Fprintf(&out, "  => out %s %dB %s\n", op.Name, len(data), vswitch.Describe(data, vx))
+		res.Out = append(res.Out, Frame{Port: op.Name, Time: f.Time, Data: data})
+		outBy[op.Name]++
+		nOut++
+	}
+	st := pl.Stats()
+	fmt.Fprintf(&out, "summary: %d in, %d out, %d dropped; fast path %d, slow path %d\n", len(in), nOut, nDrop, st.Fast, st.Slow)
+	var ports []string
+	for _, p := range sw.Ports() {
+		if outBy[p.Name] > 0 {
+			ports = append(ports, fmt.Sprintf("%s=%d", p.Name, outBy[p.Name]))
+		}
+	}
+	if len(ports) > 0 {
+		fmt.Fprintf(&out, "  out by port: %s\n", strings.Join(ports, " "))
+	}
+	if d := pl.Drops.String(); d != "" {
+		fmt.Fprintf(&out, "  drops by reason: %s\n", d)
+	}
+	fs := pl.FlowTable().Stats()
+	fmt.Fprintf(&out, "  flow table: %d flows (inserted %d, expired %d, evicted %d, refused %d)\n",
+		fs.Flows, fs.Inserted, fs.Expired, fs.Evicted, fs.Refused)
+	res.Trace = out.String()
+	return res, nil
+}

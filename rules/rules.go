@@ -1,0 +1,414 @@
+// Package rules holds ufp's match-action tables: layers, groups of rules,
+// conditions and actions, and the classifier that finds the rule that
+// applies to a packet.
+//
+// # Semantics
+//
+// A port's pipeline is an ordered list of layers. A packet entering the
+// switch through a port (Out: a pod sending, or the uplink receiving from
+// the network) crosses that port's layers first to last; a packet leaving
+// the switch through a port (In: towards the pod, or out to the network)
+// crosses them last to first. Each layer yields exactly one action for the
+// packet:
+//
+//  1. The layer's groups are evaluated in order. A group whose own
+//     conditions do not match the packet is skipped.
+//  2. Within a group, the matching rule with the smallest priority number
+//     applies (priorities are unique within a group, so this is
+//     deterministic). Other matching rules of the group are ignored.
+//  3. If that rule is terminating, the layer's evaluation ends with it.
+//     Otherwise evaluation goes on with the next group, and a match in a
+//     later group overrides it: the last match wins.
+//  4. If no group yields a rule, the layer's default action for the
+//     packet's direction applies.
+//
+// A block action ends the packet's way through the switch. An allow action
+// may carry a header transposition, which is applied before the next layer
+// looks at the packet, so later layers match on the rewritten headers.
+// A stateful rule makes the whole connection stateful: its reply direction
+// is installed from the origin's decision and does not cross the layers.
+//
+// Policies are immutable once compiled; the switch swaps them atomically.
+package rules
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/ufp-dev/ufp/dataplane"
+)
+
+// Direction is the way a packet crosses a port's layers.
+type Direction uint8
+
+const (
+	// Both matches either direction (a condition's zero value).
+	Both Direction = iota
+	// Out is entering the switch from the port's device: what a pod
+	// sends, what the uplink receives (first layer to last).
+	Out
+	// In is leaving the switch to the port's device: what a pod receives,
+	// what the uplink sends (last layer to first).
+	In
+)
+
+func (d Direction) String() string {
+	switch d {
+	case Out:
+		return "out"
+	case In:
+		return "in"
+	}
+	return "both"
+}
+
+// ParseDirection parses "out", "in", "both" or "".
+func ParseDirection(s string) (Direction, error) {
+	switch s {
+	case "", "both":
+		return Both, nil
+	case "out":
+		return Out, nil
+	case "in":
+		return In, nil
+	}
+	return 0, fmt.Errorf("unknown direction %q (want out, in or both)", s)
+}
+
+// PortRange is an inclusive range of L4 ports.
+type PortRange struct{ Lo, Hi uint16 }
+
+func (r PortRange) String() string {
+	if r.Lo == r.Hi {
+		return fmt.Sprint(r.Lo)
+	}
+	return fmt.Sprintf("%d-%d", r.Lo, r.Hi)
+}
+
+// Condition is a conjunction of field matches; an empty list matches
+// anything. Prefixes of the other address family than the packet's do not
+// match it.
+type Condition struct {
+	Direction Direction
+	IPVersion uint8 // 4, 6, or 0 for either
+	SrcMACs   []dataplane.MAC
+	DstMACs   []dataplane.MAC
+	SrcIPs    []netip.Prefix
+	DstIPs    []netip.Prefix
+	Protocols []uint8
+	SrcPorts  []PortRange // TCP and UDP only: a port condition never matches other protocols
+	DstPorts  []PortRange
+	VNIs      []uint32 // matches encapsulated packets with one of these VNIs
+}
+
+// Validate checks c.
+func (c *Condition) Validate() error {
+	if c.IPVersion != 0 && c.IPVersion != 4 && c.IPVersion != 6 {
+		return fmt.Errorf("ipVersion: %d is not 4 or 6", c.IPVersion)
+	}
+	for name, ps := range map[string][]netip.Prefix{"srcIPs": c.SrcIPs, "dstIPs": c.DstIPs} {
+		for i, p := range ps {
+			if !p.IsValid() || p.Addr().Is4In6() {
+				return fmt.Errorf("%s[%d]: invalid prefix %s", name, i, p)
+			}
+			if p != p.Masked() {
+				return fmt.Errorf("%s[%d]: %s has host bits set (did you mean %s?)", name, i, p, p.Masked())
+			}
+		}
+	}
+	for name, rs := range map[string][]PortRange{"srcPorts": c.SrcPorts, "dstPorts": c.DstPorts} {
+		for i, r := range rs {
+			if r.Lo > r.Hi {
+				return fmt.Errorf("%s[%d]: range %d-%d is empty", name, i, r.Lo, r.Hi)
+			}
+		}
+	}
+	for i, v := range c.VNIs {
+		if v >= 1<<24 {
+			return fmt.Errorf("vnis[%d]: %d does not fit in 24 bits", i, v)
+		}
+	}
+	return nil
+}
+
+// Match reports whether the packet v describes, crossing in direction dir,
+// meets every part of c.
+func (c *Condition) Match(v *dataplane.View, dir Direction) bool {
+	if c.Direction != Both && c.Direction != dir {
+		return false
+	}
+	if c.IPVersion == 4 && !v.Src.Is4() || c.IPVersion == 6 && !v.Src.Is6() {
+		return false
+	}
+	if len(c.SrcMACs) > 0 && !slices.Contains(c.SrcMACs, v.SrcMAC) {
+		return false
+	}
+	if len(c.DstMACs) > 0 && !slices.Contains(c.DstMACs, v.DstMAC) {
+		return false
+	}
+	if len(c.SrcIPs) > 0 && !prefixesContain(c.SrcIPs, v.Src) {
+		return false
+	}
+	if len(c.DstIPs) > 0 && !prefixesContain(c.DstIPs, v.Dst) {
+		return false
+	}
+	if len(c.Protocols) > 0 && !slices.Contains(c.Protocols, v.Proto) {
+		return false
+	}
+	if len(c.SrcPorts) > 0 || len(c.DstPorts) > 0 {
+		if v.Proto != dataplane.ProtoTCP && v.Proto != dataplane.ProtoUDP || v.LaterFragment {
+			return false
+		}
+		if len(c.SrcPorts) > 0 && !rangesContain(c.SrcPorts, v.SrcPort) {
+			return false
+		}
+		if len(c.DstPorts) > 0 && !rangesContain(c.DstPorts, v.DstPort) {
+			return false
+		}
+	}
+	if len(c.VNIs) > 0 && (!v.Encap || !slices.Contains(c.VNIs, v.VNI)) {
+		return false
+	}
+	return true
+}
+
+func prefixesContain(ps []netip.Prefix, a netip.Addr) bool {
+	for _, p := range ps {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+func rangesContain(rs []PortRange, port uint16) bool {
+	for _, r := range rs {
+		if port >= r.Lo && port <= r.Hi {
+			return true
+		}
+	}
+	return false
+}
+
+// String formats c compactly for traces and dumps.
+func (c *Condition) String() string {
+	var p []string
+	if c.Direction != Both {
+		p = append(p, "dir="+c.Direction.String())
+	}
+	if c.IPVersion != 0 {
+		p = append(p, fmt.Sprintf("ipv%d", c.IPVersion))
+	}
+	add := func(name string, n int, f func(int) string) {
+		if n == 0 {
+			return
+		}
+		s := make([]string, n)
+		for i := range s {
+			s[i] = f(i)
+		}
+		p = append(p, name+"="+strings.Join(s, ","))
+	}
+	add("src-mac", len(c.SrcMACs), func(i int) string { return c.SrcMACs[i].String() })
+	add("dst-mac", len(c.DstMACs), func(i int) string { return c.DstMACs[i].String() })
+	add("src", len(c.SrcIPs), func(i int) string { return c.SrcIPs[i].String() })
+	add("dst", len(c.DstIPs), func(i int) string { return c.DstIPs[i].String() })
+	add("proto", len(c.Protocols), func(i int) string { return dataplane.ProtoName(c.Protocols[i]) })
+	add("sport", len(c.SrcPorts), func(i int) string { return c.SrcPorts[i].String() })
+	add("dport", len(c.DstPorts), func(i int) string { return c.DstPorts[i].String() })
+	add("vni", len(c.VNIs), func(i int) string { return fmt.Sprint(c.VNIs[i]) })
+	if len(p) == 0 {
+		return "any"
+	}
+	return strings.Join(p, " ")
+}
+
+// Verb is what an action does with a packet.
+type Verb uint8
+
+const (
+	Allow Verb = iota
+	Block
+)
+
+func (v Verb) String() string {
+	if v == Block {
+		return "block"
+	}
+	return "allow"
+}
+
+// Action is a rule's (or a layer default's) decision: block, or allow with
+// an optional header transposition.
+type Action struct {
+	Verb Verb
+	HT   dataplane.Transposition
+}
+
+func (a Action) String() string {
+	if a.Verb == Block || a.HT.IsIdentity() && a.HT.Outer == dataplane.OuterIgnore {
+		return a.Verb.String()
+	}
+	return "allow " + a.HT.String()
+}
+
+// Rule is one entry of a group.
+type Rule struct {
+	Name        string
+	Priority    uint32
+	Match       Condition
+	Action      Action
+	Terminating bool
+	Stateful    bool
+}
+
+// Group is a set of rules with conditions of its own: the unit of atomic
+// policy update within a layer.
+type Group struct {
+	Name  string
+	Match Condition
+	Rules []Rule
+}
+
+// Layer is one match-action table of a port's pipeline.
+type Layer struct {
+	Name string
+	// DefaultOut and DefaultIn apply when no rule matches.
+	DefaultOut, DefaultIn Action
+	Groups                []Group
+
+	classifiers []classifier
+}
+
+// Compile validates l and prepares its classifiers. After Compile the layer
+// must not be modified; it is safe for concurrent use.
+func (l *Layer) Compile() error {
+	if l.Name == "" {
+		return fmt.Errorf("name: a layer needs a name")
+	}
+	if l.DefaultOut.Verb == Block && !l.DefaultOut.HT.IsIdentity() || l.DefaultIn.Verb == Block && !l.DefaultIn.HT.IsIdentity() {
+		return fmt.Errorf("default: a block action cannot transpose headers")
+	}
+	groupNames := map[string]int{}
+	l.classifiers = make([]classifier, len(l.Groups))
+	for gi := range l.Groups {
+		g := &l.Groups[gi]
+		if g.Name == "" {
+			return fmt.Errorf("groups[%d].name: a group needs a name", gi)
+		}
+		if j, dup := groupNames[g.Name]; dup {
+			return fmt.Errorf("groups[%d].name: %q is also the name of groups[%d]", gi, g.Name, j)
+		}
+		groupNames[g.Name] = gi
+		if err := g.Match.Validate(); err != nil {
+			return fmt.Errorf("groups[%d].match.%w", gi, err)
+		}
+		prios := map[uint32]int{}
+		names := map[string]int{}
+		for ri := range g.Rules {
+			r := &g.Rules[ri]
+			if r.Name == "" {
+				return fmt.Errorf("groups[%d].rules[%d].name: a rule needs a name", gi, ri)
+			}
+			if j, dup := names[r.Name]; dup {
+				return fmt.Errorf("groups[%d].rules[%d].name: %q is also the name of rules[%d]", gi, ri, r.Name, j)
+			}
+			names[r.Name] = ri
+			if j, dup := prios[r.Priority]; dup {
+				return fmt.Errorf("groups[%d].rules[%d].priority: %d is also the priority of rule %q; priorities are unique within a group",
+					gi, ri, r.Priority, g.Rules[j].Name)
+			}
+			prios[r.Priority] = ri
+			if err := r.Match.Validate(); err != nil {
+				return fmt.Errorf("groups[%d].rules[%d].match.%w", gi, ri, err)
+			}
+			if r.Action.Verb == Block && !r.Action.HT.IsIdentity() {
+				return fmt.Errorf("groups[%d].rules[%d].action: a block action cannot transpose headers", gi, ri)
+			}
+		}
+		l.classifiers[gi] = newClassifier(g.Rules)
+	}
+	return nil
+}
+
+// Verdict is a layer's outcome for one packet.
+type Verdict struct {
+	Action Action
+	// Group and Rule are the matching rule, nil for the layer default.
+	Group *Group
+	Rule  *Rule
+}
+
+// Stateful reports whether the verdict's rule is stateful.
+func (v Verdict) Stateful() bool { return v.Rule != nil && v.Rule.Stateful }
+
+// String describes the verdict for traces.
+func (v Verdict) String() string {
+	if v.Rule == nil {
+		return "no rule matched -> default " + v.Action.String()
+	}
+	var flags []string
+	if v.Rule.Terminating {
+		flags = append(flags, "terminating")
+	}
+	if v.Rule.Stateful {
+		flags = append(flags, "stateful")
+	}
+	f := ""
+	if len(flags) > 0 {
+		f = ", " + strings.Join(flags, ", ")
+	}
+	return fmt.Sprintf("group %s rule %s (priority %d%s) -> %s", v.Group.Name, v.Rule.Name, v.Rule.Priority, f, v.Action)
+}
+
+// Evaluate returns the layer's verdict for the packet v describes, crossing
+// in direction dir (Out or In). See the package doc for the semantics.
+func (l *Layer) Evaluate(v *dataplane.View, dir Direction) Verdict {
+	var res Verdict
+	for gi := range l.Groups {
+		g := &l.Groups[gi]
+		if !g.Match.Match(v, dir) {
+			continue
+		}
+		if r := l.classifiers[gi].find(v, dir); r != nil {
+			res = Verdict{Action: r.Action, Group: g, Rule: r}
+			if r.Terminating {
+				return res
+			}
+		}
+	}
+	if res.Rule == nil {
+		res.Action = l.DefaultIn
+		if dir == Out {
+			res.Action = l.DefaultOut
+		}
+	}
+	return res
+}
+
+// classifier finds the matching rule with the smallest priority in one
+// group. This one keeps the rules sorted by priority and scans them; the
+// first match is the answer.
+type classifier struct {
+	rules []*Rule
+}
+
+func newClassifier(rs []Rule) classifier {
+	c := classifier{rules: make([]*Rule, len(rs))}
+	for i := range rs {
+		c.rules[i] = &rs[i]
+	}
+	slices.SortFunc(c.rules, func(a, b *Rule) int { return int(int64(a.Priority) - int64(b.Priority)) })
+	return c
+}
+
+func (c *classifier) find(v *dataplane.View, dir Direction) *Rule {
+	for _, r := range c.rules {
+		if r.Match.Match(v, dir) {
+			return r
+		}
+	}
+	return nil
+}

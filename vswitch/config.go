@@ -1,0 +1,752 @@
+package vswitch
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/rules"
+)
+
+// Config is a policy document: the switch, its ports, and each port's
+// layers, groups and rules (VFP's level of detail). It is what a policy file
+// holds, as JSON; unknown fields are errors.
+type Config struct {
+	Switch SwitchConfig `json:"switch"`
+	Ports  []PortConfig `json:"ports"`
+}
+
+// SwitchConfig holds switch-wide settings.
+type SwitchConfig struct {
+	Name string `json:"name,omitempty"`
+	// Gateway is the address the switch answers ARP and neighbour
+	// solicitations for, and routes between its endpoints as.
+	Gateway *GatewayConfig `json:"gateway,omitempty"`
+	// FlowTable settings are taken when the switch is created; a later
+	// policy may not change them.
+	FlowTable FlowTableConfig `json:"flowTable"`
+	// VXLANPort is the UDP port decoded as VXLAN (default 4789).
+	VXLANPort uint16 `json:"vxlanPort,omitempty"`
+}
+
+// GatewayConfig is the switch's own router identity.
+type GatewayConfig struct {
+	MAC string   `json:"mac"`
+	IPs []string `json:"ips"`
+}
+
+// FlowTableConfig bounds and ages the unified flow table.
+type FlowTableConfig struct {
+	MaxFlows int             `json:"maxFlows,omitempty"`
+	Shards   int             `json:"shards,omitempty"`
+	OnFull   string          `json:"onFull,omitempty"` // "refuse-new" (default) or "evict-oldest"
+	Timeouts *TimeoutsConfig `json:"timeouts,omitempty"`
+}
+
+// TimeoutsConfig are idle timeouts as Go durations ("30s", "2h4m").
+type TimeoutsConfig struct {
+	TCPEstablished Duration `json:"tcpEstablished,omitempty"`
+	TCPTransitory  Duration `json:"tcpTransitory,omitempty"`
+	TCPTimeWait    Duration `json:"tcpTimeWait,omitempty"`
+	TCPClosed      Duration `json:"tcpClosed,omitempty"`
+	UDP            Duration `json:"udp,omitempty"`
+	UDPUnreplied   Duration `json:"udpUnreplied,omitempty"`
+	ICMP           Duration `json:"icmp,omitempty"`
+	Other          Duration `json:"other,omitempty"`
+}
+
+// Duration is a time.Duration written as a Go duration string in JSON.
+type Duration time.Duration
+
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("want a duration string such as \"30s\"")
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	if v <= 0 {
+		return fmt.Errorf("duration %s must be positive", s)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// DefaultMaxFlows is the flow table bound when a policy sets none.
+const DefaultMaxFlows = 1 << 20
+
+// PortConfig is one switch port: a pod's vNIC or the uplink.
+type PortConfig struct {
+	Name string `json:"name"`
+	MAC  string `json:"mac"`
+	// IPs are the endpoint's addresses; packets a vNIC sends from other
+	// addresses are dropped as spoofed. An uplink has none.
+	IPs []string `json:"ips,omitempty"`
+	// Uplink marks the port that leads out of the switch: frames for
+	// unknown unicast MACs go there. At most one port is the uplink.
+	Uplink bool          `json:"uplink,omitempty"`
+	Layers []LayerConfig `json:"layers,omitempty"`
+}
+
+// LayerConfig is one layer of a port.
+type LayerConfig struct {
+	Name    string          `json:"name"`
+	Default *DefaultsConfig `json:"default,omitempty"`
+	Groups  []GroupConfig   `json:"groups,omitempty"`
+}
+
+// DefaultsConfig gives a layer's action per direction when no rule
+// matches: "allow" (the default) or "block".
+type DefaultsConfig struct {
+	Out string `json:"out,omitempty"`
+	In  string `json:"in,omitempty"`
+}
+
+// GroupConfig is a group of rules with optional conditions of its own.
+type GroupConfig struct {
+	Name  string       `json:"name"`
+	Match *MatchConfig `json:"match,omitempty"`
+	Rules []RuleConfig `json:"rules"`
+}
+
+// RuleConfig is one rule.
+type RuleConfig struct {
+	Name        string       `json:"name"`
+	Priority    *uint32      `json:"priority"`
+	Match       *MatchConfig `json:"match,omitempty"`
+	Action      ActionConfig `json:"action"`
+	Terminating bool         `json:"terminating,omitempty"`
+	Stateful    bool         `json:"stateful,omitempty"`
+}
+
+// MatchConfig is a condition; every list given must match (any of its
+// entries), and an absent list matches anything.
+type MatchConfig struct {
+	Direction string   `json:"direction,omitempty"` // "out", "in" or "both"
+	IPVersion uint8    `json:"ipVersion,omitempty"`
+	SrcMACs   []string `json:"srcMACs,omitempty"`
+	DstMACs   []string `json:"dstMACs,omitempty"`
+	SrcIPs    []string `json:"srcIPs,omitempty"` // prefixes or addresses
+	DstIPs    []string `json:"dstIPs,omitempty"`
+	Protocols []string `json:"protocols,omitempty"` // tcp, udp, icmp, icmpv6 or a number
+	SrcPorts  []string `json:"srcPorts,omitempty"`  // "80" or "1000-2000"
+	DstPorts  []string `json:"dstPorts,omitempty"`
+	VNIs      []uint32 `json:"vnis,omitempty"`
+}
+
+// ActionConfig is "allow" or "block"; an allow may transpose headers.
+type ActionConfig struct {
+	Type   string        `json:"type"`
+	Modify *ModifyConfig `json:"modify,omitempty"`
+	// Outer is "pop" (decapsulate) or "not-present" (require no outer
+	// header set).
+	Outer string      `json:"outer,omitempty"`
+	Push  *PushConfig `json:"push,omitempty"`
+}
+
+// ModifyConfig rewrites tenant header fields.
+type ModifyConfig struct {
+	SrcMAC  string  `json:"srcMAC,omitempty"`
+	DstMAC  string  `json:"dstMAC,omitempty"`
+	SrcIP   string  `json:"srcIP,omitempty"`
+	DstIP   string  `json:"dstIP,omitempty"`
+	SrcPort *uint16 `json:"srcPort,omitempty"`
+	DstPort *uint16 `json:"dstPort,omitempty"`
+}
+
+// PushConfig is a VXLAN outer header set to push.
+type PushConfig struct {
+	VNI             uint32 `json:"vni"`
+	SrcMAC          string `json:"srcMAC"`
+	DstMAC          string `json:"dstMAC"`
+	SrcIP           string `json:"srcIP"`
+	DstIP           string `json:"dstIP"`
+	DstPort         uint16 `json:"dstPort,omitempty"`
+	TTL             uint8  `json:"ttl,omitempty"`
+	DontFragment    bool   `json:"dontFragment,omitempty"`
+	ZeroUDPChecksum bool   `json:"zeroUDPChecksum,omitempty"`
+}
+
+// LoadConfig reads and validates a policy file.
+func LoadConfig(path string) (*Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	c, err := ParseConfig(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// ParseConfig decodes a policy document strictly: unknown fields, trailing
+// data and wrong types are errors that name the field's path.
+func ParseConfig(b []byte) (*Config, error) {
+	var raw any
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	if err := dec.Decode(&raw); err != nil {
+		return nil, jsonError(b, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("policy: unexpected data after the JSON document")
+	}
+	if err := checkFields(raw, reflect.TypeOf(Config{}), ""); err != nil {
+		return nil, err
+	}
+	var c Config
+	if err := json.Unmarshal(b, &c); err != nil {
+		return nil, jsonError(b, err)
+	}
+	if _, err := c.compile(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+func jsonError(b []byte, err error) error {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		line := 1 + bytes.Count(b[:min(int(se.Offset), len(b))], []byte("\n"))
+		return fmt.Errorf("policy: invalid JSON at line %d: %v", line, se)
+	case errors.As(err, &te):
+		return fmt.Errorf("%s: want %s, got JSON %s", te.Field, te.Type, te.Value)
+	}
+	return fmt.Errorf("policy: %w", err)
+}
+
+var unmarshalerType = reflect.TypeFor[json.Unmarshaler]()
+
+// checkFields walks the generic JSON value v against type t and reports
+// the first object key that names no field, with its path.
+func checkFields(v any, t reflect.Type, path string) error {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if reflect.PointerTo(t).Implements(unmarshalerType) {
+		return nil
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		obj, ok := v.(map[string]any)
+		if !ok {
+			if v == nil {
+				return nil
+			}
+			return fmt.Errorf("%s: want an object", orRoot(path))
+		}
+		fields := map[string]reflect.StructField{}
+		for i := range t.NumField() {
+			f := t.Field(i)
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if name != "" && name != "-" {
+				fields[name] = f
+			}
+		}
+		for k, val := range obj {
+			f, ok := fields[k]
+			if !ok {
+				return fmt.Errorf("%s: unknown field %q", joinPath(path, k), k)
+			}
+			if err := checkFields(val, f.Type, joinPath(path, k)); err != nil {
+				return err
+			}
+		}
+	case reflect.Slice:
+		arr, ok := v.([]any)
+		if !ok {
+			if v == nil {
+				return nil
+			}
+			return fmt.Errorf("%s: want a list", orRoot(path))
+		}
+		for i, e := range arr {
+			if err := checkFields(e, t.Elem(), path+"["+strconv.Itoa(i)+"]"); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func joinPath(path, k string) string {
+	if path == "" {
+		return k
+	}
+	return path + "." + k
+}
+
+func orRoot(path string) string {
+	if path == "" {
+		return "policy"
+	}
+	return path
+}
+
+// compiled is a validated, immutable policy.
+type compiled struct {
+	cfg    *Config
+	name   string
+	ports  []*Port // in config order
+	byName map[string]*Port
+	byMAC  map[dataplane.MAC]*Port
+	byIP   map[netip.Addr]*Port
+	uplink *Port
+	gwMAC  dataplane.MAC
+	gwIPs  []netip.Addr
+	ftable dataplane.FlowTableConfig
+	vxlan  uint16
+	byID   []*Port // by stable port ID, set when installed
+	gen    uint64
+}
+
+// Port is a compiled switch port. Immutable; a policy change builds new
+// Ports (keeping the IDs of ports whose names remain).
+type Port struct {
+	ID     dataplane.PortID
+	Name   string
+	MAC    dataplane.MAC
+	IPs    []netip.Addr
+	Uplink bool
+	Layers []*rules.Layer
+}
+
+// HasIP reports whether a is one of the port's addresses.
+func (p *Port) HasIP(a netip.Addr) bool {
+	for _, ip := range p.IPs {
+		if ip == a {
+			return true
+		}
+	}
+	return false
+}
+
+// compile validates c and builds the immutable policy. Port IDs are given
+// in config order here; the switch maps them to stable IDs.
+func (c *Config) compile() (*compiled, error) {
+	p := &compiled{
+		cfg: c, name: c.Switch.Name, byName: map[string]*Port{}, byMAC: map[dataplane.MAC]*Port{},
+		byIP: map[netip.Addr]*Port{}, vxlan: c.Switch.VXLANPort,
+	}
+	if g := c.Switch.Gateway; g != nil {
+		mac, err := parseMAC("switch.gateway.mac", g.MAC)
+		if err != nil {
+			return nil, err
+		}
+		if mac.IsMulticast() || mac.IsZero() {
+			return nil, fmt.Errorf("switch.gateway.mac: %s is not a unicast address", mac)
+		}
+		p.gwMAC = mac
+		for i, s := range g.IPs {
+			a, err := parseAddr(fmt.Sprintf("switch.gateway.ips[%d]", i), s)
+			if err != nil {
+				return nil, err
+			}
+			p.gwIPs = append(p.gwIPs, a)
+		}
+	}
+	ft, err := c.Switch.FlowTable.toDataplane()
+	if err != nil {
+		return nil, err
+	}
+	p.ftable = ft
+	if len(c.Ports) == 0 {
+		return nil, fmt.Errorf("ports: a switch needs at least one port")
+	}
+	if len(c.Ports) >= int(dataplane.NoPort) {
+		return nil, fmt.Errorf("ports: %d ports is more than %d", len(c.Ports), dataplane.NoPort-1)
+	}
+	for i := range c.Ports {
+		pc := &c.Ports[i]
+		at := fmt.Sprintf("ports[%d]", i)
+		port, err := pc.compile(at)
+		if err != nil {
+			return nil, err
+		}
+		port.ID = dataplane.PortID(i)
+		if q := p.byName[port.Name]; q != nil {
+			return nil, fmt.Errorf("%s.name: %q is also the name of another port", at, port.Name)
+		}
+		if q := p.byMAC[port.MAC]; q != nil || port.MAC == p.gwMAC {
+			return nil, fmt.Errorf("%s.mac: %s is already used by %s", at, port.MAC, macOwner(q))
+		}
+		for j, a := range port.IPs {
+			if q := p.byIP[a]; q != nil {
+				return nil, fmt.Errorf("%s.ips[%d]: %s is already used by port %q", at, j, a, q.Name)
+			}
+			for _, g := range p.gwIPs {
+				if g == a {
+					return nil, fmt.Errorf("%s.ips[%d]: %s is the gateway's address", at, j, a)
+				}
+			}
+			p.byIP[a] = port
+		}
+		if port.Uplink {
+			if p.uplink != nil {
+				return nil, fmt.Errorf("%s.uplink: port %q is the uplink already", at, p.uplink.Name)
+			}
+			p.uplink = port
+		}
+		p.byName[port.Name] = port
+		p.byMAC[port.MAC] = port
+		p.ports = append(p.ports, port)
+	}
+	return p, nil
+}
+
+func macOwner(q *Port) string {
+	if q == nil {
+		return "the gateway"
+	}
+	return fmt.Sprintf("port %q", q.Name)
+}
+
+func (f *FlowTableConfig) toDataplane() (dataplane.FlowTableConfig, error) {
+	d := dataplane.FlowTableConfig{MaxFlows: f.MaxFlows, Shards: f.Shards}
+	if d.MaxFlows == 0 {
+		d.MaxFlows = DefaultMaxFlows
+	}
+	switch f.OnFull {
+	case "", "refuse-new":
+		d.OnFull = dataplane.RefuseNew
+	case "evict-oldest":
+		d.OnFull = dataplane.EvictOldest
+	default:
+		return d, fmt.Errorf("switch.flowTable.onFull: unknown policy %q (want refuse-new or evict-oldest)", f.OnFull)
+	}
+	if t := f.Timeouts; t != nil {
+		d.Timeouts = dataplane.Timeouts{
+			TCPEstablished: time.Duration(t.TCPEstablished), TCPTransitory: time.Duration(t.TCPTransitory),
+			TCPTimeWait: time.Duration(t.TCPTimeWait), TCPClosed: time.Duration(t.TCPClosed),
+			UDP: time.Duration(t.UDP), UDPUnreplied: time.Duration(t.UDPUnreplied),
+			ICMP: time.Duration(t.ICMP), Other: time.Duration(t.Other),
+		}
+	}
+	if err := d.Validate(); err != nil {
+		return d, fmt.Errorf("switch.%w", err)
+	}
+	return d, nil
+}
+
+func (pc *PortConfig) compile(at string) (*Port, error) {
+	if pc.Name == "" {
+		return nil, fmt.Errorf("%s.name: a port needs a name", at)
+	}
+	port := &Port{Name: pc.Name, Uplink: pc.Uplink}
+	mac, err := parseMAC(at+".mac", pc.MAC)
+	if err != nil {
+		return nil, err
+	}
+	if mac.IsMulticast() || mac.IsZero() {
+		return nil, fmt.Errorf("%s.mac: %s is not a unicast address", at, mac)
+	}
+	port.MAC = mac
+	for i, s := range pc.IPs {
+		a, err := parseAddr(fmt.Sprintf("%s.ips[%d]", at, i), s)
+		if err != nil {
+			return nil, err
+		}
+		port.IPs = append(port.IPs, a)
+	}
+	names := map[string]int{}
+	for i := range pc.Layers {
+		lat := fmt.Sprintf("%s.layers[%d]", at, i)
+		l, err := pc.Layers[i].compile(lat)
+		if err != nil {
+			return nil, err
+		}
+		if j, dup := names[l.Name]; dup {
+			return nil, fmt.Errorf("%s.name: %q is also the name of layers[%d]", lat, l.Name, j)
+		}
+		names[l.Name] = i
+		port.Layers = append(port.Layers, l)
+	}
+	return port, nil
+}
+
+func (lc *LayerConfig) compile(at string) (*rules.Layer, error) {
+	l := &rules.Layer{Name: lc.Name}
+	if d := lc.Default; d != nil {
+		var err error
+		if l.DefaultOut, err = parseVerb(at+".default.out", d.Out); err != nil {
+			return nil, err
+		}
+		if l.DefaultIn, err = parseVerb(at+".default.in", d.In); err != nil {
+			return nil, err
+		}
+	}
+	for gi := range lc.Groups {
+		gc := &lc.Groups[gi]
+		gat := fmt.Sprintf("%s.groups[%d]", at, gi)
+		g := rules.Group{Name: gc.Name}
+		if gc.Match != nil {
+			m, err := gc.Match.compile(gat + ".match")
+			if err != nil {
+				return nil, err
+			}
+			g.Match = m
+		}
+		for ri := range gc.Rules {
+			rc := &gc.Rules[ri]
+			rat := fmt.Sprintf("%s.rules[%d]", gat, ri)
+			if rc.Priority == nil {
+				return nil, fmt.Errorf("%s.priority: every rule needs a priority", rat)
+			}
+			r := rules.Rule{Name: rc.Name, Priority: *rc.Priority, Terminating: rc.Terminating, Stateful: rc.Stateful}
+			if rc.Match != nil {
+				m, err := rc.Match.compile(rat + ".match")
+				if err != nil {
+					return nil, err
+				}
+				r.Match = m
+			}
+			a, err := rc.Action.compile(rat + ".action")
+			if err != nil {
+				return nil, err
+			}
+			r.Action = a
+			g.Rules = append(g.Rules, r)
+		}
+		l.Groups = append(l.Groups, g)
+	}
+	if err := l.Compile(); err != nil {
+		return nil, fmt.Errorf("%s.%w", at, err)
+	}
+	return l, nil
+}
+
+func parseVerb(at, s string) (rules.Action, error) {
+	switch s {
+	case "", "allow":
+		return rules.Action{Verb: rules.Allow}, nil
+	case "block":
+		return rules.Action{Verb: rules.Block}, nil
+	}
+	return rules.Action{}, fmt.Errorf("%s: unknown action %q (want allow or block)", at, s)
+}
+
+func (mc *MatchConfig) compile(at string) (rules.Condition, error) {
+	var c rules.Condition
+	var err error
+	if c.Direction, err = rules.ParseDirection(mc.Direction); err != nil {
+		return c, fmt.Errorf("%s.direction: %w", at, err)
+	}
+	c.IPVersion = mc.IPVersion
+	for i, s := range mc.SrcMACs {
+		m, err := parseMAC(fmt.Sprintf("%s.srcMACs[%d]", at, i), s)
+		if err != nil {
+			return c, err
+		}
+		c.SrcMACs = append(c.SrcMACs, m)
+	}
+	for i, s := range mc.DstMACs {
+		m, err := parseMAC(fmt.Sprintf("%s.dstMACs[%d]", at, i), s)
+		if err != nil {
+			return c, err
+		}
+		c.DstMACs = append(c.DstMACs, m)
+	}
+	if c.SrcIPs, err = parsePrefixes(at+".srcIPs", mc.SrcIPs); err != nil {
+		return c, err
+	}
+	if c.DstIPs, err = parsePrefixes(at+".dstIPs", mc.DstIPs); err != nil {
+		return c, err
+	}
+	for i, s := range mc.Protocols {
+		p, err := parseProto(s)
+		if err != nil {
+			return c, fmt.Errorf("%s.protocols[%d]: %w", at, i, err)
+		}
+		c.Protocols = append(c.Protocols, p)
+	}
+	if c.SrcPorts, err = parseRanges(at+".srcPorts", mc.SrcPorts); err != nil {
+		return c, err
+	}
+	if c.DstPorts, err = parseRanges(at+".dstPorts", mc.DstPorts); err != nil {
+		return c, err
+	}
+	c.VNIs = mc.VNIs
+	if err := c.Validate(); err != nil {
+		return c, fmt.Errorf("%s.%w", at, err)
+	}
+	return c, nil
+}
+
+func (ac *ActionConfig) compile(at string) (rules.Action, error) {
+	a, err := parseVerb(at+".type", ac.Type)
+	if err != nil {
+		return a, err
+	}
+	if ac.Type == "" {
+		return a, fmt.Errorf("%s.type: every action needs a type (allow or block)", at)
+	}
+	t := &a.HT
+	switch ac.Outer {
+	case "":
+	case "pop":
+		t.Outer = dataplane.OuterPop
+	case "not-present":
+		t.Outer = dataplane.OuterNotPresent
+	default:
+		return a, fmt.Errorf("%s.outer: unknown operation %q (want pop or not-present)", at, ac.Outer)
+	}
+	if m := ac.Modify; m != nil {
+		if m.SrcMAC != "" {
+			if t.SrcMAC, err = parseMAC(at+".modify.srcMAC", m.SrcMAC); err != nil {
+				return a, err
+			}
+			t.Set |= dataplane.FieldSrcMAC
+		}
+		if m.DstMAC != "" {
+			if t.DstMAC, err = parseMAC(at+".modify.dstMAC", m.DstMAC); err != nil {
+				return a, err
+			}
+			t.Set |= dataplane.FieldDstMAC
+		}
+		if m.SrcIP != "" {
+			if t.SrcIP, err = parseAddr(at+".modify.srcIP", m.SrcIP); err != nil {
+				return a, err
+			}
+			t.Set |= dataplane.FieldSrcIP
+		}
+		if m.DstIP != "" {
+			if t.DstIP, err = parseAddr(at+".modify.dstIP", m.DstIP); err != nil {
+				return a, err
+			}
+			t.Set |= dataplane.FieldDstIP
+		}
+		if m.SrcPort != nil {
+			t.SrcPort, t.Set = *m.SrcPort, t.Set|dataplane.FieldSrcPort
+		}
+		if m.DstPort != nil {
+			t.DstPort, t.Set = *m.DstPort, t.Set|dataplane.FieldDstPort
+		}
+		if t.Set == 0 {
+			return a, fmt.Errorf("%s.modify: names no field to modify", at)
+		}
+	}
+	if pc := ac.Push; pc != nil {
+		o := &dataplane.Outer{VNI: pc.VNI, DstPort: pc.DstPort, TTL: pc.TTL, DontFragment: pc.DontFragment, ZeroUDPChecksum: pc.ZeroUDPChecksum}
+		if o.SrcMAC, err = parseMAC(at+".push.srcMAC", pc.SrcMAC); err != nil {
+			return a, err
+		}
+		if o.DstMAC, err = parseMAC(at+".push.dstMAC", pc.DstMAC); err != nil {
+			return a, err
+		}
+		if o.Src, err = parseAddr(at+".push.srcIP", pc.SrcIP); err != nil {
+			return a, err
+		}
+		if o.Dst, err = parseAddr(at+".push.dstIP", pc.DstIP); err != nil {
+			return a, err
+		}
+		if err := o.Validate(); err != nil {
+			return a, fmt.Errorf("%s.push: %w", at, err)
+		}
+		t.Push = o
+	}
+	if a.Verb == rules.Block && (!t.IsIdentity() || t.Outer != dataplane.OuterIgnore) {
+		return a, fmt.Errorf("%s: a block action cannot modify, pop or push headers", at)
+	}
+	return a, nil
+}
+
+func parseMAC(at, s string) (dataplane.MAC, error) {
+	if s == "" {
+		return dataplane.MAC{}, fmt.Errorf("%s: a MAC address is required", at)
+	}
+	m, ok := dataplane.ParseMAC(s)
+	if !ok {
+		return m, fmt.Errorf("%s: %q is not a MAC address (want 02:00:00:00:00:01)", at, s)
+	}
+	return m, nil
+}
+
+func parseAddr(at, s string) (netip.Addr, error) {
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return a, fmt.Errorf("%s: %q is not an IP address", at, s)
+	}
+	if a.Zone() != "" {
+		return a, fmt.Errorf("%s: %q: zones are not allowed", at, s)
+	}
+	return a.Unmap(), nil
+}
+
+func parsePrefixes(at string, ss []string) ([]netip.Prefix, error) {
+	var ps []netip.Prefix
+	for i, s := range ss {
+		var p netip.Prefix
+		var err error
+		if strings.Contains(s, "/") {
+			p, err = netip.ParsePrefix(s)
+		} else {
+			var a netip.Addr
+			if a, err = netip.ParseAddr(s); err == nil {
+				p = netip.PrefixFrom(a, a.BitLen())
+			}
+		}
+		if err != nil || p.Addr().Zone() != "" {
+			return nil, fmt.Errorf("%s[%d]: %q is not an IP prefix or address", at, i, s)
+		}
+		if p.Addr().Is4In6() {
+			return nil, fmt.Errorf("%s[%d]: %q: write IPv4 prefixes in IPv4 form", at, i, s)
+		}
+		ps = append(ps, p)
+	}
+	return ps, nil
+}
+
+func parseProto(s string) (uint8, error) {
+	switch strings.ToLower(s) {
+	case "tcp":
+		return dataplane.ProtoTCP, nil
+	case "udp":
+		return dataplane.ProtoUDP, nil
+	case "icmp", "icmpv4":
+		return dataplane.ProtoICMPv4, nil
+	case "icmpv6":
+		return dataplane.ProtoICMPv6, nil
+	}
+	n, err := strconv.ParseUint(s, 10, 8)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a protocol (tcp, udp, icmp, icmpv6 or a number 0-255)", s)
+	}
+	return uint8(n), nil
+}
+
+func parseRanges(at string, ss []string) ([]rules.PortRange, error) {
+	var rs []rules.PortRange
+	for i, s := range ss {
+		lo, hi, isRange := strings.Cut(s, "-")
+		a, err1 := strconv.ParseUint(strings.TrimSpace(lo), 10, 16)
+		b := a
+		var err2 error
+		if isRange {
+			b, err2 = strconv.ParseUint(strings.TrimSpace(hi), 10, 16)
+		}
+		if err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("%s[%d]: %q is not a port or port range (want 80 or 1000-2000)", at, i, s)
+		}
+		if a > b {
+			return nil, fmt.Errorf("%s[%d]: range %q is empty", at, i, s)
+		}
+		rs = append(rs, rules.PortRange{Lo: uint16(a), Hi: uint16(b)})
+	}
+	return rs, nil
+}

@@ -1,0 +1,208 @@
+package vswitch
+
+import (
+	"encoding/binary"
+	"net/netip"
+
+	"github.com/ufp-dev/ufp/dataplane"
+)
+
+// Local implements dataplane.SlowPath for frames that are not cached flows:
+// the switch answers ARP requests and IPv6 neighbour solicitations for its
+// endpoints and its gateway itself, forwards what it cannot answer to the
+// uplink, and floods nothing.
+func (s *Switch) Local(p *dataplane.Packet, pr *dataplane.Parsed, tr *dataplane.Trace) {
+	pol := s.pol.Load()
+	in := pol.port(p.InPort)
+	if in == nil {
+		tr.Addf("port %d is not in the policy", p.InPort)
+		p.Drop = dataplane.DropUnknownPort
+		return
+	}
+	h := pr.Tenant()
+	if pr.Encap {
+		tr.Addf("port %s: encapsulated %s is not answered by this switch", in.Name, etherName(h.EtherType))
+		p.Drop = dataplane.DropNoDestination
+		return
+	}
+	switch {
+	case h.EtherType == dataplane.EtherTypeARP:
+		s.arp(pol, in, p, h, tr)
+	case h.IPVersion == 6:
+		s.neighbor(pol, in, p, h, tr)
+	default:
+		tr.Addf("port %s: EtherType 0x%04x is not switched", in.Name, h.EtherType)
+		p.Drop = dataplane.DropUnsupportedEtherType
+	}
+}
+
+func etherName(t uint16) string {
+	if t == dataplane.EtherTypeARP {
+		return "ARP"
+	}
+	return "neighbour discovery"
+}
+
+func (s *Switch) arp(pol *compiled, in *Port, p *dataplane.Packet, h *dataplane.Headers, tr *dataplane.Trace) {
+	b := p.Bytes()
+	eth := dataplane.Ethernet(b[h.Eth:])
+	a := dataplane.ARP(b[h.L3:h.End])
+	sender, target := a.SenderIP(), a.TargetIP()
+	if why := in.spoofed(eth.Src(), netip.Addr{}); why != "" {
+		tr.Addf("port %s: arp: %s", in.Name, why)
+		p.Drop = dataplane.DropSpoofedSource
+		return
+	}
+	if !in.Uplink && (a.SenderMAC() != in.MAC || len(in.IPs) > 0 && !sender.IsUnspecified() && !in.HasIP(sender)) {
+		tr.Addf("port %s: arp: sender %s at %s is not this port's", in.Name, sender, a.SenderMAC())
+		p.Drop = dataplane.DropSpoofedSource
+		return
+	}
+	switch a.Op() {
+	case dataplane.ARPRequest:
+		if sender == target || in.HasIP(target) {
+			tr.Addf("port %s: arp: announcement or probe for %s: not answered", in.Name, target)
+			p.Drop = dataplane.DropNoDestination
+			return
+		}
+		if mac, owner, ok := pol.resolve(target); ok && owner != in {
+			tr.Addf("port %s: arp: who-has %s tell %s: answered %s is-at %s", in.Name, target, sender, target, mac)
+			eth.SetDst(eth.Src())
+			eth.SetSrc(mac)
+			a.MakeReply(mac)
+			p.OutPort = in.ID
+			return
+		}
+		if pol.uplink != nil && pol.uplink != in {
+			tr.Addf("port %s: arp: who-has %s: not local, to the uplink", in.Name, target)
+			p.OutPort = pol.uplink.ID
+			return
+		}
+		tr.Addf("port %s: arp: who-has %s: unknown address, not flooded", in.Name, target)
+		p.Drop = dataplane.DropNoDestination
+	case dataplane.ARPReply:
+		s.unicast(pol, in, p, eth.Dst(), "arp reply", tr)
+	default:
+		tr.Addf("port %s: arp: operation %d not handled", in.Name, a.Op())
+		p.Drop = dataplane.DropBadARP
+	}
+}
+
+// unicast forwards a non-flow frame to the port that owns dst.
+func (s *Switch) unicast(pol *compiled, in *Port, p *dataplane.Packet, dst dataplane.MAC, what string, tr *dataplane.Trace) {
+	out := pol.byMAC[dst]
+	if out == nil && !dst.IsMulticast() && pol.uplink != nil {
+		out = pol.uplink
+	}
+	if out == nil || out == in {
+		tr.Addf("port %s: %s to %s: no port to deliver it to", in.Name, what, dst)
+		p.Drop = dataplane.DropNoDestination
+		return
+	}
+	tr.Addf("port %s: %s to %s -> port %s", in.Name, what, dst, out.Name)
+	p.OutPort = out.ID
+}
+
+// ICMPv6 neighbour discovery (RFC 4861).
+const (
+	ndRouterSolicit   = 133
+	ndNeighborSolicit = 135
+	ndNeighborAdvert  = 136
+	ndOptSrcLLAddr    = 1
+	ndOptTgtLLAddr    = 2
+	naFlagRouter      = 0x80000000
+	naFlagSolicited   = 0x40000000
+	naFlagOverride    = 0x20000000
+	naLen             = 32 // type..target (24) + target link-layer address option (8)
+)
+
+var allNodes = netip.MustParseAddr("ff02::1")
+
+func (s *Switch) neighbor(pol *compiled, in *Port, p *dataplane.Packet, h *dataplane.Headers, tr *dataplane.Trace) {
+	b := p.Bytes()
+	eth := dataplane.Ethernet(b[h.Eth:])
+	if why := in.spoofed(eth.Src(), h.SrcAddr()); why != "" {
+		tr.Addf("port %s: neighbour discovery: %s", in.Name, why)
+		p.Drop = dataplane.DropSpoofedSource
+		return
+	}
+	icmp := b[h.L4:h.End]
+	typ := icmp[0]
+	if typ != ndNeighborSolicit {
+		s.unicast(pol, in, p, eth.Dst(), ndName(typ), tr)
+		return
+	}
+	if len(icmp) < 24 || icmp[1] != 0 || h.TTL != 255 {
+		tr.Addf("port %s: malformed neighbour solicitation", in.Name)
+		p.Drop = dataplane.DropNoDestination
+		return
+	}
+	target := netip.AddrFrom16([16]byte(icmp[8:24]))
+	src := h.SrcAddr()
+	if in.HasIP(target) {
+		tr.Addf("port %s: neighbour solicitation for its own %s (duplicate address detection): not answered", in.Name, target)
+		p.Drop = dataplane.DropNoDestination
+		return
+	}
+	mac, owner, ok := pol.resolve(target)
+	if !ok || owner == in {
+		if pol.uplink != nil && pol.uplink != in {
+			tr.Addf("port %s: neighbour solicitation for %s: not local, to the uplink", in.Name, target)
+			p.OutPort = pol.uplink.ID
+			return
+		}
+		tr.Addf("port %s: neighbour solicitation for %s: unknown address, not flooded", in.Name, target)
+		p.Drop = dataplane.DropNoDestination
+		return
+	}
+	// Rewrite the solicitation into the advertisement, in place.
+	flags := uint32(naFlagSolicited | naFlagOverride)
+	dst, dstMAC := src, eth.Src()
+	if src.IsUnspecified() {
+		dst, flags = allNodes, naFlagOverride
+		dstMAC = dataplane.MAC{0x33, 0x33, 0, 0, 0, 1}
+	}
+	if owner == nil {
+		flags |= naFlagRouter
+	}
+	l3 := int(h.L3)
+	if !p.Resize(l3 + dataplane.IPv6Len + naLen) {
+		p.Drop = dataplane.DropNoHeadroom
+		return
+	}
+	b = p.Bytes()
+	eth = dataplane.Ethernet(b[h.Eth:])
+	eth.SetDst(dstMAC)
+	eth.SetSrc(mac)
+	ip := b[l3 : l3+dataplane.IPv6Len]
+	binary.BigEndian.PutUint32(ip[0:], 0x60000000)
+	binary.BigEndian.PutUint16(ip[4:], naLen)
+	ip[6], ip[7] = dataplane.ProtoICMPv6, 255
+	t16, d16 := target.As16(), dst.As16()
+	copy(ip[8:24], t16[:])
+	copy(ip[24:40], d16[:])
+	na := b[l3+dataplane.IPv6Len:]
+	na[0], na[1], na[2], na[3] = ndNeighborAdvert, 0, 0, 0
+	binary.BigEndian.PutUint32(na[4:], flags)
+	copy(na[8:24], t16[:])
+	na[24], na[25] = ndOptTgtLLAddr, 1
+	copy(na[26:32], mac[:])
+	ck := dataplane.Checksum(na[:naLen], dataplane.PseudoHeaderSum(t16[:], d16[:], dataplane.ProtoICMPv6, naLen))
+	binary.BigEndian.PutUint16(na[2:], ck)
+	tr.Addf("port %s: neighbour solicitation for %s from %s: answered %s is-at %s", in.Name, target, src, target, mac)
+	p.OutPort = in.ID
+}
+
+func ndName(t uint8) string {
+	switch t {
+	case ndRouterSolicit:
+		return "router solicitation"
+	case 134:
+		return "router advertisement"
+	case ndNeighborAdvert:
+		return "neighbour advertisement"
+	case 137:
+		return "redirect"
+	}
+	return "neighbour discovery"
+}

@@ -1,0 +1,316 @@
+// Package vswitch is the switch: ports and their compiled layers, the
+// forwarding tables, the slow path that runs a packet through the source
+// port's layers, the switching decision and the destination port's layers,
+// and the policy documents that configure it all.
+package vswitch
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+
+	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/rules"
+)
+
+// Switch is a virtual switch. It implements dataplane.SlowPath for its own
+// pipeline. Policy is immutable and swapped atomically by Apply. Safe for
+// concurrent use.
+type Switch struct {
+	pol atomic.Pointer[compiled]
+	pl  *dataplane.Pipeline
+
+	mu     sync.Mutex // serialises Apply
+	ids    map[string]dataplane.PortID
+	freeID []dataplane.PortID
+	nextID dataplane.PortID
+	gen    uint64
+}
+
+var _ dataplane.SlowPath = (*Switch)(nil)
+
+// New returns a switch running policy cfg.
+func New(cfg *Config) (*Switch, error) {
+	pol, err := cfg.compile()
+	if err != nil {
+		return nil, err
+	}
+	s := &Switch{ids: map[string]dataplane.PortID{}}
+	pl, err := dataplane.NewPipeline(dataplane.PipelineConfig{FlowTable: pol.ftable, VXLANPort: pol.vxlan}, s)
+	if err != nil {
+		return nil, err
+	}
+	s.pl = pl
+	s.install(pol)
+	return s, nil
+}
+
+// ErrRestartNeeded is wrapped by Apply's error when a policy changes a
+// setting that only takes effect when the switch is created.
+var ErrRestartNeeded = errors.New("the change needs a restart")
+
+// Apply validates cfg and, if it is valid, makes it the running policy.
+// Flows cached under the old policy are revalidated on their next packet.
+// On error the running policy stays in place.
+func (s *Switch) Apply(cfg *Config) error {
+	pol, err := cfg.compile()
+	if err != nil {
+		return err
+	}
+	cur := s.pol.Load()
+	if pol.ftable != cur.ftable {
+		return fmt.Errorf("switch.flowTable: %w", ErrRestartNeeded)
+	}
+	if pol.vxlan != cur.vxlan {
+		return fmt.Errorf("switch.vxlanPort: %w", ErrRestartNeeded)
+	}
+	s.install(pol)
+	return nil
+}
+
+// install gives pol's ports stable IDs (a port keeps its ID while its name
+// stays in the policy), publishes it, and forgets the flows of removed
+// ports.
+func (s *Switch) install(pol *compiled) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	keep := map[string]bool{}
+	for _, p := range pol.ports {
+		keep[p.Name] = true
+	}
+	var removed []dataplane.PortID
+	for name, id := range s.ids {
+		if !keep[name] {
+			removed = append(removed, id)
+			delete(s.ids, name)
+		}
+	}
+	maxID := dataplane.PortID(0)
+	for _, p := range pol.ports {
+		id, ok := s.ids[p.Name]
+		if !ok {
+			if n := len(s.freeID); n > 0 {
+				id, s.freeID = s.freeID[n-1], s.freeID[:n-1]
+			} else {
+				id = s.nextID
+				s.nextID++
+			}
+			s.ids[p.Name] = id
+		}
+		p.ID = id
+		maxID = max(maxID, id)
+	}
+	pol.byID = make([]*Port, int(maxID)+1)
+	for _, p := range pol.ports {
+		pol.byID[p.ID] = p
+	}
+	s.gen++
+	pol.gen = s.gen
+	s.pol.Store(pol)
+	if len(removed) > 0 {
+		s.purge(removed)
+		s.freeID = append(s.freeID, removed...)
+	}
+}
+
+// purge removes every flow that enters or leaves by one of the ports.
+func (s *Switch) purge(ids []dataplane.PortID) {
+	gone := map[dataplane.PortID]bool{}
+	for _, id := range ids {
+		gone[id] = true
+	}
+	ft := s.pl.FlowTable()
+	var doomed []*dataplane.Flow
+	ft.Range(func(f *dataplane.Flow) bool {
+		if gone[f.Key().InPort] || gone[f.Action().Out] {
+			doomed = append(doomed, f)
+		}
+		return true
+	})
+	for _, f := range doomed {
+		ft.RemoveConn(f)
+	}
+}
+
+// Pipeline returns the switch's packet pipeline.
+func (s *Switch) Pipeline() *dataplane.Pipeline { return s.pl }
+
+// Config returns the running policy document. The caller must not modify it.
+func (s *Switch) Config() *Config { return s.pol.Load().cfg }
+
+// Ports returns the running policy's ports in policy order.
+func (s *Switch) Ports() []*Port { return s.pol.Load().ports }
+
+// Port returns the port named name, or nil.
+func (s *Switch) Port(name string) *Port { return s.pol.Load().byName[name] }
+
+// PortByID returns the port with ID id, or nil.
+func (s *Switch) PortByID(id dataplane.PortID) *Port { return s.pol.Load().port(id) }
+
+func (pol *compiled) port(id dataplane.PortID) *Port {
+	if int(id) < len(pol.byID) {
+		return pol.byID[id]
+	}
+	return nil
+}
+
+
+// Decapsulates implements dataplane.SlowPath: the uplink terminates VXLAN.
+func (s *Switch) Decapsulates(id dataplane.PortID) bool {
+	p := s.pol.Load().port(id)
+	return p != nil && p.Uplink
+}
+
+// Decide implements dataplane.SlowPath: the source port's layers outbound,
+// the switching decision, the destination port's layers inbound.
+func (s *Switch) Decide(v *dataplane.View, tr *dataplane.Trace, d *dataplane.Decision) {
+	pol := s.pol.Load()
+	in := pol.port(v.InPort)
+	if in == nil {
+		tr.Addf("port %d is not in the policy", v.InPort)
+		d.Drop = dataplane.DropUnknownPort
+		return
+	}
+	if why := in.spoofed(v.SrcMAC, v.Src); why != "" {
+		tr.Addf("port %s: %s", in.Name, why)
+		d.Drop = dataplane.DropSpoofedSource
+		return
+	}
+	var ht dataplane.Transposition
+	stateful := false
+	if !s.crossLayers(in, v, rules.Out, &ht, &stateful, tr, d) {
+		return
+	}
+	out, fwd, why := pol.forward(in, v)
+	if out == nil {
+		tr.Addf("switch: %s", why)
+		d.Drop = dataplane.DropNoDestination
+		return
+	}
+	if out == in {
+		tr.Addf("switch: %s -> back to port %s: hairpin not allowed", why, in.Name)
+		d.Drop = dataplane.DropHairpin
+		return
+	}
+	tr.Addf("switch: %s -> port %s", why, out.Name)
+	if !fwd.IsIdentity() && !s.transpose(v, &ht, fwd, tr, d) {
+		return
+	}
+	v.Port = out.ID
+	if !s.crossLayers(out, v, rules.In, &ht, &stateful, tr, d) {
+		return
+	}
+	d.Out, d.HT, d.Stateful = out.ID, ht, stateful
+}
+
+// crossLayers runs v through port p's layers in direction dir, composing
+// their transpositions into ht. It reports false if the packet is dropped.
+func (s *Switch) crossLayers(p *Port, v *dataplane.View, dir rules.Direction, ht *dataplane.Transposition,
+	stateful *bool, tr *dataplane.Trace, d *dataplane.Decision) bool {
+	n := len(p.Layers)
+	for i := range n {
+		l := p.Layers[i]
+		if dir == rules.In {
+			l = p.Layers[n-1-i]
+		}
+		vd := l.Evaluate(v, dir)
+		tr.Addf("port %s %s: layer %s: %s", p.Name, dir, l.Name, vd)
+		if vd.Action.Verb == rules.Block {
+			d.Drop = dataplane.DropBlocked
+			return false
+		}
+		if !s.transpose(v, ht, vd.Action.HT, tr, d) {
+			return false
+		}
+		*stateful = *stateful || vd.Stateful()
+	}
+	return true
+}
+
+func (s *Switch) transpose(v *dataplane.View, ht *dataplane.Transposition, t dataplane.Transposition,
+	tr *dataplane.Trace, d *dataplane.Decision) bool {
+	if t == (dataplane.Transposition{}) {
+		return true
+	}
+	next, err := ht.Then(t)
+	if err == nil {
+		err = v.Apply(&t)
+	}
+	if err != nil {
+		tr.Addf("transposition %s cannot apply: %v", t, err)
+		d.Drop = dataplane.DropTransposition
+		return false
+	}
+	*ht = next
+	return true
+}
+
+// spoofed returns why a vNIC may not send from these addresses, or "".
+func (p *Port) spoofed(mac dataplane.MAC, ip netip.Addr) string {
+	if p.Uplink {
+		return ""
+	}
+	if mac != p.MAC {
+		return fmt.Sprintf("source MAC %s is not the port's %s", mac, p.MAC)
+	}
+	if ip.IsValid() && len(p.IPs) > 0 && !p.HasIP(ip) && !ip.IsUnspecified() && !ip.IsLinkLocalUnicast() {
+		return fmt.Sprintf("source %s is not an address of the port", ip)
+	}
+	return ""
+}
+
+// forward is the switching decision for a packet from port in: the port it
+// leaves by and the transposition routing adds, or nil and why not. The
+// decision is made on the frame as it would be on the wire: while the packet
+// is encapsulated, by its outer destination MAC. Frames for a known MAC go to
+// its port; frames for the gateway MAC are routed to the endpoint that has
+// the destination IP; unknown unicast goes to the uplink. Broadcast and
+// multicast are not flooded.
+func (pol *compiled) forward(in *Port, v *dataplane.View) (*Port, dataplane.Transposition, string) {
+	var ht dataplane.Transposition
+	dst, what := v.DstMAC, "dst"
+	if v.Encap {
+		dst, what = v.OuterDstMAC, "outer dst"
+	}
+	switch {
+	case dst.IsMulticast():
+		return nil, ht, fmt.Sprintf("%s %s is broadcast or multicast: not flooded", what, dst)
+	case dst == pol.gwMAC && !pol.gwMAC.IsZero() && !v.Encap:
+		if p := pol.byIP[v.Dst]; p != nil {
+			ht.Set = dataplane.FieldSrcMAC | dataplane.FieldDstMAC
+			ht.SrcMAC, ht.DstMAC = pol.gwMAC, p.MAC
+			return p, ht, fmt.Sprintf("routed by gateway: %s is at %s", v.Dst, p.MAC)
+		}
+		if pol.uplink != nil {
+			return pol.uplink, ht, fmt.Sprintf("routed by gateway: %s is not local", v.Dst)
+		}
+		return nil, ht, fmt.Sprintf("routed by gateway: %s is not local and there is no uplink", v.Dst)
+	}
+	if p := pol.byMAC[dst]; p != nil {
+		return p, ht, fmt.Sprintf("%s %s", what, dst)
+	}
+	if pol.uplink != nil {
+		return pol.uplink, ht, fmt.Sprintf("%s %s unknown: to the uplink", what, dst)
+	}
+	return nil, ht, fmt.Sprintf("%s %s unknown and there is no uplink", what, dst)
+}
+
+// resolve returns the MAC that answers for ip (an endpoint's or the
+// gateway's) and the port it is on (nil for the gateway).
+func (pol *compiled) resolve(ip netip.Addr) (dataplane.MAC, *Port, bool) {
+	if p := pol.byIP[ip]; p != nil {
+		return p.MAC, p, true
+	}
+	for _, g := range pol.gwIPs {
+		if g == ip {
+			return pol.gwMAC, nil, true
+		}
+	}
+	return dataplane.MAC{}, nil, false
+}
+
+// Generation returns the running policy's generation number; it
+// implements dataplane.SlowPath.
+func (s *Switch) Generation() uint64 { return s.pol.Load().gen }
