@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"strconv"
 	"sync"
 	"sync/atomic"
 )
@@ -293,7 +294,16 @@ func (w *Worker) slowPath(p *Packet, key *FlowKey, hash uint32, f *Flow, gen uin
 	}
 	if f == nil {
 		nf := NewFlow(*key, a, src, dst, outerSrc, now)
-		if f = uft.Insert(nf); f == nil {
+		var evicted *Flow
+		f, evicted = uft.InsertEvict(nf)
+		if evicted != nil && w.Trace.On() {
+			origin := evicted
+			if c := evicted.conn.Load(); c != nil && c.fwd.Load() != nil {
+				origin = c.fwd.Load()
+			}
+			w.Trace.Addf("flow table full: evicted the connection of %s, idle since %s", origin.key, fmtNanos(connLastSeen(evicted)))
+		}
+		if f == nil {
 			w.Trace.Addf("flow table full (%d flows, %s)", uft.Len(), uft.cfg.OnFull)
 			w.drop(p, DropFlowTableFull)
 			return
@@ -399,4 +409,9 @@ func (w *Worker) revalidate(p *Packet, f *Flow, c *Conn, hash uint32, gen uint64
 	w.apply(p, &w.parsed, f.action.Load(), hash)
 	f.Account(n, w.parsed.Tenant().TCPFlags, now)
 	return true
+}
+
+// fmtNanos formats a time on the pipeline's clock for traces.
+func fmtNanos(ns int64) string {
+	return strconv.FormatFloat(float64(ns)/1e9, 'f', 6, 64) + "s"
 }

@@ -306,37 +306,43 @@ func (t *FlowTable) Stats() FlowTableStats {
 // present flow is returned and f is not added. It returns nil if the table
 // is full and cannot make room (RefuseNew, or nothing to evict).
 func (t *FlowTable) Insert(f *Flow) *Flow {
+	got, _ := t.InsertEvict(f)
+	return got
+}
+
+// InsertEvict is Insert that also returns the flow evicted to make room
+// (EvictOldest), or nil. The evicted flow's partner is removed with it.
+func (t *FlowTable) InsertEvict(f *Flow) (got, evicted *Flow) {
 	hash := f.key.Hash()
 	s := t.shardOf(hash)
-	var victims []*Flow
 	s.mu.Lock()
 	if old := s.m[f.key]; old != nil {
 		s.mu.Unlock()
-		return old
+		return old, nil
 	}
 	if t.count.Load() >= int64(t.cfg.MaxFlows) {
 		if t.cfg.OnFull == EvictOldest {
-			victims = t.evictLocked(s)
+			evicted = t.evictLocked(s)
 		}
 		if t.count.Load() >= int64(t.cfg.MaxFlows) {
 			s.mu.Unlock()
 			t.refused.Add(1)
-			t.dropOthers(victims)
-			return nil
+			t.dropPartner(evicted)
+			return nil, evicted
 		}
 	}
 	s.m[f.key] = f
 	t.count.Add(1)
 	s.mu.Unlock()
 	t.inserted.Add(1)
-	t.dropOthers(victims)
-	return f
+	t.dropPartner(evicted)
+	return f, evicted
 }
 
 // evictLocked removes from s the flow, among a sample, whose connection has
 // been idle longest, and returns it so that its partner can be removed
 // after s is unlocked.
-func (t *FlowTable) evictLocked(s *shard) []*Flow {
+func (t *FlowTable) evictLocked(s *shard) *Flow {
 	var oldest *Flow
 	var oldestSeen int64
 	n := 0
@@ -354,7 +360,7 @@ func (t *FlowTable) evictLocked(s *shard) []*Flow {
 	}
 	t.deleteLocked(s, oldest)
 	t.evicted.Add(1)
-	return []*Flow{oldest}
+	return oldest
 }
 
 func (t *FlowTable) deleteLocked(s *shard, f *Flow) {
@@ -363,15 +369,18 @@ func (t *FlowTable) deleteLocked(s *shard, f *Flow) {
 	t.count.Add(-1)
 }
 
-// dropOthers removes the partners of removed flows.
-func (t *FlowTable) dropOthers(removed []*Flow) {
-	for _, f := range removed {
-		if c := f.conn.Load(); c != nil {
-			if o := c.Other(f); o != nil && o != f {
-				t.Remove(o)
-			}
+// dropPartner removes the other direction of removed flow f's connection.
+// It reports whether it removed one.
+func (t *FlowTable) dropPartner(f *Flow) bool {
+	if f == nil {
+		return false
+	}
+	if c := f.conn.Load(); c != nil {
+		if o := c.Other(f); o != nil && o != f {
+			return t.Remove(o)
 		}
 	}
+	return false
 }
 
 // Remove removes f from the table if it is still there.
@@ -389,7 +398,7 @@ func (t *FlowTable) Remove(f *Flow) bool {
 // RemoveConn removes f and the other direction of its connection.
 func (t *FlowTable) RemoveConn(f *Flow) {
 	t.Remove(f)
-	t.dropOthers([]*Flow{f})
+	t.dropPartner(f)
 }
 
 // Pair makes fwd and rev the two directions of one connection. If either
@@ -502,10 +511,15 @@ func (t *FlowTable) Expire(now int64) int {
 			}
 		}
 		s.mu.Unlock()
-		n += len(gone)
-		t.expired.Add(uint64(len(gone)))
 		// Partners expire with them: both directions share the idle time.
-		t.dropOthers(gone)
+		k := len(gone)
+		for _, f := range gone {
+			if t.dropPartner(f) {
+				k++
+			}
+		}
+		n += k
+		t.expired.Add(uint64(k))
 		gone = gone[:0]
 	}
 	return n

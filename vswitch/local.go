@@ -199,6 +199,8 @@ func ndName(t uint8) string {
 		return "router solicitation"
 	case 134:
 		return "router advertisement"
+	case ndNeighborSolicit:
+		return "neighbour solicitation"
 	case ndNeighborAdvert:
 		return "neighbour advertisement"
 	case 137:

@@ -156,7 +156,6 @@ func (pol *compiled) port(id dataplane.PortID) *Port {
 	return nil
 }
 
-
 // Decapsulates implements dataplane.SlowPath: the uplink terminates VXLAN.
 func (s *Switch) Decapsulates(id dataplane.PortID) bool {
 	p := s.pol.Load().port(id)
