@@ -1,9 +1,10 @@
 module github.com/ufp-dev/ufp
 
-go 1.26.8
+go 1.26
+
+require github.com/gopacket/gopacket v1.7.7
 
 require (
-	github.com/gopacket/gopacket v1.7.7 // indirect
 	golang.org/x/net v0.55.0 // indirect
 	golang.org/x/sys v0.45.0 // indirect
 )

@@ -74,8 +74,11 @@ type Parsed struct {
 	// is described by Inner.
 	Encap bool
 	// VXLANPort is the UDP destination port recognised as VXLAN; zero means
-	// VXLANPort (4789). Set it before Decode; Decode does not change it.
+	// VXLANPort (4789). NoVXLAN turns VXLAN decoding off: the frame is
+	// plain UDP (for ports that do not terminate tunnels). Set them before
+	// Decode; Decode does not change them.
 	VXLANPort uint16
+	NoVXLAN   bool
 }
 
 // Tenant returns the headers policy applies to: the inner frame of a VXLAN
@@ -99,9 +102,15 @@ const MaxFrameLen = 65535 + EthernetLen + VLANLen + MaxOuterLen
 // non-zero DropReason means the frame is malformed and must be dropped; p is
 // then only partly filled. Frames of EtherTypes other than IPv4, IPv6 and ARP
 // decode without error and with L3 == 0: whether to drop them is policy.
+//
+// The inner frame of a VXLAN packet ends where the outer UDP length says.
+// The first fragment of a datagram to the VXLAN port is dropped
+// (DropBadVXLAN): its inner frame is incomplete and Decode does not
+// reassemble.
 func (p *Parsed) Decode(b []byte) DropReason {
 	p.Encap = false
 	p.VNI = 0
+	p.Inner = Headers{}
 	if len(b) > MaxFrameLen {
 		return DropFrameTooLarge
 	}
@@ -113,12 +122,17 @@ func (p *Parsed) Decode(b []byte) DropReason {
 	if port == 0 {
 		port = VXLANPort
 	}
-	if o.Proto != ProtoUDP || o.DstPort != port || o.Flags&FlagL4 == 0 {
+	if p.NoVXLAN || o.Proto != ProtoUDP || o.DstPort != port || o.Flags&FlagL4 == 0 {
 		return NotDropped
 	}
 	// VXLAN: the UDP payload is a VXLAN header and an inner Ethernet frame.
+	if o.Flags&FlagFragment != 0 {
+		return DropBadVXLAN
+	}
+	// decodeL4 checked UDPLen <= length <= End-L4 for an unfragmented datagram.
+	end := int(o.L4) + int(UDP(b[o.L4:]).Length())
 	v := int(o.L4) + UDPLen
-	if int(o.End)-v < VXLANLen {
+	if end-v < VXLANLen {
 		return DropBadVXLAN
 	}
 	vx := VXLAN(b[v:])
@@ -126,7 +140,7 @@ func (p *Parsed) Decode(b []byte) DropReason {
 		return DropBadVXLAN
 	}
 	p.VNI = vx.VNI()
-	if r := decodeFrame(b[:o.End], int32(v+VXLANLen), &p.Inner); r != NotDropped {
+	if r := decodeFrame(b[:end], int32(v+VXLANLen), &p.Inner); r != NotDropped {
 		return r
 	}
 	if p.Inner.Proto == ProtoUDP && p.Inner.DstPort == port && p.Inner.Flags&FlagL4 != 0 {
@@ -305,7 +319,9 @@ func decodeL4(b []byte, h *Headers, off int) DropReason {
 			return DropTruncatedUDP
 		}
 		u := UDP(b[off:end])
-		if ul := int(u.Length()); ul < UDPLen || ul > n {
+		// The length of a fragmented datagram counts all its fragments:
+		// in the first one it may exceed what the packet holds.
+		if ul := int(u.Length()); ul < UDPLen || ul > n && h.Flags&FlagFragment == 0 {
 			return DropBadUDPLength
 		}
 		h.SrcPort, h.DstPort = u.SrcPort(), u.DstPort()

@@ -164,7 +164,7 @@ func (w *Worker) process(p *Packet, gen uint64, now int64) {
 	p.OutPort, p.Drop, p.Path = NoPort, NotDropped, PathNone
 	w.Flow = nil
 	pr := &w.parsed
-	if r := pr.Decode(p.Bytes()); r != NotDropped {
+	if r := pr.Decode(p.Bytes()); r != NotDropped && !w.decodePlain(p) {
 		w.drop(p, r)
 		return
 	}
@@ -207,6 +207,28 @@ func (w *Worker) process(p *Packet, gen uint64, now int64) {
 	p.Path = PathSlow
 	w.slow++
 	w.slowPath(p, &key, hash, f, gen, now, src, dst, outerSrc)
+}
+
+// decodePlain decodes p, which failed to decode, again without VXLAN
+// decoding if it arrived on a port that does not decapsulate: there a
+// datagram to the VXLAN port is plain UDP whatever its payload holds (see
+// SlowPath.Decapsulates). It reports whether p decodes so.
+func (w *Worker) decodePlain(p *Packet) bool {
+	if w.pl.slow.Decapsulates(p.InPort) {
+		return false
+	}
+	pr := &w.parsed
+	vx := pr.VXLANPort
+	if vx == 0 {
+		vx = VXLANPort
+	}
+	// Any other port will do: a frame that failed with it as the VXLAN
+	// port either was a datagram to vx or failed in its outer headers,
+	// and then fails again.
+	pr.VXLANPort = vx + 1
+	r := pr.Decode(p.Bytes())
+	pr.VXLANPort = w.pl.vxlanPort
+	return r == NotDropped
 }
 
 // restarts reports whether a TCP SYN reuses the key of a connection that

@@ -116,6 +116,12 @@ func echoType(proto uint8, reply bool) uint8 {
 	return ICMPv6EchoRequest
 }
 
+// icmpParsed reports whether v's ICMP type is known: an ICMP packet of its
+// IP version's own ICMP that is not a later fragment.
+func (v *View) icmpParsed() bool {
+	return !v.LaterFragment && (v.Proto == ProtoICMPv4 && v.Src.Is4() || v.Proto == ProtoICMPv6 && v.Src.Is6())
+}
+
 // IsIPv6 reports whether the tenant packet is IPv6.
 func (v *View) IsIPv6() bool { return v.Src.Is6() }
 
@@ -135,7 +141,7 @@ func (v *View) Key(in PortID) FlowKey {
 	if v.LaterFragment {
 		k.Flags |= KeyLaterFragment
 	}
-	if (v.Proto == ProtoICMPv4 || v.Proto == ProtoICMPv6) && isEcho(v.Proto, v.ICMPType) {
+	if v.icmpParsed() && isEcho(v.Proto, v.ICMPType) {
 		k.Flags |= KeyEcho
 		if v.ICMPType == ICMPv4EchoReply && v.Proto == ProtoICMPv4 || v.ICMPType == ICMPv6EchoReply {
 			k.Flags |= KeyEchoReply
@@ -177,12 +183,14 @@ func (v *View) Apply(t *Transposition) error {
 		}
 		v.Dst = t.DstIP
 	}
-	icmpEcho := (v.Proto == ProtoICMPv4 || v.Proto == ProtoICMPv6) && isEcho(v.Proto, v.ICMPType)
+	icmpEcho := v.icmpParsed() && isEcho(v.Proto, v.ICMPType)
 	switch {
-	case icmpEcho && t.Set&FieldSrcPort != 0:
-		v.SrcPort, v.DstPort = t.SrcPort, t.SrcPort
-	case icmpEcho && t.Set&FieldDstPort != 0:
-		v.SrcPort, v.DstPort = t.DstPort, t.DstPort
+	case icmpEcho && t.Set&(FieldSrcPort|FieldDstPort) != 0:
+		id := t.SrcPort
+		if t.echoIDFromDst() {
+			id = t.DstPort
+		}
+		v.SrcPort, v.DstPort = id, id
 	case v.Proto == ProtoTCP || v.Proto == ProtoUDP:
 		if t.Set&FieldSrcPort != 0 {
 			v.SrcPort = t.SrcPort
@@ -223,6 +231,9 @@ func (v *View) Reversed() View {
 	r.OuterSrcMAC, r.OuterDstMAC = v.OuterDstMAC, v.OuterSrcMAC
 	r.OuterSrc, r.OuterDst = v.OuterDst, v.OuterSrc
 	r.TCPFlags = 0
+	if !v.icmpParsed() {
+		return r
+	}
 	switch v.ICMPType {
 	case ICMPv4EchoRequest:
 		if v.Proto == ProtoICMPv4 {
