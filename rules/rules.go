@@ -32,6 +32,7 @@
 package rules
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -108,8 +109,13 @@ func (c *Condition) Validate() error {
 	if c.IPVersion != 0 && c.IPVersion != 4 && c.IPVersion != 6 {
 		return fmt.Errorf("ipVersion: %d is not 4 or 6", c.IPVersion)
 	}
-	for name, ps := range map[string][]netip.Prefix{"srcIPs": c.SrcIPs, "dstIPs": c.DstIPs} {
-		for i, p := range ps {
+	// Check in a fixed order so that the error is deterministic.
+	for _, f := range [...]struct {
+		name string
+		ps   []netip.Prefix
+	}{{"srcIPs", c.SrcIPs}, {"dstIPs", c.DstIPs}} {
+		name := f.name
+		for i, p := range f.ps {
 			if !p.IsValid() || p.Addr().Is4In6() {
 				return fmt.Errorf("%s[%d]: invalid prefix %s", name, i, p)
 			}
@@ -118,8 +124,12 @@ func (c *Condition) Validate() error {
 			}
 		}
 	}
-	for name, rs := range map[string][]PortRange{"srcPorts": c.SrcPorts, "dstPorts": c.DstPorts} {
-		for i, r := range rs {
+	for _, f := range [...]struct {
+		name string
+		rs   []PortRange
+	}{{"srcPorts", c.SrcPorts}, {"dstPorts", c.DstPorts}} {
+		name := f.name
+		for i, r := range f.rs {
 			if r.Lo > r.Hi {
 				return fmt.Errorf("%s[%d]: range %d-%d is empty", name, i, r.Lo, r.Hi)
 			}
@@ -400,7 +410,7 @@ func newClassifier(rs []Rule) classifier {
 	for i := range rs {
 		c.rules[i] = &rs[i]
 	}
-	slices.SortFunc(c.rules, func(a, b *Rule) int { return int(int64(a.Priority) - int64(b.Priority)) })
+	slices.SortFunc(c.rules, func(a, b *Rule) int { return cmp.Compare(a.Priority, b.Priority) })
 	return c
 }
 

@@ -2,6 +2,7 @@ package vswitch
 
 import (
 	"encoding/binary"
+	"fmt"
 	"net/netip"
 
 	"github.com/ufp-dev/ufp/dataplane"
@@ -21,7 +22,7 @@ func (s *Switch) Local(p *dataplane.Packet, pr *dataplane.Parsed, tr *dataplane.
 	}
 	h := pr.Tenant()
 	if pr.Encap {
-		tr.Addf("port %s: encapsulated %s is not answered by this switch", in.Name, etherName(h.EtherType))
+		tr.Addf("port %s: encapsulated %s is not answered by this switch", in.Name, etherName(h))
 		p.Drop = dataplane.DropNoDestination
 		return
 	}
@@ -36,11 +37,16 @@ func (s *Switch) Local(p *dataplane.Packet, pr *dataplane.Parsed, tr *dataplane.
 	}
 }
 
-func etherName(t uint16) string {
-	if t == dataplane.EtherTypeARP {
+// etherName names what Local got in a tunnel: ARP, neighbour discovery
+// (the only IP that reaches it), or another EtherType.
+func etherName(h *dataplane.Headers) string {
+	switch {
+	case h.EtherType == dataplane.EtherTypeARP:
 		return "ARP"
+	case h.IPVersion == 6:
+		return "neighbour discovery"
 	}
-	return "neighbour discovery"
+	return fmt.Sprintf("EtherType 0x%04x", h.EtherType)
 }
 
 func (s *Switch) arp(pol *compiled, in *Port, p *dataplane.Packet, h *dataplane.Headers, tr *dataplane.Trace) {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -110,6 +111,7 @@ func (s *Switch) install(pol *compiled) {
 	pol.gen = s.gen
 	s.pol.Store(pol)
 	if len(removed) > 0 {
+		slices.Sort(removed) // reuse IDs in a reproducible order
 		s.purge(removed)
 		s.freeID = append(s.freeID, removed...)
 	}

@@ -74,36 +74,38 @@ func lcsDiff(a, b []string) []string {
 			ops = append(ops, "  "+a[i])
 			i++
 			j++
-		case j < m && (i == n || l[i][j+1] >= l[i+1][j]):
-			ops = append(ops, "+ "+b[j])
-			j++
-		default:
+		case i < n && (j == m || l[i+1][j] >= l[i][j+1]):
+			// On a tie, removals go first, as in a unified diff.
 			ops = append(ops, "- "+a[i])
 			i++
+		default:
+			ops = append(ops, "+ "+b[j])
+			j++
 		}
 	}
 	return ops
 }
 
 // DiffFrames compares two frame lists frame by frame and describes the
-// differences, or returns "" if they are equal.
-func DiffFrames(want, got []Frame) string {
+// differences, or returns "" if they are equal. vxlanPort is the policy's
+// VXLAN port, for describing frames (0 for 4789).
+func DiffFrames(want, got []Frame, vxlanPort uint16) string {
 	var out strings.Builder
 	shown := 0
 	for i := 0; i < max(len(want), len(got)) && shown < 5; i++ {
 		switch {
 		case i >= len(want):
-			fmt.Fprintf(&out, "  frame %d: unexpected: out %s %dB %s\n", i+1, got[i].Port, len(got[i].Data), vswitch.Describe(got[i].Data, 0))
+			fmt.Fprintf(&out, "  frame %d: unexpected: out %s %dB %s\n", i+1, got[i].Port, len(got[i].Data), vswitch.Describe(got[i].Data, vxlanPort))
 		case i >= len(got):
-			fmt.Fprintf(&out, "  frame %d: missing: out %s %dB %s\n", i+1, want[i].Port, len(want[i].Data), vswitch.Describe(want[i].Data, 0))
+			fmt.Fprintf(&out, "  frame %d: missing: out %s %dB %s\n", i+1, want[i].Port, len(want[i].Data), vswitch.Describe(want[i].Data, vxlanPort))
 		default:
 			w, g := want[i], got[i]
 			if w.Port == g.Port && bytes.Equal(w.Data, g.Data) && w.Time.Equal(g.Time) {
 				continue
 			}
 			fmt.Fprintf(&out, "  frame %d:\n    want out %s %dB %s at %s\n    got  out %s %dB %s at %s\n", i+1,
-				w.Port, len(w.Data), vswitch.Describe(w.Data, 0), w.Time.Format("15:04:05.000000"),
-				g.Port, len(g.Data), vswitch.Describe(g.Data, 0), g.Time.Format("15:04:05.000000"))
+				w.Port, len(w.Data), vswitch.Describe(w.Data, vxlanPort), w.Time.Format("15:04:05.000000"),
+				g.Port, len(g.Data), vswitch.Describe(g.Data, vxlanPort), g.Time.Format("15:04:05.000000"))
 			if k := firstDiff(w.Data, g.Data); k >= 0 {
 				fmt.Fprintf(&out, "    first differing byte at offset %d: want %s, got %s\n", k, hexAround(w.Data, k), hexAround(g.Data, k))
 			}

@@ -17,6 +17,7 @@ package main
 
 import (
 	"embed"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -60,10 +61,21 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fl.PrintDefaults()
 	}
 	if err := fl.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
 		return 2
 	}
 	if fl.NArg() > 0 {
 		fmt.Fprintf(stderr, "ufp-replay: unexpected arguments %q\n", fl.Args())
+		return 2
+	}
+	if len(then) > 0 && *policy == "" {
+		fmt.Fprintln(stderr, "ufp-replay: -then goes with -policy and -in (a scenario directory has policy@N.json files instead)")
+		return 2
+	}
+	if *update && *check == "" {
+		fmt.Fprintln(stderr, "ufp-replay: -update goes with -check DIR")
 		return 2
 	}
 	var sc *Scenario
@@ -123,7 +135,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "updated %s\n", *check)
 		return 0
 	}
-	diff, err := Check(os.DirFS(*check), ports, res)
+	diff, err := Check(os.DirFS(*check), ports, sc.Policy.Switch.VXLANPort, res)
 	if err != nil {
 		fmt.Fprintf(stderr, "ufp-replay: %s: %v\n", *check, err)
 		return 1
@@ -221,7 +233,7 @@ func LoadScenario(dir fs.FS, name string) (*Scenario, error) {
 
 // Check compares res with the golden want.pcapng and want-trace.txt in dir
 // and returns a readable diff, or "" if they match.
-func Check(dir fs.FS, ports []string, res *Result) (string, error) {
+func Check(dir fs.FS, ports []string, vxlanPort uint16, res *Result) (string, error) {
 	var d strings.Builder
 	wantTrace, err := fs.ReadFile(dir, "want-trace.txt")
 	if err != nil {
@@ -238,7 +250,7 @@ func Check(dir fs.FS, ports []string, res *Result) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("want.pcapng: %w", err)
 	}
-	if p := DiffFrames(want, res.Out); p != "" {
+	if p := DiffFrames(want, res.Out, vxlanPort); p != "" {
 		fmt.Fprintf(&d, "frames:\n%s", p)
 	}
 	return d.String(), nil

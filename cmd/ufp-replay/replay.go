@@ -206,6 +206,11 @@ func Run(sc *Scenario) (*Result, error) {
 		outBy[op.Name]++
 		nOut++
 	}
+	for _, c := range sc.Changes {
+		if c.Before < 1 || c.Before > len(in) {
+			fmt.Fprintf(&out, "policy %s not applied: the input has no packet %d\n", c.Name, c.Before)
+		}
+	}
 	st := pl.Stats()
 	fmt.Fprintf(&out, "summary: %d in, %d out, %d dropped; fast path %d, slow path %d\n", len(in), nOut, nDrop, st.Fast, st.Slow)
 	var ports []string
