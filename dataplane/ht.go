@@ -62,10 +62,22 @@ const (
 	FieldSrcIP
 	FieldDstIP
 	// FieldSrcPort and FieldDstPort rewrite TCP/UDP ports; on an ICMP echo
-	// message either one rewrites the identifier (SrcPort if both are set).
+	// message either one rewrites the identifier (SrcPort if both are set,
+	// unless Then recorded that DstPort was written last).
 	FieldSrcPort
 	FieldDstPort
+
+	// fieldEchoIDDst, beside FieldSrcPort and FieldDstPort, says that the
+	// identifier of an ICMP echo message is DstPort: Then sets it when the
+	// later of two HTs wrote the identifier through DstPort.
+	fieldEchoIDDst Fields = 1 << 7
 )
+
+// echoIDFromDst reports whether t writes the identifier of an ICMP echo
+// message from DstPort rather than SrcPort.
+func (t *Transposition) echoIDFromDst() bool {
+	return t.Set&FieldDstPort != 0 && (t.Set&FieldSrcPort == 0 || t.Set&fieldEchoIDDst != 0)
+}
 
 // Outer is a VXLAN outer header set: Ethernet, IPv4 or IPv6, UDP, VXLAN.
 // Outer values are immutable once built; HTs share them by pointer.
@@ -121,6 +133,10 @@ func (t Transposition) Then(u Transposition) (Transposition, error) {
 		switch {
 		case t.Push != nil:
 			r.Push = nil // u removes what t added
+			if r.Outer == OuterIgnore {
+				// t's push required a packet without an outer header set.
+				r.Outer = OuterNotPresent
+			}
 		case t.Outer == OuterPop:
 			return r, fmt.Errorf("transposition: pop after pop (nested encapsulation)")
 		case t.Outer == OuterNotPresent:
@@ -161,6 +177,14 @@ func (t Transposition) Then(u Transposition) (Transposition, error) {
 		r.DstPort = u.DstPort
 	}
 	r.Set |= u.Set
+	if u.Set&(FieldSrcPort|FieldDstPort) != 0 {
+		// On an ICMP echo message both ports are the one identifier: the
+		// later HT's choice of port holds.
+		r.Set &^= fieldEchoIDDst
+		if u.echoIDFromDst() && r.Set&FieldSrcPort != 0 {
+			r.Set |= fieldEchoIDDst
+		}
+	}
 	return r, nil
 }
 
@@ -323,7 +347,16 @@ func (a *Action) Apply(p *Packet, pr *Parsed, hash uint32) DropReason {
 		p.Offload.shift(-int(base))
 	}
 	if t.Set != 0 {
-		a.modify(p.Bytes(), h, base, &p.Offload)
+		// An outer UDP checksum kept covers the inner frame too.
+		outer := pr.Encap && t.Outer != OuterPop && hasOuterChecksum(p.Bytes(), &pr.Outer, &p.Offload)
+		var d CsumDelta
+		if outer {
+			d = a.macDelta(p.Bytes()[h.Eth:])
+		}
+		d = d.Add(a.modify(p.Bytes(), h, base, &p.Offload, outer))
+		if outer {
+			updateOuterUDP(p.Bytes(), &pr.Outer, d)
+		}
 	}
 	if t.Push != nil {
 		return a.push(p, hash)
@@ -341,8 +374,27 @@ func (o *Offload) shift(n int) {
 	}
 }
 
-func (a *Action) modify(b []byte, h *Headers, base int32, off *Offload) {
+// macDelta returns the change the HT's MAC rewrites make to the Ethernet
+// header eth.
+func (a *Action) macDelta(eth []byte) CsumDelta {
+	var d CsumDelta
+	if a.HT.Set&FieldSrcMAC != 0 {
+		d = d.Bytes(eth[ethSrc:ethSrc+6], a.HT.SrcMAC[:])
+	}
+	if a.HT.Set&FieldDstMAC != 0 {
+		d = d.Bytes(eth[ethDst:ethDst+6], a.HT.DstMAC[:])
+	}
+	return d
+}
+
+// modify rewrites the tenant headers h describes (at offsets less base)
+// and updates their checksums. If track is set, it returns the change of
+// the 16-bit words beyond the MACs as a checksum over the whole frame sees
+// it once any partial L4 checksum is finished: with macDelta, what an
+// outer UDP checksum needs.
+func (a *Action) modify(b []byte, h *Headers, base int32, off *Offload, track bool) CsumDelta {
 	t := &a.HT
+	var frame CsumDelta
 	eth := Ethernet(b[h.Eth-base:])
 	if t.Set&FieldSrcMAC != 0 {
 		eth.SetSrc(t.SrcMAC)
@@ -351,7 +403,7 @@ func (a *Action) modify(b []byte, h *Headers, base int32, off *Offload) {
 		eth.SetDst(t.DstMAC)
 	}
 	if t.Set&(FieldSrcIP|FieldDstIP|FieldSrcPort|FieldDstPort) == 0 || h.IPVersion == 0 {
-		return
+		return frame
 	}
 	l3 := b[h.L3-base:]
 	// pseudo collects the address changes (in the L4 pseudo-header);
@@ -364,7 +416,12 @@ func (a *Action) modify(b []byte, h *Headers, base int32, off *Offload) {
 		if t.Set&FieldDstIP != 0 && t.DstIP.Is4() {
 			pseudo = setAddr4(l3[ipv4Dst:], t.DstIP, pseudo)
 		}
-		pseudo.UpdateChecksumField(l3[ipv4Csum:])
+		old := binary.BigEndian.Uint16(l3[ipv4Csum:])
+		v := pseudo.Update(old)
+		binary.BigEndian.PutUint16(l3[ipv4Csum:], v)
+		if track {
+			frame = frame.Add(pseudo).Word(old, v)
+		}
 	} else {
 		if t.Set&FieldSrcIP != 0 && t.SrcIP.Is6() {
 			pseudo = setAddr16(l3[ipv6Src:], t.SrcIP, pseudo)
@@ -372,9 +429,12 @@ func (a *Action) modify(b []byte, h *Headers, base int32, off *Offload) {
 		if t.Set&FieldDstIP != 0 && t.DstIP.Is6() {
 			pseudo = setAddr16(l3[ipv6Dst:], t.DstIP, pseudo)
 		}
+		if track {
+			frame = frame.Add(pseudo)
+		}
 	}
 	if h.Flags&FlagL4 == 0 {
-		return
+		return frame
 	}
 	l4off := h.L4 - base
 	seg := b[l4off:]
@@ -387,32 +447,59 @@ func (a *Action) modify(b []byte, h *Headers, base int32, off *Offload) {
 		csum = udpCsum
 		l4 = a.setPorts(seg, l4)
 		if binary.BigEndian.Uint16(seg[udpCsum:]) == 0 {
-			return // no checksum (RFC 768)
+			return frame.Add(l4) // no checksum (RFC 768)
 		}
 	case ProtoICMPv4, ProtoICMPv6:
 		csum = icmpCsum
-		if isEcho(h.Proto, seg[icmpType]) {
-			if t.Set&FieldSrcPort != 0 {
-				l4 = setPort(seg[icmpID:], t.SrcPort, l4)
-			} else if t.Set&FieldDstPort != 0 {
-				l4 = setPort(seg[icmpID:], t.DstPort, l4)
+		if isEcho(h.Proto, seg[icmpType]) && t.Set&(FieldSrcPort|FieldDstPort) != 0 {
+			id := t.SrcPort
+			if t.echoIDFromDst() {
+				id = t.DstPort
 			}
+			l4 = setPort(seg[icmpID:], id, l4)
 		}
 		if h.Proto == ProtoICMPv4 {
 			pseudo = 0 // ICMPv4 has no pseudo-header
 		}
 	default:
-		return
+		return frame
 	}
 	field := seg[csum:]
+	old := binary.BigEndian.Uint16(field)
 	if off.NeedsCsum && int32(off.CsumStart) == l4off {
-		// The field holds the pseudo-header sum the NIC will finish.
-		binary.BigEndian.PutUint16(field, pseudo.UpdatePartial(binary.BigEndian.Uint16(field)))
-		return
+		// The field holds the pseudo-header sum the NIC will finish;
+		// once finished, the L4 header and data sum to its complement.
+		v := pseudo.UpdatePartial(old)
+		binary.BigEndian.PutUint16(field, v)
+		if track {
+			frame = frame.Word(^old, ^v)
+		}
+		return frame
 	}
-	v := pseudo.Add(l4).Update(binary.BigEndian.Uint16(field))
+	v := pseudo.Add(l4).Update(old)
 	if v == 0 && h.Proto == ProtoUDP {
 		v = 0xffff // RFC 768: a computed zero is sent as all ones
+	}
+	binary.BigEndian.PutUint16(field, v)
+	if track {
+		frame = frame.Add(l4).Word(old, v)
+	}
+	return frame
+}
+
+// hasOuterChecksum reports whether the outer UDP header o describes has a
+// checksum (not zero, not left to the NIC) that covers the inner frame.
+func hasOuterChecksum(b []byte, o *Headers, off *Offload) bool {
+	return binary.BigEndian.Uint16(b[o.L4+udpCsum:]) != 0 && !(off.NeedsCsum && int32(off.CsumStart) == o.L4)
+}
+
+// updateOuterUDP applies the change d of an encapsulated frame to the
+// checksum of the outer UDP header o describes.
+func updateOuterUDP(b []byte, o *Headers, d CsumDelta) {
+	field := b[o.L4+udpCsum:]
+	v := d.Update(binary.BigEndian.Uint16(field))
+	if v == 0 {
+		v = 0xffff
 	}
 	binary.BigEndian.PutUint16(field, v)
 }
@@ -478,7 +565,19 @@ func (a *Action) push(p *Packet, hash uint32) DropReason {
 	binary.BigEndian.PutUint16(udp[udpLength:], uint16(ul))
 	if a.outerCk {
 		seg := p.buf[p.off+n-UDPLen-VXLANLen : p.off+p.n]
-		c := Checksum(seg, PseudoHeaderSum(ip[ipv6Src:ipv6Src+16], ip[ipv6Dst:ipv6Dst+16], ProtoUDP, ul))
+		acc := PseudoHeaderSum(ip[ipv6Src:ipv6Src+16], ip[ipv6Dst:ipv6Dst+16], ProtoUDP, ul)
+		c := uint16(0)
+		if o := &p.Offload; o.NeedsCsum && o.CsumStart&1 == 0 && int(o.CsumStart)+int(o.CsumOffset)+2 <= inner {
+			// The inner L4 checksum is left to the NIC (partial). Once
+			// finished, the inner L4 header and data sum to the
+			// complement of the partial value, whatever they hold (Linux
+			// calls this local checksum offload).
+			start := UDPLen + VXLANLen + int(o.CsumStart)
+			partial := binary.BigEndian.Uint16(seg[start+int(o.CsumOffset):])
+			c = Checksum(seg[:start], acc+uint64(^partial))
+		} else {
+			c = Checksum(seg, acc)
+		}
 		if c == 0 {
 			c = 0xffff
 		}

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // FullPolicy says what the flow table does with a new flow when it is full.
@@ -112,18 +113,25 @@ func (c *FlowTableConfig) Validate() error {
 // (the guard), and counters. The table owns its flows; callers get read-only
 // views of them. Safe for concurrent use.
 type Flow struct {
+	// The fields are ordered to pack into 128 bytes (TestFlowSize).
 	key    FlowKey
+	state  atomic.Uint32 // TCP flags seen (low byte) | flowRemoved
 	action atomic.Pointer[Action]
 	conn   atomic.Pointer[Conn]
+	// next chains the flows of a shard whose keys have the same hash;
+	// guarded by the shard's lock.
+	next *Flow
+
+	packets  atomic.Uint64
+	bytes    atomic.Uint64
+	lastSeen atomic.Int64
+
 	// guard: the decision depended on these; a packet that differs takes
 	// the slow path.
 	srcMAC, dstMAC MAC
 	outerSrc       [16]byte
 
-	packets  atomic.Uint64
-	bytes    atomic.Uint64
-	lastSeen atomic.Int64
-	state    atomic.Uint32 // TCP flags seen (low byte) | flowRemoved
+	hash uint32 // key.Hash()
 }
 
 const flowRemoved = 1 << 16
@@ -131,7 +139,7 @@ const flowRemoved = 1 << 16
 // NewFlow returns a flow for key whose packets carry the given source and
 // destination MACs and, if encapsulated, outer source address.
 func NewFlow(key FlowKey, a *Action, srcMAC, dstMAC MAC, outerSrc [16]byte, now int64) *Flow {
-	f := &Flow{key: key, srcMAC: srcMAC, dstMAC: dstMAC, outerSrc: outerSrc}
+	f := &Flow{key: key, srcMAC: srcMAC, dstMAC: dstMAC, outerSrc: outerSrc, hash: key.Hash()}
 	f.action.Store(a)
 	f.lastSeen.Store(now)
 	return f
@@ -227,10 +235,23 @@ type FlowTable struct {
 	inserted, expired, evicted, refused atomic.Uint64
 }
 
+// A shard maps key hashes to flows, chaining the rare flows whose keys
+// share a hash through Flow.next: a map keyed by the 44-byte FlowKey would
+// cost about 100 bytes more per flow.
 type shard struct {
 	mu sync.RWMutex
-	m  map[FlowKey]*Flow
-	_  [40]byte // keep shards on their own cache lines
+	m  map[uint32]*Flow
+	// Keep shards on their own cache lines.
+	_ [(64 - (unsafe.Sizeof(sync.RWMutex{})+unsafe.Sizeof(map[uint32]*Flow(nil)))%64) % 64]byte
+}
+
+// findLocked returns the flow of s with key k, whose hash is hash.
+func (s *shard) findLocked(k *FlowKey, hash uint32) *Flow {
+	f := s.m[hash]
+	for f != nil && f.key != *k {
+		f = f.next
+	}
+	return f
 }
 
 // NewFlowTable returns an empty table.
@@ -240,7 +261,7 @@ func NewFlowTable(cfg FlowTableConfig) (*FlowTable, error) {
 	}
 	t := &FlowTable{cfg: cfg, shards: make([]shard, cfg.Shards), mask: uint32(cfg.Shards - 1)}
 	for i := range t.shards {
-		t.shards[i].m = make(map[FlowKey]*Flow)
+		t.shards[i].m = make(map[uint32]*Flow)
 	}
 	to := &cfg.Timeouts
 	for i, d := range [numTimeoutKinds]time.Duration{to.TCPEstablished, to.TCPTransitory, to.TCPTimeWait,
@@ -282,7 +303,7 @@ func (t *FlowTable) shardOf(hash uint32) *shard { return &t.shards[hash&t.mask] 
 func (t *FlowTable) Lookup(k *FlowKey, hash uint32) *Flow {
 	s := t.shardOf(hash)
 	s.mu.RLock()
-	f := s.m[*k]
+	f := s.findLocked(k, hash)
 	s.mu.RUnlock()
 	return f
 }
@@ -313,30 +334,68 @@ func (t *FlowTable) Insert(f *Flow) *Flow {
 // InsertEvict is Insert that also returns the flow evicted to make room
 // (EvictOldest), or nil. The evicted flow's partner is removed with it.
 func (t *FlowTable) InsertEvict(f *Flow) (got, evicted *Flow) {
-	hash := f.key.Hash()
+	hash := f.hash
 	s := t.shardOf(hash)
 	s.mu.Lock()
-	if old := s.m[f.key]; old != nil {
+	if old := s.findLocked(&f.key, hash); old != nil {
 		s.mu.Unlock()
 		return old, nil
 	}
-	if t.count.Load() >= int64(t.cfg.MaxFlows) {
-		if t.cfg.OnFull == EvictOldest {
-			evicted = t.evictLocked(s)
-		}
-		if t.count.Load() >= int64(t.cfg.MaxFlows) {
-			s.mu.Unlock()
-			t.refused.Add(1)
-			t.dropPartner(evicted)
-			return nil, evicted
+	ok := t.reserve()
+	if !ok && t.cfg.OnFull == EvictOldest {
+		if evicted = t.evictLocked(s); evicted != nil {
+			ok = t.reserve()
 		}
 	}
-	s.m[f.key] = f
-	t.count.Add(1)
+	if ok {
+		s.addLocked(f)
+	}
 	s.mu.Unlock()
-	t.inserted.Add(1)
+	// Evicted counts evictions; the partner leaves with the flow.
 	t.dropPartner(evicted)
+	if !ok && evicted == nil && t.cfg.OnFull == EvictOldest {
+		// The flow's shard has nothing to evict: make room in the next
+		// shard that has, then try once more.
+		for i := uint32(1); i < uint32(len(t.shards)) && evicted == nil; i++ {
+			o := &t.shards[(hash+i)&t.mask]
+			o.mu.Lock()
+			evicted = t.evictLocked(o)
+			o.mu.Unlock()
+		}
+		t.dropPartner(evicted)
+		if evicted != nil {
+			s.mu.Lock()
+			if old := s.findLocked(&f.key, hash); old != nil {
+				s.mu.Unlock()
+				return old, evicted
+			}
+			if ok = t.reserve(); ok {
+				s.addLocked(f)
+			}
+			s.mu.Unlock()
+		}
+	}
+	if !ok {
+		t.refused.Add(1)
+		return nil, evicted
+	}
+	t.inserted.Add(1)
 	return f, evicted
+}
+
+// reserve takes a place for a new flow unless MaxFlows are held. Inserts
+// into different shards race for the last places; reserving one before
+// adding the flow keeps Len within MaxFlows.
+func (t *FlowTable) reserve() bool {
+	for {
+		n := t.count.Load()
+		if n >= int64(t.cfg.MaxFlows) {
+			return false
+		}
+		if t.count.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
 }
 
 // evictLocked removes from s the flow, among a sample, whose connection has
@@ -347,11 +406,14 @@ func (t *FlowTable) evictLocked(s *shard) *Flow {
 	var oldestSeen int64
 	n := 0
 	for _, f := range s.m {
-		seen := connLastSeen(f)
-		if oldest == nil || seen < oldestSeen {
-			oldest, oldestSeen = f, seen
+		for ; f != nil && n < EvictSample; f = f.next {
+			seen := connLastSeen(f)
+			if oldest == nil || seen < oldestSeen {
+				oldest, oldestSeen = f, seen
+			}
+			n++
 		}
-		if n++; n == EvictSample {
+		if n == EvictSample {
 			break
 		}
 	}
@@ -363,8 +425,28 @@ func (t *FlowTable) evictLocked(s *shard) *Flow {
 	return oldest
 }
 
+// addLocked adds f, whose key s does not hold, to s.
+func (s *shard) addLocked(f *Flow) {
+	f.next = s.m[f.hash]
+	s.m[f.hash] = f
+}
+
+// deleteLocked removes f, which s holds, from s.
 func (t *FlowTable) deleteLocked(s *shard, f *Flow) {
-	delete(s.m, f.key)
+	switch head := s.m[f.hash]; {
+	case head == f && f.next == nil:
+		delete(s.m, f.hash)
+	case head == f:
+		s.m[f.hash] = f.next
+	default:
+		for p := head; p != nil; p = p.next {
+			if p.next == f {
+				p.next = f.next
+				break
+			}
+		}
+	}
+	f.next = nil
 	f.state.Or(flowRemoved)
 	t.count.Add(-1)
 }
@@ -385,9 +467,9 @@ func (t *FlowTable) dropPartner(f *Flow) bool {
 
 // Remove removes f from the table if it is still there.
 func (t *FlowTable) Remove(f *Flow) bool {
-	s := t.shardOf(f.key.Hash())
+	s := t.shardOf(f.hash)
 	s.mu.Lock()
-	ok := s.m[f.key] == f
+	ok := s.findLocked(&f.key, f.hash) == f
 	if ok {
 		t.deleteLocked(s, f)
 	}
@@ -475,12 +557,12 @@ func (t *FlowTable) timeoutOf(f *Flow) int64 {
 			return t.tmo[tmoTCPTimeWait]
 		case (mine|theirs)&TCPFin != 0:
 			return t.tmo[tmoTCPTransitory]
-		case (mine|theirs)&TCPSyn != 0 && (other == nil || other.packets.Load() == 0):
+		case (mine|theirs)&TCPSyn != 0 && !replied(f, other):
 			return t.tmo[tmoTCPTransitory]
 		}
 		return t.tmo[tmoTCPEstablished]
 	case ProtoUDP:
-		if other != nil && other.packets.Load() > 0 {
+		if replied(f, other) {
 			return t.tmo[tmoUDP]
 		}
 		return t.tmo[tmoUDPUnreplied]
@@ -488,6 +570,13 @@ func (t *FlowTable) timeoutOf(f *Flow) int64 {
 		return t.tmo[tmoICMP]
 	}
 	return t.tmo[tmoOther]
+}
+
+// replied reports whether both directions of a connection, f and its
+// partner other, have seen packets. Both directions must agree on it, or
+// one would outlive the other.
+func replied(f, other *Flow) bool {
+	return other != nil && f.packets.Load() > 0 && other.packets.Load() > 0
 }
 
 // Expired reports whether f's connection has been idle past its timeout at
@@ -505,9 +594,13 @@ func (t *FlowTable) Expire(now int64) int {
 		s := &t.shards[i]
 		s.mu.Lock()
 		for _, f := range s.m {
-			if t.Expired(f, now) {
-				t.deleteLocked(s, f)
-				gone = append(gone, f)
+			for f != nil {
+				next := f.next
+				if t.Expired(f, now) {
+					t.deleteLocked(s, f)
+					gone = append(gone, f)
+				}
+				f = next
 			}
 		}
 		s.mu.Unlock()
@@ -533,7 +626,9 @@ func (t *FlowTable) Range(fn func(*Flow) bool) {
 		s := &t.shards[i]
 		s.mu.RLock()
 		for _, f := range s.m {
-			buf = append(buf, f)
+			for ; f != nil; f = f.next {
+				buf = append(buf, f)
+			}
 		}
 		s.mu.RUnlock()
 		for _, f := range buf {
@@ -551,7 +646,11 @@ func (t *FlowTable) Flush() {
 		s := &t.shards[i]
 		s.mu.Lock()
 		for _, f := range s.m {
-			t.deleteLocked(s, f)
+			for f != nil {
+				next := f.next
+				t.deleteLocked(s, f)
+				f = next
+			}
 		}
 		s.mu.Unlock()
 	}
