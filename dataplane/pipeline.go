@@ -125,6 +125,7 @@ type Worker struct {
 	parsed Parsed
 	view   View
 	orig   View
+	dec    Decision
 	fast   uint64
 	slow   uint64
 
@@ -212,22 +213,16 @@ func (w *Worker) process(p *Packet, gen uint64, now int64) {
 // decodePlain decodes p, which failed to decode, again without VXLAN
 // decoding if it arrived on a port that does not decapsulate: there a
 // datagram to the VXLAN port is plain UDP whatever its payload holds (see
-// SlowPath.Decapsulates). It reports whether p decodes so.
+// SlowPath.Decapsulates). It reports whether p decodes so. Only frames that
+// fail pay for the second decode and the Decapsulates call.
 func (w *Worker) decodePlain(p *Packet) bool {
 	if w.pl.slow.Decapsulates(p.InPort) {
 		return false
 	}
 	pr := &w.parsed
-	vx := pr.VXLANPort
-	if vx == 0 {
-		vx = VXLANPort
-	}
-	// Any other port will do: a frame that failed with it as the VXLAN
-	// port either was a datagram to vx or failed in its outer headers,
-	// and then fails again.
-	pr.VXLANPort = vx + 1
+	pr.NoVXLAN = true
 	r := pr.Decode(p.Bytes())
-	pr.VXLANPort = w.pl.vxlanPort
+	pr.NoVXLAN = false
 	return r == NotDropped
 }
 
@@ -281,7 +276,7 @@ func (w *Worker) slowPath(p *Packet, key *FlowKey, hash uint32, f *Flow, gen uin
 					return
 				}
 				f = nil
-			} else {
+			} else if w.Trace.On() {
 				w.Trace.Addf("revalidate flow %s (generation %d -> %d)", f.key, f.action.Load().Gen, gen)
 			}
 		default:
@@ -295,8 +290,9 @@ func (w *Worker) slowPath(p *Packet, key *FlowKey, hash uint32, f *Flow, gen uin
 	v, orig := &w.view, &w.orig
 	v.FromParsed(p.Bytes(), pr, p.InPort)
 	*orig = *v
-	var d Decision
-	w.pl.slow.Decide(v, w.Trace, &d)
+	d := &w.dec // not a local: passed to an interface method, it would escape
+	*d = Decision{}
+	w.pl.slow.Decide(v, w.Trace, d)
 	a, err := w.pl.action(d.Out, d.Drop, d.HT, gen)
 	if err != nil {
 		w.Trace.Addf("transposition rejected: %v", err)
@@ -326,7 +322,9 @@ func (w *Worker) slowPath(p *Packet, key *FlowKey, hash uint32, f *Flow, gen uin
 			w.Trace.Addf("flow table full: evicted the connection of %s, idle since %s", origin.key, fmtNanos(connLastSeen(evicted)))
 		}
 		if f == nil {
-			w.Trace.Addf("flow table full (%d flows, %s)", uft.Len(), uft.cfg.OnFull)
+			if w.Trace.On() {
+				w.Trace.Addf("flow table full (%d flows, %s)", uft.Len(), uft.cfg.OnFull)
+			}
 			w.drop(p, DropFlowTableFull)
 			return
 		}
@@ -336,7 +334,7 @@ func (w *Worker) slowPath(p *Packet, key *FlowKey, hash uint32, f *Flow, gen uin
 	}
 	w.Flow = f
 	if a.Drop == NotDropped {
-		w.installReverse(f, orig, v, &d, gen, now)
+		w.installReverse(f, orig, v, d, gen, now)
 	}
 	n := p.Len()
 	w.apply(p, pr, a, hash)
@@ -394,7 +392,11 @@ func (w *Worker) installReverse(f *Flow, orig, final *View, d *Decision, gen uin
 	}
 	c.rev.Store(got)
 	got.conn.Store(c)
-	w.Trace.Addf("stateful: reply flow %s -> %s", rkey, ra.HT)
+	if w.Trace.On() {
+		// Guarded, as on every path a new flow takes: boxing the
+		// arguments allocates even when the trace is off.
+		w.Trace.Addf("stateful: reply flow %s -> %s", rkey, ra.HT)
+	}
 }
 
 // revalidate re-decides a stateful connection from its origin after a
@@ -407,16 +409,19 @@ func (w *Worker) revalidate(p *Packet, f *Flow, c *Conn, hash uint32, gen uint64
 	v, orig := &w.view, &w.orig
 	v.FromFlow(fwd, c)
 	*orig = *v
-	d := Decision{State: c.State}
-	w.Trace.Addf("revalidate connection %s (generation %d -> %d)", fwd.key, old, gen)
-	w.pl.slow.Decide(v, w.Trace, &d)
+	d := &w.dec
+	*d = Decision{State: c.State}
+	if w.Trace.On() {
+		w.Trace.Addf("revalidate connection %s (generation %d -> %d)", fwd.key, old, gen)
+	}
+	w.pl.slow.Decide(v, w.Trace, d)
 	a, err := w.pl.action(d.Out, d.Drop, d.HT, gen)
 	if err != nil {
 		a, _ = w.pl.action(NoPort, DropRevalidated, Transposition{}, gen)
 	}
 	fwd.SetAction(a)
 	if a.Drop == NotDropped && d.Stateful {
-		w.installReverse(fwd, orig, v, &d, gen, now)
+		w.installReverse(fwd, orig, v, d, gen, now)
 	} else if r := c.rev.Load(); r != nil {
 		// The reply direction is no longer implied by the origin's
 		// decision: it goes through the layers on its own next time.

@@ -184,18 +184,24 @@ func (s *Switch) Decide(v *dataplane.View, tr *dataplane.Trace, d *dataplane.Dec
 	if !s.crossLayers(in, v, rules.Out, &ht, &stateful, tr, d) {
 		return
 	}
-	out, fwd, why := pol.forward(in, v)
+	out, fwd, how := pol.forward(v)
 	if out == nil {
-		tr.Addf("switch: %s", why)
+		if tr.On() {
+			tr.Addf("switch: %s", how.explain(v, out))
+		}
 		d.Drop = dataplane.DropNoDestination
 		return
 	}
 	if out == in {
-		tr.Addf("switch: %s -> back to port %s: hairpin not allowed", why, in.Name)
+		if tr.On() {
+			tr.Addf("switch: %s -> back to port %s: hairpin not allowed", how.explain(v, out), in.Name)
+		}
 		d.Drop = dataplane.DropHairpin
 		return
 	}
-	tr.Addf("switch: %s -> port %s", why, out.Name)
+	if tr.On() {
+		tr.Addf("switch: %s -> port %s", how.explain(v, out), out.Name)
+	}
 	if !fwd.IsIdentity() && !s.transpose(v, &ht, fwd, tr, d) {
 		return
 	}
@@ -217,7 +223,10 @@ func (s *Switch) crossLayers(p *Port, v *dataplane.View, dir rules.Direction, ht
 			l = p.Layers[n-1-i]
 		}
 		vd := l.Evaluate(v, dir)
-		tr.Addf("port %s %s: layer %s: %s", p.Name, dir, l.Name, vd)
+		if tr.On() {
+			// Guarded: boxing the arguments allocates even when tr is nil.
+			tr.Addf("port %s %s: layer %s: %s", p.Name, dir, l.Name, vd)
+		}
 		if vd.Action.Verb == rules.Block {
 			d.Drop = dataplane.DropBlocked
 			return false
@@ -262,40 +271,78 @@ func (p *Port) spoofed(mac dataplane.MAC, ip netip.Addr) string {
 	return ""
 }
 
-// forward is the switching decision for a packet from port in: the port it
-// leaves by and the transposition routing adds, or nil and why not. The
-// decision is made on the frame as it would be on the wire: while the packet
-// is encapsulated, by its outer destination MAC. Frames for a known MAC go to
+// forward is the switching decision for a packet: the port it leaves by and
+// the transposition routing adds, or nil, and how it decided. The decision
+// is made on the frame as it would be on the wire: while the packet is
+// encapsulated, by its outer destination MAC. Frames for a known MAC go to
 // its port; frames for the gateway MAC are routed to the endpoint that has
 // the destination IP; unknown unicast goes to the uplink. Broadcast and
 // multicast are not flooded.
-func (pol *compiled) forward(in *Port, v *dataplane.View) (*Port, dataplane.Transposition, string) {
+func (pol *compiled) forward(v *dataplane.View) (*Port, dataplane.Transposition, forwarding) {
 	var ht dataplane.Transposition
-	dst, what := v.DstMAC, "dst"
+	dst := v.DstMAC
 	if v.Encap {
-		dst, what = v.OuterDstMAC, "outer dst"
+		dst = v.OuterDstMAC
 	}
 	switch {
 	case dst.IsMulticast():
-		return nil, ht, fmt.Sprintf("%s %s is broadcast or multicast: not flooded", what, dst)
+		return nil, ht, fwdMulticast
 	case dst == pol.gwMAC && !pol.gwMAC.IsZero() && !v.Encap:
 		if p := pol.byIP[v.Dst]; p != nil {
 			ht.Set = dataplane.FieldSrcMAC | dataplane.FieldDstMAC
 			ht.SrcMAC, ht.DstMAC = pol.gwMAC, p.MAC
-			return p, ht, fmt.Sprintf("routed by gateway: %s is at %s", v.Dst, p.MAC)
+			return p, ht, fwdRouted
 		}
 		if pol.uplink != nil {
-			return pol.uplink, ht, fmt.Sprintf("routed by gateway: %s is not local", v.Dst)
+			return pol.uplink, ht, fwdRoutedToUplink
 		}
-		return nil, ht, fmt.Sprintf("routed by gateway: %s is not local and there is no uplink", v.Dst)
+		return nil, ht, fwdRoutedNowhere
 	}
 	if p := pol.byMAC[dst]; p != nil {
-		return p, ht, fmt.Sprintf("%s %s", what, dst)
+		return p, ht, fwdByMAC
 	}
 	if pol.uplink != nil {
-		return pol.uplink, ht, fmt.Sprintf("%s %s unknown: to the uplink", what, dst)
+		return pol.uplink, ht, fwdUnknownToUplink
 	}
-	return nil, ht, fmt.Sprintf("%s %s unknown and there is no uplink", what, dst)
+	return nil, ht, fwdUnknownNowhere
+}
+
+// forwarding says how forward decided. It is a constant so that the
+// decision costs nothing when it is not traced; explain formats it.
+type forwarding uint8
+
+const (
+	fwdMulticast forwarding = iota
+	fwdRouted
+	fwdRoutedToUplink
+	fwdRoutedNowhere
+	fwdByMAC
+	fwdUnknownToUplink
+	fwdUnknownNowhere
+)
+
+// explain describes, for traces, how forward decided for the packet v
+// describes (as forward saw it) to leave by out.
+func (f forwarding) explain(v *dataplane.View, out *Port) string {
+	dst, what := v.DstMAC, "dst"
+	if v.Encap {
+		dst, what = v.OuterDstMAC, "outer dst"
+	}
+	switch f {
+	case fwdMulticast:
+		return fmt.Sprintf("%s %s is broadcast or multicast: not flooded", what, dst)
+	case fwdRouted:
+		return fmt.Sprintf("routed by gateway: %s is at %s", v.Dst, out.MAC)
+	case fwdRoutedToUplink:
+		return fmt.Sprintf("routed by gateway: %s is not local", v.Dst)
+	case fwdRoutedNowhere:
+		return fmt.Sprintf("routed by gateway: %s is not local and there is no uplink", v.Dst)
+	case fwdByMAC:
+		return fmt.Sprintf("%s %s", what, dst)
+	case fwdUnknownToUplink:
+		return fmt.Sprintf("%s %s unknown: to the uplink", what, dst)
+	}
+	return fmt.Sprintf("%s %s unknown and there is no uplink", what, dst)
 }
 
 // resolve returns the MAC that answers for ip (an endpoint's or the
