@@ -133,8 +133,8 @@ const (
 func (e Ethernet) Dst() MAC          { return MAC(e[ethDst : ethDst+6]) }
 func (e Ethernet) Src() MAC          { return MAC(e[ethSrc : ethSrc+6]) }
 func (e Ethernet) EtherType() uint16 { return binary.BigEndian.Uint16(e[ethType:]) }
-func (e Ethernet) SetDst(m MAC)      { copy(e[ethDst:ethDst+6], m[:]) }
-func (e Ethernet) SetSrc(m MAC)      { copy(e[ethSrc:ethSrc+6], m[:]) }
+func (e Ethernet) SetDst(m MAC)      { *(*MAC)(e[ethDst : ethDst+6]) = m }
+func (e Ethernet) SetSrc(m MAC)      { *(*MAC)(e[ethSrc : ethSrc+6]) = m }
 func (e Ethernet) SetEtherType(t uint16) {
 	binary.BigEndian.PutUint16(e[ethType:], t)
 }

@@ -250,6 +250,11 @@ type Action struct {
 	outer6   bool
 	outerCk  bool   // IPv6: compute the UDP checksum
 	outerSum uint16 // IPv4: folded header sum without total length and checksum
+
+	// The HT's addresses as packet bytes (IPv4 in the first 4), so that
+	// the fast path copies them without converting.
+	srcIP, dstIP [16]byte
+	src4, dst4   uint32 // the IPv4 addresses as big-endian words
 }
 
 // NewAction compiles a forwarding (drop == NotDropped) or dropping action.
@@ -266,6 +271,8 @@ func NewAction(out PortID, drop DropReason, ht Transposition, gen uint64) (*Acti
 			}
 		}
 	}
+	a.srcIP, a.dstIP = Addr16(ht.SrcIP), Addr16(ht.DstIP)
+	a.src4, a.dst4 = binary.BigEndian.Uint32(a.srcIP[:4]), binary.BigEndian.Uint32(a.dstIP[:4])
 	if o := ht.Push; o != nil {
 		if err := o.Validate(); err != nil {
 			return nil, err
@@ -410,12 +417,16 @@ func (a *Action) modify(b []byte, h *Headers, base int32, off *Offload, track bo
 	// l4 the port or identifier changes (in the L4 header itself).
 	var pseudo, l4 CsumDelta
 	if h.IPVersion == 4 {
+		// Ones' complement arithmetic is the same over 32-bit words as
+		// over their 16-bit halves once folded: sum ~old + new per address.
+		var acc uint64
 		if t.Set&FieldSrcIP != 0 && t.SrcIP.Is4() {
-			pseudo = setAddr4(l3[ipv4Src:], t.SrcIP, pseudo)
+			acc += setAddr4(l3[ipv4Src:], a.src4)
 		}
 		if t.Set&FieldDstIP != 0 && t.DstIP.Is4() {
-			pseudo = setAddr4(l3[ipv4Dst:], t.DstIP, pseudo)
+			acc += setAddr4(l3[ipv4Dst:], a.dst4)
 		}
+		pseudo = CsumDelta(Fold(acc))
 		old := binary.BigEndian.Uint16(l3[ipv4Csum:])
 		v := pseudo.Update(old)
 		binary.BigEndian.PutUint16(l3[ipv4Csum:], v)
@@ -424,10 +435,10 @@ func (a *Action) modify(b []byte, h *Headers, base int32, off *Offload, track bo
 		}
 	} else {
 		if t.Set&FieldSrcIP != 0 && t.SrcIP.Is6() {
-			pseudo = setAddr16(l3[ipv6Src:], t.SrcIP, pseudo)
+			pseudo = setAddr16(l3[ipv6Src:], &a.srcIP, pseudo)
 		}
 		if t.Set&FieldDstIP != 0 && t.DstIP.Is6() {
-			pseudo = setAddr16(l3[ipv6Dst:], t.DstIP, pseudo)
+			pseudo = setAddr16(l3[ipv6Dst:], &a.dstIP, pseudo)
 		}
 		if track {
 			frame = frame.Add(pseudo)
@@ -520,17 +531,18 @@ func setPort(b []byte, v uint16, d CsumDelta) CsumDelta {
 	return d
 }
 
-func setAddr4(b []byte, ip netip.Addr, d CsumDelta) CsumDelta {
-	n := ip.As4()
-	d = d.Bytes(b[:4], n[:])
-	copy(b, n[:])
-	return d
+// setAddr4 writes the IPv4 address n to b[:4] and returns the unfolded
+// checksum change, ~old + new over the 32-bit word.
+func setAddr4(b []byte, n uint32) uint64 {
+	old := binary.BigEndian.Uint32(b[:4])
+	binary.BigEndian.PutUint32(b[:4], n)
+	return uint64(^old) + uint64(n)
 }
 
-func setAddr16(b []byte, ip netip.Addr, d CsumDelta) CsumDelta {
-	n := ip.As16()
-	d = d.Bytes(b[:16], n[:])
-	copy(b, n[:])
+// setAddr16 writes the IPv6 address ip to b and adds the change to d.
+func setAddr16(b []byte, ip *[16]byte, d CsumDelta) CsumDelta {
+	d = d.Bytes(b[:16], ip[:])
+	*(*[16]byte)(b[:16]) = *ip
 	return d
 }
 

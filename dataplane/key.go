@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"encoding/binary"
 	"fmt"
 	"net/netip"
 )
@@ -41,25 +42,36 @@ const (
 // Key returns the flow key of the parsed packet arriving on port in. It only
 // applies to IP packets (Tenant().IPVersion != 0).
 func (p *Parsed) Key(in PortID) FlowKey {
+	var k FlowKey
+	p.KeyInto(&k, in)
+	return k
+}
+
+// KeyInto writes the flow key of the parsed packet arriving on port in to
+// k, overwriting every field.
+func (p *Parsed) KeyInto(k *FlowKey, in PortID) {
 	h := p.Tenant()
-	k := FlowKey{Src: h.Src, Dst: h.Dst, InPort: in, Proto: h.Proto}
+	k.Src, k.Dst = h.Src, h.Dst
+	k.InPort, k.Proto = in, h.Proto
+	k.VNI, k.SrcPort, k.DstPort = 0, 0, 0
+	flags := KeyFlags(0)
 	if h.IPVersion == 6 {
-		k.Flags |= KeyIPv6
+		flags = KeyIPv6
 	}
 	if p.Encap {
-		k.Flags |= KeyEncap
+		flags |= KeyEncap
 		k.VNI = p.VNI
 	}
 	switch {
 	case h.Flags&FlagLaterFragment != 0:
-		k.Flags |= KeyLaterFragment
+		flags |= KeyLaterFragment
 	case h.Flags&FlagL4 == 0:
 	case h.Proto == ProtoICMPv4 || h.Proto == ProtoICMPv6:
 		if t := uint8(h.DstPort >> 8); isEcho(h.Proto, t) {
 			k.SrcPort, k.DstPort = h.SrcPort, h.SrcPort
-			k.Flags |= KeyEcho
+			flags |= KeyEcho
 			if t == ICMPv4EchoReply && h.Proto == ProtoICMPv4 || t == ICMPv6EchoReply {
-				k.Flags |= KeyEchoReply
+				flags |= KeyEchoReply
 			}
 		} else {
 			k.DstPort = h.DstPort
@@ -67,7 +79,17 @@ func (p *Parsed) Key(in PortID) FlowKey {
 	default:
 		k.SrcPort, k.DstPort = h.SrcPort, h.DstPort
 	}
-	return k
+	k.Flags = flags
+}
+
+// Equal reports whether k and o are the same key. It compares words in
+// line, where k == o would call memequal.
+func (k *FlowKey) Equal(o *FlowKey) bool {
+	le := binary.LittleEndian
+	return le.Uint64(k.Src[0:]) == le.Uint64(o.Src[0:]) && le.Uint64(k.Dst[0:]) == le.Uint64(o.Dst[0:]) &&
+		le.Uint64(k.Src[8:]) == le.Uint64(o.Src[8:]) && le.Uint64(k.Dst[8:]) == le.Uint64(o.Dst[8:]) &&
+		k.VNI == o.VNI && k.SrcPort == o.SrcPort && k.DstPort == o.DstPort &&
+		k.InPort == o.InPort && k.Proto == o.Proto && k.Flags == o.Flags
 }
 
 // Reverse returns the key of the opposite direction, as it arrives on port

@@ -213,8 +213,8 @@ func decodeIPv4(b []byte, h *Headers) DropReason {
 	h.End = int32(l3 + tl)
 	h.Proto = ip.Protocol()
 	h.TTL = ip.TTL()
-	copy(h.Src[:4], ip.SrcBytes())
-	copy(h.Dst[:4], ip.DstBytes())
+	*(*[4]byte)(h.Src[:4]) = [4]byte(ip.SrcBytes())
+	*(*[4]byte)(h.Dst[:4]) = [4]byte(ip.DstBytes())
 	if hl > IPv4MinLen {
 		h.Flags |= FlagIPOptions
 	}
@@ -249,8 +249,8 @@ func decodeIPv6(b []byte, h *Headers) DropReason {
 	h.IPVersion = 6
 	h.End = int32(l3 + IPv6Len + pl)
 	h.TTL = ip.HopLimit()
-	copy(h.Src[:], ip.SrcBytes())
-	copy(h.Dst[:], ip.DstBytes())
+	h.Src = [16]byte(ip.SrcBytes())
+	h.Dst = [16]byte(ip.DstBytes())
 	end := int(h.End)
 	next := ip.NextHeader()
 	off := l3 + IPv6Len

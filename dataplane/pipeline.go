@@ -123,11 +123,23 @@ func (pl *Pipeline) action(out PortID, drop DropReason, ht Transposition, gen ui
 type Worker struct {
 	pl     *Pipeline
 	parsed Parsed
-	view   View
-	orig   View
-	dec    Decision
-	fast   uint64
-	slow   uint64
+	key    FlowKey
+	// emc is the worker's exact-match cache: recently used flows by hash,
+	// checked without locks before the shared flow table.
+	emc  *[emcSize]*Flow
+	view View
+	orig View
+	dec  Decision
+	fast uint64
+	slow uint64
+
+	// A run of fast-path packets of one flow, counted on the flow in one
+	// go when the run ends (another flow, a slow-path packet, the batch's
+	// end), so that a burst costs one atomic add per counter.
+	run      *Flow
+	runPkts  uint64
+	runBytes uint64
+	runNow   int64
 
 	// Trace, when non-nil, records each slow-path packet's way; the caller
 	// resets it between packets.
@@ -136,9 +148,13 @@ type Worker struct {
 	Flow *Flow
 }
 
+// emcSize is the number of entries of a worker's exact-match cache (a power
+// of two): 64 KiB of flow pointers.
+const emcSize = 8192
+
 // NewWorker returns a worker of pl.
 func (pl *Pipeline) NewWorker() *Worker {
-	w := &Worker{pl: pl}
+	w := &Worker{pl: pl, emc: new([emcSize]*Flow)}
 	w.parsed.VXLANPort = pl.vxlanPort
 	return w
 }
@@ -151,6 +167,7 @@ func (w *Worker) Process(pkts []*Packet, now int64) {
 	for _, p := range pkts {
 		w.process(p, gen, now)
 	}
+	w.endRun()
 	w.pl.fast.Add(w.fast)
 	w.pl.slowN.Add(w.slow)
 	w.fast, w.slow = 0, 0
@@ -182,23 +199,28 @@ func (w *Worker) process(p *Packet, gen uint64, now int64) {
 		}
 		return
 	}
-	key := pr.Key(p.InPort)
+	key := &w.key
+	pr.KeyInto(key, p.InPort)
 	hash := key.Hash()
 	b := p.Bytes()
-	eth := Ethernet(b[h.Eth:])
-	src, dst := eth.Src(), eth.Dst()
-	var outerSrc [16]byte
+	var outerSrc *[16]byte
 	if pr.Encap {
-		outerSrc = pr.Outer.Src
+		outerSrc = &pr.Outer.Src
 	}
 	uft := w.pl.uft
-	f := uft.Lookup(&key, hash)
+	slot := &w.emc[hash&(emcSize-1)]
+	f := *slot
+	if f == nil || f.hash != hash || !f.key.Equal(key) || f.Removed() {
+		if f = uft.Lookup(key, hash); f != nil {
+			*slot = f
+		}
+	}
 	if f != nil {
 		a := f.action.Load()
-		if a.Gen == gen && f.GuardMatches(src, dst, &outerSrc) && !uft.Expired(f, now) && !restarts(f, h.TCPFlags) {
+		if a.Gen == gen && f.guardOK(b[h.Eth:], outerSrc) && !uft.Expired(f, now) && !restarts(f, h.TCPFlags) {
 			n := p.Len()
 			w.apply(p, pr, a, hash)
-			f.Account(n, h.TCPFlags, now)
+			w.account(f, n, h.TCPFlags, now)
 			p.Path = PathFast
 			w.Flow = f
 			w.fast++
@@ -207,7 +229,13 @@ func (w *Worker) process(p *Packet, gen uint64, now int64) {
 	}
 	p.Path = PathSlow
 	w.slow++
-	w.slowPath(p, &key, hash, f, gen, now, src, dst, outerSrc)
+	w.endRun()
+	eth := Ethernet(b[h.Eth:])
+	var osrc [16]byte
+	if outerSrc != nil {
+		osrc = *outerSrc
+	}
+	w.slowPath(p, key, hash, f, gen, now, eth.Src(), eth.Dst(), osrc)
 }
 
 // decodePlain decodes p, which failed to decode, again without VXLAN
@@ -224,6 +252,34 @@ func (w *Worker) decodePlain(p *Packet) bool {
 	r := pr.Decode(p.Bytes())
 	pr.NoVXLAN = false
 	return r == NotDropped
+}
+
+// account counts a fast-path packet of n bytes on f, batched into runs.
+// Packets with SYN, FIN or RST change the connection's state and are
+// counted at once.
+func (w *Worker) account(f *Flow, n int, tcp uint8, now int64) {
+	if f != w.run {
+		w.endRun()
+		w.run = f
+	}
+	w.runPkts++
+	w.runBytes += uint64(n)
+	w.runNow = now
+	if tcp&(TCPSyn|TCPFin|TCPRst) != 0 {
+		f.Account(0, tcp, now)
+	}
+}
+
+// endRun counts the current run on its flow.
+func (w *Worker) endRun() {
+	if f := w.run; f != nil {
+		f.packets.Add(w.runPkts)
+		f.bytes.Add(w.runBytes)
+		if f.lastSeen.Load() < w.runNow {
+			f.lastSeen.Store(w.runNow)
+		}
+		w.run, w.runPkts, w.runBytes = nil, 0, 0
+	}
 }
 
 // restarts reports whether a TCP SYN reuses the key of a connection that

@@ -1,8 +1,11 @@
 package dataplane
 
 import (
+	"encoding/binary"
 	"fmt"
+	"math/bits"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -128,8 +131,8 @@ type Flow struct {
 
 	// guard: the decision depended on these; a packet that differs takes
 	// the slow path.
-	srcMAC, dstMAC MAC
-	outerSrc       [16]byte
+	macs     [12]byte // destination then source, as in the Ethernet header
+	outerSrc [16]byte
 
 	hash uint32 // key.Hash()
 }
@@ -139,7 +142,9 @@ const flowRemoved = 1 << 16
 // NewFlow returns a flow for key whose packets carry the given source and
 // destination MACs and, if encapsulated, outer source address.
 func NewFlow(key FlowKey, a *Action, srcMAC, dstMAC MAC, outerSrc [16]byte, now int64) *Flow {
-	f := &Flow{key: key, srcMAC: srcMAC, dstMAC: dstMAC, outerSrc: outerSrc, hash: key.Hash()}
+	f := &Flow{key: key, outerSrc: outerSrc, hash: key.Hash()}
+	copy(f.macs[0:6], dstMAC[:])
+	copy(f.macs[6:12], srcMAC[:])
 	f.action.Store(a)
 	f.lastSeen.Store(now)
 	return f
@@ -173,16 +178,33 @@ func (f *Flow) Removed() bool { return f.state.Load()&flowRemoved != 0 }
 // GuardMatches reports whether a packet with these MACs and outer source may
 // use the flow's action.
 func (f *Flow) GuardMatches(src, dst MAC, outerSrc *[16]byte) bool {
-	return f.srcMAC == src && f.dstMAC == dst && f.outerSrc == *outerSrc
+	return MAC(f.macs[6:12]) == src && MAC(f.macs[0:6]) == dst && f.outerSrc == *outerSrc
+}
+
+// guardOK is GuardMatches for the fast path: eth is the packet's tenant
+// Ethernet header, outerSrc its outer source address (nil if none).
+func (f *Flow) guardOK(eth []byte, outerSrc *[16]byte) bool {
+	if [12]byte(eth[:12]) != f.macs {
+		return false
+	}
+	if outerSrc == nil {
+		return f.outerSrc == [16]byte{}
+	}
+	return f.outerSrc == *outerSrc
 }
 
 // Guard returns the fields the flow's decision depended on beyond its key.
-func (f *Flow) Guard() (src, dst MAC, outerSrc [16]byte) { return f.srcMAC, f.dstMAC, f.outerSrc }
+func (f *Flow) Guard() (src, dst MAC, outerSrc [16]byte) {
+	return MAC(f.macs[6:12]), MAC(f.macs[0:6]), f.outerSrc
+}
 
-// Account counts one packet of n bytes with TCP flags tcp at time now.
+// Account counts one packet of n bytes with TCP flags tcp at time now; n
+// == 0 records the flags and time only.
 func (f *Flow) Account(n int, tcp uint8, now int64) {
-	f.packets.Add(1)
-	f.bytes.Add(uint64(n))
+	if n > 0 {
+		f.packets.Add(1)
+		f.bytes.Add(uint64(n))
+	}
 	if f.lastSeen.Load() < now {
 		f.lastSeen.Store(now)
 	}
@@ -230,6 +252,7 @@ type FlowTable struct {
 	shards []shard
 	mask   uint32
 	tmo    [numTimeoutKinds]int64
+	minTmo int64 // the smallest of tmo
 
 	count                               atomic.Int64
 	inserted, expired, evicted, refused atomic.Uint64
@@ -248,7 +271,7 @@ type shard struct {
 // findLocked returns the flow of s with key k, whose hash is hash.
 func (s *shard) findLocked(k *FlowKey, hash uint32) *Flow {
 	f := s.m[hash]
-	for f != nil && f.key != *k {
+	for f != nil && !f.key.Equal(k) {
 		f = f.next
 	}
 	return f
@@ -268,6 +291,7 @@ func NewFlowTable(cfg FlowTableConfig) (*FlowTable, error) {
 		to.TCPClosed, to.UDP, to.UDPUnreplied, to.ICMP, to.Other} {
 		t.tmo[i] = int64(d)
 	}
+	t.minTmo = slices.Min(t.tmo[:])
 	return t, nil
 }
 
@@ -278,23 +302,28 @@ func (t *FlowTable) Config() FlowTableConfig { return t.cfg }
 // pushed VXLAN headers. It is a fixed function of the key, so traces and
 // pushed headers are reproducible.
 func (k *FlowKey) Hash() uint32 {
-	// FNV-1a over the words that vary most, then a final avalanche.
-	h := uint32(2166136261)
-	mix := func(v uint32) {
-		h ^= v
-		h *= 16777619
-	}
-	for i := 0; i < 16; i += 4 {
-		mix(uint32(k.Src[i])<<24 | uint32(k.Src[i+1])<<16 | uint32(k.Src[i+2])<<8 | uint32(k.Src[i+3]))
-		mix(uint32(k.Dst[i])<<24 | uint32(k.Dst[i+1])<<16 | uint32(k.Dst[i+2])<<8 | uint32(k.Dst[i+3]))
-	}
-	mix(uint32(k.SrcPort)<<16 | uint32(k.DstPort))
-	mix(uint32(k.InPort)<<16 | uint32(k.Proto)<<8 | uint32(k.Flags))
-	mix(k.VNI)
-	h ^= h >> 16
-	h *= 0x85ebca6b
-	h ^= h >> 13
-	return h
+	// Three independent 64x64->128-bit multiply-mix lanes over 64-bit loads
+	// of the key (the folded-multiply step of wyhash), folded to 32 bits.
+	const (
+		c0 = 0xa0761d6478bd642f
+		c1 = 0xe7037ed1a0b428db
+		c2 = 0x8ebc6af09c88c6e3
+		c3 = 0x589965cc75374cc3
+	)
+	le := binary.LittleEndian
+	misc := uint64(k.VNI) | uint64(k.SrcPort)<<32 | uint64(k.DstPort)<<48
+	misc2 := uint64(k.InPort) | uint64(k.Proto)<<16 | uint64(k.Flags)<<24
+	x := mum(le.Uint64(k.Src[0:])^c0, le.Uint64(k.Dst[0:])^c1)
+	y := mum(le.Uint64(k.Src[8:])^c2, le.Uint64(k.Dst[8:])^c3)
+	z := mum(misc^c1, misc2^c2)
+	h := mum(x^c0, y^z^c3)
+	return uint32(h ^ h>>32)
+}
+
+// mum multiplies a and b into 128 bits and folds the halves.
+func mum(a, b uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	return hi ^ lo
 }
 
 func (t *FlowTable) shardOf(hash uint32) *shard { return &t.shards[hash&t.mask] }
@@ -582,6 +611,9 @@ func replied(f, other *Flow) bool {
 // Expired reports whether f's connection has been idle past its timeout at
 // time now.
 func (t *FlowTable) Expired(f *Flow, now int64) bool {
+	if now-f.lastSeen.Load() <= t.minTmo {
+		return false // seen more recently than any timeout
+	}
 	return now-connLastSeen(f) > t.timeoutOf(f)
 }
 

@@ -89,7 +89,7 @@ func (v *View) FromFlow(f *Flow, c *Conn) {
 		Port: k.InPort, InPort: k.InPort, Outbound: true,
 		Src: k.SrcAddr(), Dst: k.DstAddr(), Proto: k.Proto,
 		SrcPort: k.SrcPort, DstPort: k.DstPort,
-		SrcMAC: f.srcMAC, DstMAC: f.dstMAC,
+		SrcMAC: MAC(f.macs[6:12]), DstMAC: MAC(f.macs[0:6]),
 		LaterFragment: k.Flags&KeyLaterFragment != 0,
 	}
 	switch {
