@@ -110,7 +110,9 @@ const MaxFrameLen = 65535 + EthernetLen + VLANLen + MaxOuterLen
 func (p *Parsed) Decode(b []byte) DropReason {
 	p.Encap = false
 	p.VNI = 0
-	p.Inner = Headers{}
+	if p.Inner.Eth != 0 {
+		p.Inner = Headers{} // only a VXLAN packet fills Inner (at a non-zero offset)
+	}
 	if len(b) > MaxFrameLen {
 		return DropFrameTooLarge
 	}
