@@ -372,12 +372,23 @@ func (a *Action) Apply(p *Packet, pr *Parsed, hash uint32) DropReason {
 }
 
 // shift moves the offload offsets by n bytes (a push or a pop).
+// A pop that removes the header a partial checksum starts in leaves no
+// checksum to finish; one that removes the GSO headers leaves no
+// segmentation to do.
 func (o *Offload) shift(n int) {
 	if o.NeedsCsum {
-		o.CsumStart = uint16(int(o.CsumStart) + n)
+		if v := int(o.CsumStart) + n; v >= 0 {
+			o.CsumStart = uint16(v)
+		} else {
+			o.NeedsCsum, o.CsumStart, o.CsumOffset = false, 0, 0
+		}
 	}
 	if o.GSOType != GSONone {
-		o.HdrLen = uint16(int(o.HdrLen) + n)
+		if v := int(o.HdrLen) + n; v >= 0 {
+			o.HdrLen = uint16(v)
+		} else {
+			*o = Offload{NeedsCsum: o.NeedsCsum, CsumStart: o.CsumStart, CsumOffset: o.CsumOffset, DataValid: o.DataValid}
+		}
 	}
 }
 

@@ -66,10 +66,15 @@ type Pipeline struct {
 	actions map[actionKey]*Action
 }
 
+// actionKey identifies a decision; the pushed outer header set is keyed by
+// value, so that equal pushes built separately (the reverse of every
+// stateful connection from one remote host) share an Action.
 type actionKey struct {
-	out  PortID
-	drop DropReason
-	ht   Transposition
+	out   PortID
+	drop  DropReason
+	ht    Transposition // with Push cleared
+	outer Outer
+	push  bool
 }
 
 // maxInterned bounds the table of shared actions; beyond it, flows get
@@ -98,7 +103,10 @@ func (pl *Pipeline) Stats() PipelineStats {
 
 // action returns the shared action for a decision under generation gen.
 func (pl *Pipeline) action(out PortID, drop DropReason, ht Transposition, gen uint64) (*Action, error) {
-	k := actionKey{out, drop, ht}
+	k := actionKey{out: out, drop: drop, ht: ht}
+	if ht.Push != nil {
+		k.ht.Push, k.outer, k.push = nil, *ht.Push, true
+	}
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
 	if pl.actGen != gen {

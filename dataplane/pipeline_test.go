@@ -686,8 +686,8 @@ func TestPipelineExpiryAndRestart(t *testing.T) {
 	w := pl.NewWorker()
 	udp := plUDP4(40000, 64).build(t)
 	plCheckVerdict(t, plRun(t, w, udp, plClientPort, plNow), PathSlow, plServerPort, NotDropped)
-	plCheckVerdict(t, plRun(t, w, udp, plClientPort, plNow+int64(DefaultTimeouts.UDPUnreplied)), PathFast, plServerPort, NotDropped)
-	plCheckVerdict(t, plRun(t, w, udp, plClientPort, plNow+2*int64(DefaultTimeouts.UDPUnreplied)+1), PathSlow, plServerPort, NotDropped)
+	plCheckVerdict(t, plRun(t, w, udp, plClientPort, plNow+int64(DefaultTimeouts().UDPUnreplied)), PathFast, plServerPort, NotDropped)
+	plCheckVerdict(t, plRun(t, w, udp, plClientPort, plNow+2*int64(DefaultTimeouts().UDPUnreplied)+1), PathSlow, plServerPort, NotDropped)
 
 	tcp := plFrame{srcMAC: plClientMAC, dstMAC: plGwMAC, src: plClient4, dst: plVIP4, proto: layers.IPProtocolTCP, srcPort: 40000, dstPort: 80}
 	var paths []Path

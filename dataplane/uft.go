@@ -35,7 +35,7 @@ func (f FullPolicy) String() string {
 }
 
 // Timeouts are the idle times after which a connection's flows expire, by
-// protocol and TCP state. Zero fields take the defaults of DefaultTimeouts.
+// protocol and TCP state. Zero fields take the defaults of DefaultTimeouts().
 type Timeouts struct {
 	TCPEstablished time.Duration // both directions seen, no FIN or RST
 	TCPTransitory  time.Duration // SYN not yet answered, or FIN in one direction
@@ -47,22 +47,26 @@ type Timeouts struct {
 	Other          time.Duration
 }
 
-// DefaultTimeouts follow the NAT behaviour RFCs where they give a figure:
+// DefaultTimeouts returns the default timeouts. They follow the NAT
+// behaviour RFCs where they give a figure:
 // RFC 5382 (TCP established >= 2 h 4 min, transitory >= 4 min), RFC 4787
 // (UDP >= 2 min), RFC 5508 (ICMP query 60 s).
-var DefaultTimeouts = Timeouts{
-	TCPEstablished: 2*time.Hour + 4*time.Minute,
-	TCPTransitory:  4 * time.Minute,
-	TCPTimeWait:    30 * time.Second,
-	TCPClosed:      10 * time.Second,
-	UDP:            2 * time.Minute,
-	UDPUnreplied:   30 * time.Second,
-	ICMP:           60 * time.Second,
-	Other:          2 * time.Minute,
+func DefaultTimeouts() Timeouts {
+	return Timeouts{
+		TCPEstablished: 2*time.Hour + 4*time.Minute,
+		TCPTransitory:  4 * time.Minute,
+		TCPTimeWait:    30 * time.Second,
+		TCPClosed:      10 * time.Second,
+		UDP:            2 * time.Minute,
+		UDPUnreplied:   30 * time.Second,
+		ICMP:           60 * time.Second,
+		Other:          2 * time.Minute,
+	}
 }
 
 func (t *Timeouts) fill() {
-	d := &DefaultTimeouts
+	def := DefaultTimeouts()
+	d := &def
 	for _, f := range []struct{ v, def *time.Duration }{
 		{&t.TCPEstablished, &d.TCPEstablished}, {&t.TCPTransitory, &d.TCPTransitory},
 		{&t.TCPTimeWait, &d.TCPTimeWait}, {&t.TCPClosed, &d.TCPClosed},

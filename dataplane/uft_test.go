@@ -439,12 +439,12 @@ func TestFlowTableConfigValidate(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	want := DefaultTimeouts
+	want := DefaultTimeouts()
 	want.UDP = time.Second
 	if cfg.Shards != 64 || cfg.Timeouts != want {
 		t.Errorf("defaults: shards %d timeouts %+v, want 64 and %+v", cfg.Shards, cfg.Timeouts, want)
 	}
-	if got := uftTable(t, FlowTableConfig{MaxFlows: 5}).Config(); got.Shards != 64 || got.Timeouts != DefaultTimeouts {
+	if got := uftTable(t, FlowTableConfig{MaxFlows: 5}).Config(); got.Shards != 64 || got.Timeouts != DefaultTimeouts() {
 		t.Errorf("Config() = %+v, defaults not filled in", got)
 	}
 }
