@@ -79,19 +79,25 @@ func (s *Switch) arp(pol *compiled, in *Port, p *dataplane.Packet, h *dataplane.
 			p.OutPort = in.ID
 			return
 		}
-		if pol.uplink != nil && pol.uplink != in {
-			tr.Addf("port %s: arp: who-has %s: not local, to the uplink", in.Name, target)
-			p.OutPort = pol.uplink.ID
-			return
-		}
-		tr.Addf("port %s: arp: who-has %s: unknown address, not flooded", in.Name, target)
-		p.Drop = dataplane.DropNoDestination
+		toUplink(pol, in, p, "arp: who-has", target, tr)
 	case dataplane.ARPReply:
 		s.unicast(pol, in, p, eth.Dst(), "arp reply", tr)
 	default:
 		tr.Addf("port %s: arp: operation %d not handled", in.Name, a.Op())
 		p.Drop = dataplane.DropBadARP
 	}
+}
+
+// toUplink sends a resolution request the switch cannot answer to the
+// uplink, or drops it when there is none (nothing is flooded).
+func toUplink(pol *compiled, in *Port, p *dataplane.Packet, what string, target netip.Addr, tr *dataplane.Trace) {
+	if pol.uplink != nil && pol.uplink != in {
+		tr.Addf("port %s: %s %s: not local, to the uplink", in.Name, what, target)
+		p.OutPort = pol.uplink.ID
+		return
+	}
+	tr.Addf("port %s: %s %s: unknown address, not flooded", in.Name, what, target)
+	p.Drop = dataplane.DropNoDestination
 }
 
 // unicast forwards a non-flow frame to the port that owns dst.
@@ -152,13 +158,7 @@ func (s *Switch) neighbor(pol *compiled, in *Port, p *dataplane.Packet, h *datap
 	}
 	mac, owner, ok := pol.resolve(target)
 	if !ok || owner == in {
-		if pol.uplink != nil && pol.uplink != in {
-			tr.Addf("port %s: neighbour solicitation for %s: not local, to the uplink", in.Name, target)
-			p.OutPort = pol.uplink.ID
-			return
-		}
-		tr.Addf("port %s: neighbour solicitation for %s: unknown address, not flooded", in.Name, target)
-		p.Drop = dataplane.DropNoDestination
+		toUplink(pol, in, p, "neighbour solicitation for", target, tr)
 		return
 	}
 	// Rewrite the solicitation into the advertisement, in place.
