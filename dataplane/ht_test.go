@@ -1241,7 +1241,7 @@ func TestTranspositionThen(t *testing.T) {
 
 // htRandomView returns a random view of a packet.
 func htRandomView(rng *rand.Rand) View {
-	v := View{Port: 1, InPort: 1, Outbound: true}
+	v := View{InPort: 1}
 	v6 := rng.IntN(2) == 0
 	v.Src, v.Dst = htRandomAddr(rng, v6), htRandomAddr(rng, v6)
 	v.SrcMAC, v.DstMAC = MAC{2, 0, 0, 0, 0, byte(rng.Uint32())}, MAC{2, 0, 0, 0, 1, byte(rng.Uint32())}
@@ -1396,12 +1396,12 @@ func htFieldsOf(v *View) htHeaderFields {
 }
 
 func TestReverseHT(t *testing.T) {
-	tcp := View{Port: 1, InPort: 1, Outbound: true, SrcMAC: htMACA, DstMAC: htMACB,
+	tcp := View{InPort: 1, SrcMAC: htMACA, DstMAC: htMACB,
 		Src: netip.MustParseAddr("10.0.1.2"), Dst: netip.MustParseAddr("10.96.0.10"), Proto: ProtoTCP, SrcPort: 40000, DstPort: 80, TCPFlags: TCPSyn}
 	enc := tcp
 	enc.Encap, enc.VNI, enc.OuterSrcMAC, enc.OuterDstMAC = true, 4096, htMACC, htMACD
 	enc.OuterSrc, enc.OuterDst, enc.OuterDstPort = netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2"), VXLANPort
-	echo := View{Port: 1, InPort: 1, SrcMAC: htMACA, DstMAC: htMACB, Src: netip.MustParseAddr("fd00::1"), Dst: netip.MustParseAddr("2001:db8::1"),
+	echo := View{InPort: 1, SrcMAC: htMACA, DstMAC: htMACB, Src: netip.MustParseAddr("fd00::1"), Dst: netip.MustParseAddr("2001:db8::1"),
 		Proto: ProtoICMPv6, ICMPType: ICMPv6EchoRequest, SrcPort: 7, DstPort: 7}
 	for _, tc := range []struct {
 		name string

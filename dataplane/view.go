@@ -11,12 +11,8 @@ import (
 // built from a parsed packet (FromParsed) or, to revalidate a connection,
 // from the flow that started it (FromFlow).
 type View struct {
-	// Port is the port whose layers are looking at the packet; InPort is
-	// where the packet entered the switch.
-	Port, InPort PortID
-	// Outbound is true while the packet crosses its source port's layers
-	// (leaving the pod), false on the destination port's (arriving).
-	Outbound bool
+	// InPort is where the packet entered the switch.
+	InPort PortID
 
 	SrcMAC, DstMAC MAC
 	VLAN           uint16 // 802.1Q TCI, 0 if untagged
@@ -43,8 +39,8 @@ func (v *View) FromParsed(b []byte, pr *Parsed, in PortID) {
 	h := pr.Tenant()
 	k := pr.Key(in)
 	*v = View{
-		Port: in, InPort: in, Outbound: true,
-		Src: h.SrcAddr(), Dst: h.DstAddr(), Proto: h.Proto,
+		InPort: in,
+		Src:    h.SrcAddr(), Dst: h.DstAddr(), Proto: h.Proto,
 		SrcPort: k.SrcPort, DstPort: k.DstPort, TCPFlags: h.TCPFlags,
 		LaterFragment: h.Flags&FlagLaterFragment != 0,
 	}
@@ -86,8 +82,8 @@ func Addr16(a netip.Addr) [16]byte {
 func (v *View) FromFlow(f *Flow, c *Conn) {
 	k := &f.key
 	*v = View{
-		Port: k.InPort, InPort: k.InPort, Outbound: true,
-		Src: k.SrcAddr(), Dst: k.DstAddr(), Proto: k.Proto,
+		InPort: k.InPort,
+		Src:    k.SrcAddr(), Dst: k.DstAddr(), Proto: k.Proto,
 		SrcPort: k.SrcPort, DstPort: k.DstPort,
 		SrcMAC: MAC(f.macs[6:12]), DstMAC: MAC(f.macs[0:6]),
 		LaterFragment: k.Flags&KeyLaterFragment != 0,

@@ -120,7 +120,6 @@ const (
 	ndRouterSolicit   = 133
 	ndNeighborSolicit = 135
 	ndNeighborAdvert  = 136
-	ndOptSrcLLAddr    = 1
 	ndOptTgtLLAddr    = 2
 	naFlagRouter      = 0x80000000
 	naFlagSolicited   = 0x40000000

@@ -205,7 +205,6 @@ func (s *Switch) Decide(v *dataplane.View, tr *dataplane.Trace, d *dataplane.Dec
 	if !fwd.IsIdentity() && !s.transpose(v, &ht, fwd, tr, d) {
 		return
 	}
-	v.Port = out.ID
 	if !s.crossLayers(out, v, rules.In, &ht, &stateful, tr, d) {
 		return
 	}

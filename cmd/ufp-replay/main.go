@@ -255,5 +255,3 @@ func Check(dir fs.FS, ports []string, vxlanPort uint16, res *Result) (string, er
 	}
 	return d.String(), nil
 }
-
-func loadPolicyBytes(b []byte) (*vswitch.Config, error) { return vswitch.ParseConfig(b) }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/gopacket/gopacket/layers"
+
+	"github.com/ufp-dev/ufp/vswitch"
 )
 
 var update = flag.Bool("update", false, "rewrite scenario inputs and golden outputs")
@@ -249,7 +251,7 @@ func inputPorts(t *testing.T, dir string) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc, err := loadPolicyBytes(b)
+	sc, err := vswitch.ParseConfig(b)
 	if err != nil {
 		t.Fatal(err)
 	}
