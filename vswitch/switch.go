@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/ufp-dev/ufp/dataplane"
 	"github.com/ufp-dev/ufp/rules"
@@ -28,6 +29,11 @@ type Switch struct {
 	freeID []dataplane.PortID
 	nextID dataplane.PortID
 	gen    uint64
+
+	epoch      time.Time // the flow table's clock starts here (monotonic)
+	devMu      sync.Mutex
+	devs       map[string]Device // by port name
+	txNoDevice atomic.Uint64
 }
 
 var _ dataplane.SlowPath = (*Switch)(nil)
@@ -38,7 +44,7 @@ func New(cfg *Config) (*Switch, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Switch{ids: map[string]dataplane.PortID{}}
+	s := &Switch{ids: map[string]dataplane.PortID{}, epoch: time.Now()}
 	pl, err := dataplane.NewPipeline(dataplane.PipelineConfig{FlowTable: pol.ftable, VXLANPort: pol.vxlan}, s)
 	if err != nil {
 		return nil, err
