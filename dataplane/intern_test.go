@@ -56,3 +56,15 @@ func TestOffloadShift(t *testing.T) {
 		}
 	}
 }
+
+// A later fragment has no ports: a port rewrite leaves its view alone, so a
+// reverse key built from it matches real reply fragments.
+func TestViewApplyLaterFragmentPorts(t *testing.T) {
+	v := View{Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("10.0.0.2"), Proto: ProtoUDP, LaterFragment: true}
+	if err := v.Apply(&Transposition{Set: FieldSrcPort | FieldDstPort, SrcPort: 1, DstPort: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if v.SrcPort != 0 || v.DstPort != 0 {
+		t.Errorf("later fragment got ports %d > %d", v.SrcPort, v.DstPort)
+	}
+}

@@ -40,6 +40,9 @@ type Decision struct {
 	Stateful bool
 	// State is connection state for stateful actions, kept on the Conn.
 	State any
+	// Gen is the policy generation the decision was made under (0: the
+	// generation the pipeline read at the start of the batch).
+	Gen uint64
 }
 
 // PipelineConfig configures a Pipeline.
@@ -109,9 +112,13 @@ func (pl *Pipeline) action(out PortID, drop DropReason, ht Transposition, gen ui
 	}
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
-	if pl.actGen != gen {
+	if gen > pl.actGen {
 		clear(pl.actions)
 		pl.actGen = gen
+	} else if gen < pl.actGen {
+		// A worker still deciding under an older policy: its actions
+		// are not shared.
+		return NewAction(out, drop, ht, gen)
 	}
 	if a := pl.actions[k]; a != nil {
 		return a, nil
@@ -225,7 +232,7 @@ func (w *Worker) process(p *Packet, gen uint64, now int64) {
 	}
 	if f != nil {
 		a := f.action.Load()
-		if a.Gen == gen && f.guardOK(b[h.Eth:], outerSrc) && !uft.Expired(f, now) && !restarts(f, h.TCPFlags) {
+		if a.Gen >= gen && f.guardOK(b[h.Eth:], outerSrc) && !uft.Expired(f, now) && !restarts(f, h.TCPFlags) {
 			n := p.Len()
 			w.apply(p, pr, a, hash)
 			w.account(f, n, h.TCPFlags, now)
@@ -328,13 +335,14 @@ func (w *Worker) apply(p *Packet, pr *Parsed, a *Action, hash uint32) {
 func (w *Worker) slowPath(p *Packet, key *FlowKey, hash uint32, f *Flow, gen uint64, now int64, src, dst MAC, outerSrc [16]byte) {
 	uft := w.pl.uft
 	pr := &w.parsed
+	once := false // decide this packet without touching the table
 	if f != nil {
 		switch {
 		case uft.Expired(f, now) || restarts(f, pr.Tenant().TCPFlags):
 			w.Trace.Addf("flow %s expired or closed: removed", f.key)
 			uft.RemoveConn(f)
 			f = nil
-		case f.action.Load().Gen != gen && f.GuardMatches(src, dst, &outerSrc):
+		case f.action.Load().Gen < gen && f.GuardMatches(src, dst, &outerSrc):
 			if c := f.conn.Load(); c != nil && c.Stateful {
 				if w.revalidate(p, f, c, hash, gen, now) {
 					return
@@ -343,9 +351,18 @@ func (w *Worker) slowPath(p *Packet, key *FlowKey, hash uint32, f *Flow, gen uin
 			} else if w.Trace.On() {
 				w.Trace.Addf("revalidate flow %s (generation %d -> %d)", f.key, f.action.Load().Gen, gen)
 			}
+		case f.GuardMatches(src, dst, &outerSrc):
+			// Cached under a policy newer than this batch started with:
+			// another worker has decided it; decide this packet alone.
+			once = true
 		default:
-			// The guard differs: this packet is decided afresh and its
-			// flow replaces the old one.
+			if c := f.conn.Load(); c != nil && c.Stateful {
+				// The connection stays; this packet is decided alone.
+				w.Trace.Addf("flow %s is cached for other MACs or outer source: this packet decided on its own", f.key)
+				once = true
+				break
+			}
+			// A stateless flow: this packet's decision replaces it.
 			w.Trace.Addf("flow %s cached for other MACs or outer source: decided afresh", f.key)
 			uft.RemoveConn(f)
 			f = nil
@@ -357,13 +374,16 @@ func (w *Worker) slowPath(p *Packet, key *FlowKey, hash uint32, f *Flow, gen uin
 	d := &w.dec // not a local: passed to an interface method, it would escape
 	*d = Decision{}
 	w.pl.slow.Decide(v, w.Trace, d)
+	if d.Gen != 0 {
+		gen = d.Gen
+	}
 	a, err := w.pl.action(d.Out, d.Drop, d.HT, gen)
 	if err != nil {
 		w.Trace.Addf("transposition rejected: %v", err)
 		w.drop(p, DropTransposition)
 		return
 	}
-	if d.NoCache {
+	if d.NoCache || once {
 		w.apply(p, pr, a, hash)
 		return
 	}
@@ -397,8 +417,13 @@ func (w *Worker) slowPath(p *Packet, key *FlowKey, hash uint32, f *Flow, gen uin
 		}
 	}
 	w.Flow = f
-	if a.Drop == NotDropped {
-		w.installReverse(f, orig, v, d, gen, now)
+	if a.Drop == NotDropped && !w.installReverse(f, orig, v, d, gen, now) {
+		// A stateful connection whose replies could not be handled:
+		// undo it rather than send into a black hole.
+		uft.RemoveConn(f)
+		w.Flow = nil
+		w.drop(p, DropFlowTableFull)
+		return
 	}
 	n := p.Len()
 	w.apply(p, pr, a, hash)
@@ -406,53 +431,52 @@ func (w *Worker) slowPath(p *Packet, key *FlowKey, hash uint32, f *Flow, gen uin
 }
 
 // installReverse installs the reply direction of a stateful decision, or
-// pairs a stateless flow with a reply flow already present.
-func (w *Worker) installReverse(f *Flow, orig, final *View, d *Decision, gen uint64, now int64) {
+// pairs a stateless flow with a reply flow already present. It reports
+// false if a stateful connection's reply flow could not be installed (the
+// table is full).
+func (w *Worker) installReverse(f *Flow, orig, final *View, d *Decision, gen uint64, now int64) bool {
 	uft := w.pl.uft
 	reply := final.Reversed()
 	rkey := reply.Key(d.Out)
-	if !d.Stateful {
+	if !d.Stateful || !final.hasReply() {
 		if r := uft.Lookup(&rkey, rkey.Hash()); r != nil && r != f && r.conn.Load() == nil && f.conn.Load() == nil {
 			uft.Pair(r, f, false, now)
 		}
-		return
+		return true
 	}
 	ra, err := w.pl.action(orig.InPort, NotDropped, ReverseHT(orig, final), gen)
 	if err != nil {
 		w.Trace.Addf("reverse transposition rejected: %v", err)
-		return
+		return true
 	}
 	c := f.conn.Load()
 	if c == nil || !c.Stateful {
-		c = uft.AttachConn(f, true, now)
+		origin := Origin{OuterSrc: orig.OuterSrc, OuterDst: orig.OuterDst,
+			OuterSrcMAC: orig.OuterSrcMAC, OuterDstMAC: orig.OuterDstMAC, OuterDstPort: orig.OuterDstPort}
+		c = uft.AttachConn(f, true, now, origin, d.State)
 	}
-	c.OriginOuterSrc, c.OriginOuterDst = orig.OuterSrc, orig.OuterDst
-	c.State = d.State
 	if old := c.rev.Load(); old != nil {
 		if old.key == rkey {
 			old.SetAction(ra)
-			return
+			return true
 		}
 		uft.Remove(old)
 		c.rev.Store(nil)
 	}
-	rf := NewFlow(rkey, ra, reply.SrcMAC, reply.DstMAC, Addr16(reply.OuterSrc), now)
-	rf.lastSeen.Store(now)
+	// The reply's destination MAC is not guarded: the reverse
+	// transposition sets it, and a reply may be addressed either to the
+	// gateway or straight to the origin.
+	rf := NewFlow(rkey, ra, reply.SrcMAC, MAC{}, Addr16(reply.OuterSrc), now)
 	got := uft.Insert(rf)
-	switch {
-	case got == nil:
+	if got != nil && got != rf {
+		// A flow for the reply key exists (the reply raced us, or a
+		// stateless one from before): this connection's replaces it.
+		uft.Remove(got)
+		got = uft.Insert(rf)
+	}
+	if got == nil {
 		w.Trace.Addf("reply flow %s not installed: flow table full", rkey)
-		return
-	case got != rf:
-		// A flow for the reply key exists (the reply raced us, or an old
-		// stateless one): it now belongs to this connection.
-		got.SetAction(ra)
-		if oc := got.conn.Load(); oc != nil && oc != c {
-			uft.RemoveConn(got)
-			if got = uft.Insert(rf); got == nil {
-				return
-			}
-		}
+		return false
 	}
 	c.rev.Store(got)
 	got.conn.Store(c)
@@ -461,6 +485,7 @@ func (w *Worker) installReverse(f *Flow, orig, final *View, d *Decision, gen uin
 		// arguments allocates even when the trace is off.
 		w.Trace.Addf("stateful: reply flow %s -> %s", rkey, ra.HT)
 	}
+	return true
 }
 
 // revalidate re-decides a stateful connection from its origin after a
@@ -479,6 +504,9 @@ func (w *Worker) revalidate(p *Packet, f *Flow, c *Conn, hash uint32, gen uint64
 		w.Trace.Addf("revalidate connection %s (generation %d -> %d)", fwd.key, old, gen)
 	}
 	w.pl.slow.Decide(v, w.Trace, d)
+	if d.Gen != 0 {
+		gen = d.Gen
+	}
 	a, err := w.pl.action(d.Out, d.Drop, d.HT, gen)
 	if err != nil {
 		a, _ = w.pl.action(NoPort, DropRevalidated, Transposition{}, gen)

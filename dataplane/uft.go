@@ -180,15 +180,18 @@ func (f *Flow) TCPFlags() uint8 { return uint8(f.state.Load()) }
 func (f *Flow) Removed() bool { return f.state.Load()&flowRemoved != 0 }
 
 // GuardMatches reports whether a packet with these MACs and outer source may
-// use the flow's action.
+// use the flow's action. A flow made with a zero destination MAC (the reply
+// direction of a stateful connection, whose transposition sets it anyway)
+// matches any destination MAC.
 func (f *Flow) GuardMatches(src, dst MAC, outerSrc *[16]byte) bool {
-	return MAC(f.macs[6:12]) == src && MAC(f.macs[0:6]) == dst && f.outerSrc == *outerSrc
+	fd := MAC(f.macs[0:6])
+	return MAC(f.macs[6:12]) == src && (fd == dst || fd.IsZero()) && f.outerSrc == *outerSrc
 }
 
 // guardOK is GuardMatches for the fast path: eth is the packet's tenant
 // Ethernet header, outerSrc its outer source address (nil if none).
 func (f *Flow) guardOK(eth []byte, outerSrc *[16]byte) bool {
-	if [12]byte(eth[:12]) != f.macs {
+	if [12]byte(eth[:12]) != f.macs && ([6]byte(eth[6:12]) != [6]byte(f.macs[6:12]) || !MAC(f.macs[0:6]).IsZero()) {
 		return false
 	}
 	if outerSrc == nil {
@@ -222,17 +225,29 @@ func (f *Flow) Account(n int, tcp uint8, now int64) {
 // Conn is the state a connection's two directions share: the flows, the
 // connection-level data stateful actions attach (a NAT mapping, a chosen
 // backend), and what revalidation needs to re-run the origin direction.
+//
+// Everything but the two flow pointers is set before the Conn is published
+// (attached to a flow) and never written after, so workers read it without
+// locks.
 type Conn struct {
 	fwd atomic.Pointer[Flow] // the origin direction
 	rev atomic.Pointer[Flow] // the reply direction, if installed
 	// Stateful: the reply direction was installed from the origin's
 	// decision (ReverseHT) and is revalidated with it.
 	Stateful bool
-	// The outer addresses of an encapsulated origin.
-	OriginOuterSrc, OriginOuterDst netip.Addr
-	Created                        int64
+	// Origin is what the origin packet carried beyond its flow key and
+	// guard, for re-deciding it after a policy change.
+	Origin  Origin
+	Created int64
 	// State is what stateful actions attach; the table does not look at it.
 	State any
+}
+
+// Origin holds the outer header set of an encapsulated origin packet.
+type Origin struct {
+	OuterSrc, OuterDst       netip.Addr
+	OuterSrcMAC, OuterDstMAC MAC
+	OuterDstPort             uint16
 }
 
 // Fwd returns the origin direction's flow.
@@ -535,8 +550,8 @@ func (t *FlowTable) Pair(fwd, rev *Flow, stateful bool, now int64) *Conn {
 }
 
 // AttachConn makes f the origin of a new connection with no reply flow yet.
-func (t *FlowTable) AttachConn(f *Flow, stateful bool, now int64) *Conn {
-	c := &Conn{Stateful: stateful, Created: now}
+func (t *FlowTable) AttachConn(f *Flow, stateful bool, now int64, origin Origin, state any) *Conn {
+	c := &Conn{Stateful: stateful, Created: now, Origin: origin, State: state}
 	c.fwd.Store(f)
 	f.conn.Store(c)
 	return c

@@ -396,7 +396,7 @@ func TestFlowTableConnectionIdle(t *testing.T) {
 	ft := uftTable(t, FlowTableConfig{MaxFlows: 10, Timeouts: uftTimeouts})
 	f := uftNewFlow(uftKeyProto(1, ProtoUDP), uftT0)
 	ft.Insert(f)
-	ft.AttachConn(f, true, uftT0)
+	ft.AttachConn(f, true, uftT0, Origin{}, nil)
 	if ft.Expired(f, uftT0+int64(uftTimeouts.UDPUnreplied)) || !ft.Expired(f, uftT0+int64(uftTimeouts.UDPUnreplied)+1) {
 		t.Errorf("a lone flow with a connection does not age as unreplied UDP")
 	}

@@ -95,8 +95,10 @@ func (v *View) FromFlow(f *Flow, c *Conn) {
 		v.ICMPType, v.ICMPCode = uint8(k.DstPort>>8), uint8(k.DstPort)
 	}
 	if k.Flags&KeyEncap != 0 {
-		v.Encap, v.VNI, v.OuterDstPort = true, k.VNI, VXLANPort
-		v.OuterSrc, v.OuterDst = c.OriginOuterSrc, c.OriginOuterDst
+		o := &c.Origin
+		v.Encap, v.VNI = true, k.VNI
+		v.OuterSrc, v.OuterDst = o.OuterSrc, o.OuterDst
+		v.OuterSrcMAC, v.OuterDstMAC, v.OuterDstPort = o.OuterSrcMAC, o.OuterDstMAC, o.OuterDstPort
 	}
 }
 
@@ -116,6 +118,16 @@ func echoType(proto uint8, reply bool) uint8 {
 // IP version's own ICMP that is not a later fragment.
 func (v *View) icmpParsed() bool {
 	return !v.LaterFragment && (v.Proto == ProtoICMPv4 && v.Src.Is4() || v.Proto == ProtoICMPv6 && v.Src.Is6())
+}
+
+// hasReply reports whether the packet v describes has replies a reverse
+// flow can match: not a non-echo ICMP message (an error or other ICMP has
+// no reply of its own).
+func (v *View) hasReply() bool {
+	if v.Proto != ProtoICMPv4 && v.Proto != ProtoICMPv6 {
+		return true
+	}
+	return v.icmpParsed() && isEcho(v.Proto, v.ICMPType)
 }
 
 // IsIPv6 reports whether the tenant packet is IPv6.
@@ -187,7 +199,7 @@ func (v *View) Apply(t *Transposition) error {
 			id = t.DstPort
 		}
 		v.SrcPort, v.DstPort = id, id
-	case v.Proto == ProtoTCP || v.Proto == ProtoUDP:
+	case (v.Proto == ProtoTCP || v.Proto == ProtoUDP) && !v.LaterFragment:
 		if t.Set&FieldSrcPort != 0 {
 			v.SrcPort = t.SrcPort
 		}

@@ -71,7 +71,15 @@ func (s *Switch) arp(pol *compiled, in *Port, p *dataplane.Packet, h *dataplane.
 			p.Drop = dataplane.DropNoDestination
 			return
 		}
-		if mac, owner, ok := pol.resolve(target); ok && owner != in {
+		mac, owner, ok := pol.resolve(target)
+		if ok && owner == nil && in.Uplink {
+			// The network's own router answers for the gateway address
+			// there; the switch does not claim it on the wire.
+			tr.Addf("port %s: arp: who-has %s (the gateway): not answered toward the uplink", in.Name, target)
+			p.Drop = dataplane.DropNoDestination
+			return
+		}
+		if ok && owner != in {
 			tr.Addf("port %s: arp: who-has %s tell %s: answered %s is-at %s", in.Name, target, sender, target, mac)
 			eth.SetDst(eth.Src())
 			eth.SetSrc(mac)
@@ -118,8 +126,10 @@ func (s *Switch) unicast(pol *compiled, in *Port, p *dataplane.Packet, dst datap
 // ICMPv6 neighbour discovery (RFC 4861).
 const (
 	ndRouterSolicit   = 133
+	ndRouterAdvert    = 134
 	ndNeighborSolicit = 135
 	ndNeighborAdvert  = 136
+	ndRedirect        = 137
 	ndOptTgtLLAddr    = 2
 	naFlagRouter      = 0x80000000
 	naFlagSolicited   = 0x40000000
@@ -139,6 +149,20 @@ func (s *Switch) neighbor(pol *compiled, in *Port, p *dataplane.Packet, h *datap
 	}
 	icmp := b[h.L4:h.End]
 	typ := icmp[0]
+	if !in.Uplink {
+		// Like ARP senders, a pod may only advertise its own addresses,
+		// and pods are not routers.
+		switch {
+		case typ == ndRouterAdvert || typ == ndRedirect:
+			tr.Addf("port %s: %s from a pod: only routers send it", in.Name, ndName(typ))
+			p.Drop = dataplane.DropSpoofedSource
+			return
+		case typ == ndNeighborAdvert && (len(icmp) < 24 || !in.HasIP(netip.AddrFrom16([16]byte(icmp[8:24])))):
+			tr.Addf("port %s: neighbour advertisement for an address that is not the port's", in.Name)
+			p.Drop = dataplane.DropSpoofedSource
+			return
+		}
+	}
 	if typ != ndNeighborSolicit {
 		s.unicast(pol, in, p, eth.Dst(), ndName(typ), tr)
 		return
@@ -156,6 +180,11 @@ func (s *Switch) neighbor(pol *compiled, in *Port, p *dataplane.Packet, h *datap
 		return
 	}
 	mac, owner, ok := pol.resolve(target)
+	if ok && owner == nil && in.Uplink {
+		tr.Addf("port %s: neighbour solicitation for %s (the gateway): not answered toward the uplink", in.Name, target)
+		p.Drop = dataplane.DropNoDestination
+		return
+	}
 	if !ok || owner == in {
 		toUplink(pol, in, p, "neighbour solicitation for", target, tr)
 		return
@@ -202,13 +231,13 @@ func ndName(t uint8) string {
 	switch t {
 	case ndRouterSolicit:
 		return "router solicitation"
-	case 134:
+	case ndRouterAdvert:
 		return "router advertisement"
 	case ndNeighborSolicit:
 		return "neighbour solicitation"
 	case ndNeighborAdvert:
 		return "neighbour advertisement"
-	case 137:
+	case ndRedirect:
 		return "redirect"
 	}
 	return "neighbour discovery"

@@ -50,7 +50,9 @@ func New(cfg *Config) (*Switch, error) {
 		return nil, err
 	}
 	s.pl = pl
-	s.install(pol)
+	if err := s.install(pol); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -73,19 +75,27 @@ func (s *Switch) Apply(cfg *Config) error {
 	if pol.vxlan != cur.vxlan {
 		return fmt.Errorf("switch.vxlanPort: %w", ErrRestartNeeded)
 	}
-	s.install(pol)
-	return nil
+	return s.install(pol)
 }
 
 // install gives pol's ports stable IDs (a port keeps its ID while its name
 // stays in the policy), publishes it, and forgets the flows of removed
 // ports.
-func (s *Switch) install(pol *compiled) {
+func (s *Switch) install(pol *compiled) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	keep := map[string]bool{}
+	need := 0
 	for _, p := range pol.ports {
 		keep[p.Name] = true
+		if _, ok := s.ids[p.Name]; !ok {
+			need++
+		}
+	}
+	// IDs of ports removed now are free only after their flows are gone,
+	// so they cannot serve this policy's new ports.
+	if left := len(s.freeID) + int(dataplane.NoPort-s.nextID); need > left {
+		return fmt.Errorf("ports: %d new ports, but only %d port IDs are free until the removed ports' flows are purged; apply in two steps", need, left)
 	}
 	var removed []dataplane.PortID
 	for name, id := range s.ids {
@@ -121,6 +131,7 @@ func (s *Switch) install(pol *compiled) {
 		s.purge(removed)
 		s.freeID = append(s.freeID, removed...)
 	}
+	return nil
 }
 
 // purge removes every flow that enters or leaves by one of the ports.
@@ -174,6 +185,7 @@ func (s *Switch) Decapsulates(id dataplane.PortID) bool {
 // the switching decision, the destination port's layers inbound.
 func (s *Switch) Decide(v *dataplane.View, tr *dataplane.Trace, d *dataplane.Decision) {
 	pol := s.pol.Load()
+	d.Gen = pol.gen
 	in := pol.port(v.InPort)
 	if in == nil {
 		tr.Addf("port %d is not in the policy", v.InPort)
@@ -270,7 +282,9 @@ func (p *Port) spoofed(mac dataplane.MAC, ip netip.Addr) string {
 	if mac != p.MAC {
 		return fmt.Sprintf("source MAC %s is not the port's %s", mac, p.MAC)
 	}
-	if ip.IsValid() && len(p.IPs) > 0 && !p.HasIP(ip) && !ip.IsUnspecified() && !ip.IsLinkLocalUnicast() {
+	// IPv6 link-local sources (fe80::/10) are every interface's own; IPv4
+	// link-local (169.254/16) is not exempt.
+	if ip.IsValid() && len(p.IPs) > 0 && !p.HasIP(ip) && !ip.IsUnspecified() && !(ip.Is6() && ip.IsLinkLocalUnicast()) {
 		return fmt.Sprintf("source %s is not an address of the port", ip)
 	}
 	return ""
