@@ -173,3 +173,20 @@ func patch(b []byte, off int, v ...byte) []byte {
 	copy(c[off:], v)
 	return c
 }
+
+// fixIPv4Checksum recomputes the IPv4 header checksum of an Ethernet frame
+// after a patch, so that only the intended field is wrong (or nothing is).
+func fixIPv4Checksum(frame []byte) []byte {
+	ip := frame[14:]
+	hl := int(ip[0]&0x0f) * 4
+	ip[10], ip[11] = 0, 0
+	var sum uint32
+	for i := 0; i < hl; i += 2 {
+		sum += uint32(ip[i])<<8 | uint32(ip[i+1])
+	}
+	for sum>>16 != 0 {
+		sum = sum&0xffff + sum>>16
+	}
+	binary.BigEndian.PutUint16(ip[10:], ^uint16(sum))
+	return frame
+}

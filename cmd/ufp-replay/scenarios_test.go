@@ -139,7 +139,7 @@ var scenarios = map[string]func() []Frame{
 		s.add("pod-a", patch(good6, 14, 0x40))
 		s.add("pod-a", patch(patch(good6, 14+6, 60), 18, 0, 4))
 		s.add("pod-a", patch(bytes.Repeat([]byte{0x5a}, 64), 0, 0x02, 0, 0, 0, 0, 0x0b, 0x02, 0, 0, 0, 0, 0x0a, 0x88, 0xb5))
-		s.add("pod-a", patch(udp(macA, macB, a, 1000, b, 53, "fragment-payload"), 14+6, 0x00, 0x10))
+		s.add("pod-a", fixIPv4Checksum(patch(udp(macA, macB, a, 1000, b, 53, "fragment-payload"), 14+6, 0x00, 0x10)))
 		s.add("pod-a", good)
 		return s.frames
 	},
