@@ -103,16 +103,6 @@ func (r DropReason) IsMalformed() bool {
 	return r > NotDropped && r <= DropFrameTooLarge
 }
 
-// ParseDropReason returns the reason named s, as String prints it.
-func ParseDropReason(s string) (DropReason, bool) {
-	for i, n := range dropNames {
-		if n == s {
-			return DropReason(i), true
-		}
-	}
-	return 0, false
-}
-
 // DropCounters counts drops by reason. The zero value is ready to use and
 // safe for concurrent use.
 type DropCounters [numDropReasons]atomic.Uint64

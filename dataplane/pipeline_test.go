@@ -48,6 +48,9 @@ type plSlow struct {
 	noCache  bool
 	drop     DropReason
 	decaps   bool // every port decapsulates VXLAN
+	// decideGen, when set, is the generation Decide says it decided
+	// under (a policy newer than the one a batch started with).
+	decideGen uint64
 
 	decides atomic.Int64
 	locals  atomic.Int64
@@ -101,6 +104,7 @@ func (s *plSlow) Decide(v *View, tr *Trace, d *Decision) {
 		return
 	}
 	d.Out, d.HT, d.Stateful, d.NoCache = plServerPort, ht, s.stateful, s.noCache
+	d.Gen = s.decideGen
 }
 
 func (s *plSlow) lastView() View {
@@ -882,4 +886,28 @@ func BenchmarkFastPathParallel(b *testing.B) {
 			}
 		}
 	})
+}
+
+// A decision made under a policy newer than the one the batch started with
+// is stamped with its own generation, and the flow is not re-decided as
+// stale by workers still in the older batch.
+func TestPipelineNewerGenerationNotStale(t *testing.T) {
+	s := newPLSlow(t)
+	s.decideGen = 2 // the batch reads generation 1, the decision is of 2
+	w := newPL(t, s, FlowTableConfig{}).NewWorker()
+	frame := plUDP4(4000, 64).build(t)
+	if p := plRun(t, w, frame, plClientPort, plNow); p.Path != PathSlow || p.OutPort != plServerPort {
+		t.Fatalf("first packet: path %s out %d drop %s", p.Path, p.OutPort, p.Drop)
+	}
+	if got := w.Flow.Action().Gen; got != 2 {
+		t.Errorf("action stamped with generation %d, want the decision's 2", got)
+	}
+	for i := range 3 {
+		if p := plRun(t, w, frame, plClientPort, plNow); p.Path != PathFast {
+			t.Errorf("packet %d took the %s path: a newer flow was re-decided as stale", i+2, p.Path)
+		}
+	}
+	if n := s.decides.Load(); n != 1 {
+		t.Errorf("Decide ran %d times, want 1", n)
+	}
 }

@@ -173,9 +173,6 @@ func (f *Flow) Bytes() uint64   { return f.bytes.Load() }
 // LastSeen returns the time of the flow's last packet.
 func (f *Flow) LastSeen() int64 { return f.lastSeen.Load() }
 
-// TCPFlags returns the TCP flags seen in this direction.
-func (f *Flow) TCPFlags() uint8 { return uint8(f.state.Load()) }
-
 // Removed reports whether the flow has left the table.
 func (f *Flow) Removed() bool { return f.state.Load()&flowRemoved != 0 }
 
@@ -198,11 +195,6 @@ func (f *Flow) guardOK(eth []byte, outerSrc *[16]byte) bool {
 		return f.outerSrc == [16]byte{}
 	}
 	return f.outerSrc == *outerSrc
-}
-
-// Guard returns the fields the flow's decision depended on beyond its key.
-func (f *Flow) Guard() (src, dst MAC, outerSrc [16]byte) {
-	return MAC(f.macs[6:12]), MAC(f.macs[0:6]), f.outerSrc
 }
 
 // Account counts one packet of n bytes with TCP flags tcp at time now; n
