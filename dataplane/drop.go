@@ -48,6 +48,9 @@ const (
 	DropNoHeadroom
 	DropRevalidated
 	DropTTLExceeded
+	DropUnknownVNI
+	DropUnknownProvider
+	DropMTUExceeded
 
 	numDropReasons
 )
@@ -85,6 +88,9 @@ var dropNames = [numDropReasons]string{
 	DropNoHeadroom:           "no-headroom",
 	DropRevalidated:          "revalidation-failed",
 	DropTTLExceeded:          "ttl-exceeded",
+	DropUnknownVNI:           "unknown-vni",
+	DropUnknownProvider:      "unknown-provider-address",
+	DropMTUExceeded:          "mtu-exceeded",
 }
 
 // NumDropReasons is the number of distinct drop reasons, for sizing arrays.
@@ -95,6 +101,16 @@ func (r DropReason) String() string {
 		return dropNames[r]
 	}
 	return "unknown-drop-reason"
+}
+
+// ParseDropReason returns the reason named s (as String writes it).
+func ParseDropReason(s string) (DropReason, bool) {
+	for r, name := range dropNames {
+		if name == s && r != int(NotDropped) {
+			return DropReason(r), true
+		}
+	}
+	return NotDropped, false
 }
 
 // IsMalformed reports whether r is a parse error (the frame itself is bad)

@@ -361,6 +361,8 @@ func (a ARP) SenderMAC() MAC       { return MAC(a[arpSHA : arpSHA+6]) }
 func (a ARP) SenderIP() netip.Addr { return netip.AddrFrom4([4]byte(a[arpSPA : arpSPA+4])) }
 func (a ARP) TargetMAC() MAC       { return MAC(a[arpTHA : arpTHA+6]) }
 func (a ARP) TargetIP() netip.Addr { return netip.AddrFrom4([4]byte(a[arpTPA : arpTPA+4])) }
+func (a ARP) SetSenderMAC(m MAC)   { copy(a[arpSHA:arpSHA+6], m[:]) }
+func (a ARP) SetTargetMAC(m MAC)   { copy(a[arpTHA:arpTHA+6], m[:]) }
 func (a ARP) valid() bool {
 	return binary.BigEndian.Uint16(a[arpHType:]) == 1 && binary.BigEndian.Uint16(a[arpPType:]) == EtherTypeIPv4 &&
 		a[arpHLen] == 6 && a[arpPLen] == 4

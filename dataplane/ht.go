@@ -242,6 +242,8 @@ type Action struct {
 	Drop DropReason
 	HT   Transposition
 	Gen  uint64
+	// MTU is the largest IP packet Out takes, 0 for no limit.
+	MTU uint16
 
 	// Pushed outer header template (Ethernet, IP, UDP, VXLAN) with every
 	// field but lengths, checksums and the UDP source port filled in.
@@ -259,7 +261,11 @@ type Action struct {
 
 // NewAction compiles a forwarding (drop == NotDropped) or dropping action.
 func NewAction(out PortID, drop DropReason, ht Transposition, gen uint64) (*Action, error) {
-	a := &Action{Out: out, Drop: drop, HT: ht, Gen: gen}
+	return newAction(out, 0, drop, ht, gen)
+}
+
+func newAction(out PortID, mtu uint16, drop DropReason, ht Transposition, gen uint64) (*Action, error) {
+	a := &Action{Out: out, Drop: drop, HT: ht, Gen: gen, MTU: mtu}
 	if drop != NotDropped {
 		a.Out, a.HT = NoPort, Transposition{}
 		return a, nil
@@ -369,6 +375,23 @@ func (a *Action) Apply(p *Packet, pr *Parsed, hash uint32) DropReason {
 		return a.push(p, hash)
 	}
 	return NotDropped
+}
+
+// tooBig reports whether the frame p, transposed by a, carries an IP
+// packet larger than a.MTU. A GSO super-frame is measured by the segments
+// it will be cut into.
+func (a *Action) tooBig(p *Packet, pr *Parsed) bool {
+	l2 := EthernetLen
+	if a.HT.Push == nil {
+		if h := pr.Tenant(); h.Flags&FlagVLAN != 0 {
+			l2 += VLANLen
+		}
+	}
+	n := p.Len()
+	if o := &p.Offload; o.GSOType != GSONone && o.GSOSize != 0 {
+		n = min(n, int(o.HdrLen)+int(o.GSOSize))
+	}
+	return n-l2 > int(a.MTU)
 }
 
 // shift moves the offload offsets by n bytes (a push or a pop).

@@ -43,6 +43,10 @@ type Decision struct {
 	// Gen is the policy generation the decision was made under (0: the
 	// generation the pipeline read at the start of the batch).
 	Gen uint64
+	// MTU is the largest IP packet the output port takes (0: no limit);
+	// ReplyMTU is the input port's, for the reply direction of a
+	// stateful decision. Larger packets are dropped (DropMTUExceeded).
+	MTU, ReplyMTU uint16
 }
 
 // PipelineConfig configures a Pipeline.
@@ -74,6 +78,7 @@ type Pipeline struct {
 // stateful connection from one remote host) share an Action.
 type actionKey struct {
 	out   PortID
+	mtu   uint16
 	drop  DropReason
 	ht    Transposition // with Push cleared
 	outer Outer
@@ -105,8 +110,8 @@ func (pl *Pipeline) Stats() PipelineStats {
 }
 
 // action returns the shared action for a decision under generation gen.
-func (pl *Pipeline) action(out PortID, drop DropReason, ht Transposition, gen uint64) (*Action, error) {
-	k := actionKey{out: out, drop: drop, ht: ht}
+func (pl *Pipeline) action(out PortID, mtu uint16, drop DropReason, ht Transposition, gen uint64) (*Action, error) {
+	k := actionKey{out: out, mtu: mtu, drop: drop, ht: ht}
 	if ht.Push != nil {
 		k.ht.Push, k.outer, k.push = nil, *ht.Push, true
 	}
@@ -118,12 +123,12 @@ func (pl *Pipeline) action(out PortID, drop DropReason, ht Transposition, gen ui
 	} else if gen < pl.actGen {
 		// A worker still deciding under an older policy: its actions
 		// are not shared.
-		return NewAction(out, drop, ht, gen)
+		return newAction(out, mtu, drop, ht, gen)
 	}
 	if a := pl.actions[k]; a != nil {
 		return a, nil
 	}
-	a, err := NewAction(out, drop, ht, gen)
+	a, err := newAction(out, mtu, drop, ht, gen)
 	if err != nil {
 		return nil, err
 	}
@@ -329,6 +334,13 @@ func (w *Worker) apply(p *Packet, pr *Parsed, a *Action, hash uint32) {
 		w.drop(p, r)
 		return
 	}
+	if a.MTU != 0 && a.tooBig(p, pr) {
+		if w.Trace.On() {
+			w.Trace.Addf("packet larger than the output port's MTU of %d bytes", a.MTU)
+		}
+		w.drop(p, DropMTUExceeded)
+		return
+	}
 	p.OutPort = a.Out
 }
 
@@ -377,7 +389,7 @@ func (w *Worker) slowPath(p *Packet, key *FlowKey, hash uint32, f *Flow, gen uin
 	if d.Gen != 0 {
 		gen = d.Gen
 	}
-	a, err := w.pl.action(d.Out, d.Drop, d.HT, gen)
+	a, err := w.pl.action(d.Out, d.MTU, d.Drop, d.HT, gen)
 	if err != nil {
 		w.Trace.Addf("transposition rejected: %v", err)
 		w.drop(p, DropTransposition)
@@ -444,7 +456,7 @@ func (w *Worker) installReverse(f *Flow, orig, final *View, d *Decision, gen uin
 		}
 		return true
 	}
-	ra, err := w.pl.action(orig.InPort, NotDropped, ReverseHT(orig, final), gen)
+	ra, err := w.pl.action(orig.InPort, d.ReplyMTU, NotDropped, ReverseHT(orig, final), gen)
 	if err != nil {
 		w.Trace.Addf("reverse transposition rejected: %v", err)
 		return true
@@ -507,9 +519,9 @@ func (w *Worker) revalidate(p *Packet, f *Flow, c *Conn, hash uint32, gen uint64
 	if d.Gen != 0 {
 		gen = d.Gen
 	}
-	a, err := w.pl.action(d.Out, d.Drop, d.HT, gen)
+	a, err := w.pl.action(d.Out, d.MTU, d.Drop, d.HT, gen)
 	if err != nil {
-		a, _ = w.pl.action(NoPort, DropRevalidated, Transposition{}, gen)
+		a, _ = w.pl.action(NoPort, 0, DropRevalidated, Transposition{}, gen)
 	}
 	fwd.SetAction(a)
 	if a.Drop == NotDropped && d.Stateful {

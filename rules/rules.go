@@ -102,6 +102,12 @@ type Condition struct {
 	SrcPorts  []PortRange // TCP and UDP only: a port condition never matches other protocols
 	DstPorts  []PortRange
 	VNIs      []uint32 // matches encapsulated packets with one of these VNIs
+	// Encapsulated matches only packets that arrived in a VXLAN tunnel
+	// (still encapsulated when the layer looks at them).
+	Encapsulated bool
+	// OuterSrcIPs matches encapsulated packets whose outer source address
+	// is in one of the prefixes.
+	OuterSrcIPs []netip.Prefix
 }
 
 // Validate checks c.
@@ -113,7 +119,7 @@ func (c *Condition) Validate() error {
 	for _, f := range [...]struct {
 		name string
 		ps   []netip.Prefix
-	}{{"srcIPs", c.SrcIPs}, {"dstIPs", c.DstIPs}} {
+	}{{"srcIPs", c.SrcIPs}, {"dstIPs", c.DstIPs}, {"outerSrcIPs", c.OuterSrcIPs}} {
 		name := f.name
 		for i, p := range f.ps {
 			if !p.IsValid() || p.Addr().Is4In6() {
@@ -181,6 +187,12 @@ func (c *Condition) Match(v *dataplane.View, dir Direction) bool {
 	if len(c.VNIs) > 0 && (!v.Encap || !slices.Contains(c.VNIs, v.VNI)) {
 		return false
 	}
+	if c.Encapsulated && !v.Encap {
+		return false
+	}
+	if len(c.OuterSrcIPs) > 0 && (!v.Encap || !prefixesContain(c.OuterSrcIPs, v.OuterSrc)) {
+		return false
+	}
 	return true
 }
 
@@ -229,6 +241,10 @@ func (c *Condition) String() string {
 	add("sport", len(c.SrcPorts), func(i int) string { return c.SrcPorts[i].String() })
 	add("dport", len(c.DstPorts), func(i int) string { return c.DstPorts[i].String() })
 	add("vni", len(c.VNIs), func(i int) string { return fmt.Sprint(c.VNIs[i]) })
+	if c.Encapsulated {
+		p = append(p, "encapsulated")
+	}
+	add("outer-src", len(c.OuterSrcIPs), func(i int) string { return c.OuterSrcIPs[i].String() })
 	if len(p) == 0 {
 		return "any"
 	}
@@ -255,9 +271,22 @@ func (v Verb) String() string {
 type Action struct {
 	Verb Verb
 	HT   dataplane.Transposition
+	// Reason is the drop reason a block gives (0: DropBlocked).
+	Reason dataplane.DropReason
+}
+
+// DropReason is the reason packets a block drops are counted under.
+func (a Action) DropReason() dataplane.DropReason {
+	if a.Reason != dataplane.NotDropped {
+		return a.Reason
+	}
+	return dataplane.DropBlocked
 }
 
 func (a Action) String() string {
+	if a.Verb == Block && a.Reason != dataplane.NotDropped {
+		return "block (" + a.Reason.String() + ")"
+	}
 	if a.Verb == Block || a.HT.IsIdentity() && a.HT.Outer == dataplane.OuterIgnore {
 		return a.Verb.String()
 	}

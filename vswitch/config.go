@@ -24,7 +24,12 @@ import (
 // holds, as JSON; unknown fields are errors.
 type Config struct {
 	Switch SwitchConfig `json:"switch"`
-	Ports  []PortConfig `json:"ports"`
+	Ports  []PortConfig `json:"ports,omitempty"`
+
+	// The HNS level (hns.go): a document has either these or ports.
+	Uplink    *UplinkConfig    `json:"Uplink,omitempty"`
+	Networks  []NetworkConfig  `json:"Networks,omitempty"`
+	Endpoints []EndpointConfig `json:"Endpoints,omitempty"`
 }
 
 // SwitchConfig holds switch-wide settings.
@@ -33,6 +38,9 @@ type SwitchConfig struct {
 	// Gateway is the address the switch answers ARP and neighbour
 	// solicitations for, and routes between its endpoints as.
 	Gateway *GatewayConfig `json:"gateway,omitempty"`
+	// Gateways are further router identities, one per network: each
+	// answers for its IPs with its own MAC.
+	Gateways []GatewayConfig `json:"gateways,omitempty"`
 	// FlowTable settings are taken when the switch is created; a later
 	// policy may not change them.
 	FlowTable FlowTableConfig `json:"flowTable"`
@@ -99,8 +107,18 @@ type PortConfig struct {
 	IPs []string `json:"ips,omitempty"`
 	// Uplink marks the port that leads out of the switch: frames for
 	// unknown unicast MACs go there. At most one port is the uplink.
-	Uplink bool          `json:"uplink,omitempty"`
-	Layers []LayerConfig `json:"layers,omitempty"`
+	Uplink bool `json:"uplink,omitempty"`
+	// MTU is the largest IP packet the port's device takes; larger
+	// packets switched to it are dropped (mtu-exceeded). 0: no limit.
+	MTU uint16 `json:"mtu,omitempty"`
+	// Underlay says how a vNIC appears on the uplink's network:
+	// "bridged" (the default: its frames and ARP/ND go out as they are),
+	// "rewrite" (L2Bridge: ARP and neighbour discovery it sends out carry
+	// the uplink's MAC, and the switch answers for it toward the uplink
+	// with the uplink's MAC) or "none" (overlay: it is not on the underlay
+	// at all; ARP and ND the switch cannot answer are dropped).
+	Underlay string        `json:"underlay,omitempty"`
+	Layers   []LayerConfig `json:"layers,omitempty"`
 }
 
 // LayerConfig is one layer of a port.
@@ -147,6 +165,9 @@ type MatchConfig struct {
 	SrcPorts  []string `json:"srcPorts,omitempty"`  // "80" or "1000-2000"
 	DstPorts  []string `json:"dstPorts,omitempty"`
 	VNIs      []uint32 `json:"vnis,omitempty"`
+	// Encapsulated matches only packets still in a VXLAN tunnel.
+	Encapsulated bool     `json:"encapsulated,omitempty"`
+	OuterSrcIPs  []string `json:"outerSrcIPs,omitempty"`
 }
 
 // ActionConfig is "allow" or "block"; an allow may transpose headers.
@@ -157,6 +178,9 @@ type ActionConfig struct {
 	// header set).
 	Outer string      `json:"outer,omitempty"`
 	Push  *PushConfig `json:"push,omitempty"`
+	// Reason is the drop reason a block counts its packets under
+	// (default blocked-by-policy), e.g. unknown-vni.
+	Reason string `json:"reason,omitempty"`
 }
 
 // ModifyConfig rewrites tenant header fields.
@@ -214,6 +238,7 @@ func ParseConfig(b []byte) (*Config, error) {
 	if err := json.Unmarshal(b, &c); err != nil {
 		return nil, jsonError(b, err)
 	}
+	c.compactSettings()
 	if _, err := c.compile(); err != nil {
 		return nil, err
 	}
@@ -365,8 +390,8 @@ type compiled struct {
 	byMAC  map[dataplane.MAC]*Port
 	byIP   map[netip.Addr]*Port
 	uplink *Port
-	gwMAC  dataplane.MAC
-	gwIPs  []netip.Addr
+	gwMACs map[dataplane.MAC]bool
+	gwIPs  map[netip.Addr]dataplane.MAC
 	ftable dataplane.FlowTableConfig
 	vxlan  uint16
 	byID   []*Port // by stable port ID, set when installed
@@ -376,13 +401,27 @@ type compiled struct {
 // Port is a compiled switch port. Immutable; a policy change builds new
 // Ports (keeping the IDs of ports whose names remain).
 type Port struct {
-	ID     dataplane.PortID
-	Name   string
-	MAC    dataplane.MAC
-	IPs    []netip.Addr
-	Uplink bool
-	Layers []*rules.Layer
+	ID       dataplane.PortID
+	Name     string
+	MAC      dataplane.MAC
+	IPs      []netip.Addr
+	Uplink   bool
+	MTU      uint16
+	Underlay Underlay
+	Layers   []*rules.Layer
 }
+
+// Underlay is how a vNIC appears on the uplink's network.
+type Underlay uint8
+
+const (
+	// Bridged vNICs appear with their own MACs.
+	Bridged Underlay = iota
+	// Rewritten vNICs (L2Bridge) appear with the uplink's MAC.
+	Rewritten
+	// Isolated vNICs (overlay) do not appear on the underlay.
+	Isolated
+)
 
 // HasIP reports whether a is one of the port's addresses.
 func (p *Port) HasIP(a netip.Addr) bool {
@@ -394,28 +433,63 @@ func (p *Port) HasIP(a netip.Addr) bool {
 	return false
 }
 
-// compile validates c and builds the immutable policy. Port IDs are given
-// in config order here; the switch maps them to stable IDs.
+// compile validates c and builds the immutable policy, lowering an
+// HNS-level document first.
 func (c *Config) compile() (*compiled, error) {
+	low, err := c.Lower()
+	if err != nil {
+		return nil, err
+	}
+	p, err := low.compileVFP()
+	if err != nil {
+		if low != c {
+			return nil, fmt.Errorf("the VFP-level policy lowered from this document is invalid (a bug in ufp): %w", err)
+		}
+		return nil, err
+	}
+	p.cfg = c
+	return p, nil
+}
+
+// compileVFP validates a VFP-level document and builds the immutable
+// policy. Port IDs are given in config order here; the switch maps them to
+// stable IDs.
+func (c *Config) compileVFP() (*compiled, error) {
 	p := &compiled{
 		cfg: c, name: c.Switch.Name, byName: map[string]*Port{}, byMAC: map[dataplane.MAC]*Port{},
 		byIP: map[netip.Addr]*Port{}, vxlan: c.Switch.VXLANPort,
 	}
-	if g := c.Switch.Gateway; g != nil {
-		mac, err := parseMAC("switch.gateway.mac", g.MAC)
+	p.gwMACs, p.gwIPs = map[dataplane.MAC]bool{}, map[netip.Addr]dataplane.MAC{}
+	gws := c.Switch.Gateways
+	if c.Switch.Gateway != nil {
+		gws = append([]GatewayConfig{*c.Switch.Gateway}, gws...)
+	}
+	for i := range gws {
+		g := &gws[i]
+		at := fmt.Sprintf("switch.gateways[%d]", i)
+		if c.Switch.Gateway != nil {
+			at = fmt.Sprintf("switch.gateways[%d]", i-1)
+			if i == 0 {
+				at = "switch.gateway"
+			}
+		}
+		mac, err := parseMAC(at+".mac", g.MAC)
 		if err != nil {
 			return nil, err
 		}
 		if mac.IsMulticast() || mac.IsZero() {
-			return nil, fmt.Errorf("switch.gateway.mac: %s is not a unicast address", mac)
+			return nil, fmt.Errorf("%s.mac: %s is not a unicast address", at, mac)
 		}
-		p.gwMAC = mac
-		for i, s := range g.IPs {
-			a, err := parseAddr(fmt.Sprintf("switch.gateway.ips[%d]", i), s)
+		p.gwMACs[mac] = true
+		for j, s := range g.IPs {
+			a, err := parseAddr(fmt.Sprintf("%s.ips[%d]", at, j), s)
 			if err != nil {
 				return nil, err
 			}
-			p.gwIPs = append(p.gwIPs, a)
+			if _, dup := p.gwIPs[a]; dup {
+				return nil, fmt.Errorf("%s.ips[%d]: %s is already a gateway address", at, j, a)
+			}
+			p.gwIPs[a] = mac
 		}
 	}
 	ft, err := c.Switch.FlowTable.toDataplane()
@@ -440,17 +514,15 @@ func (c *Config) compile() (*compiled, error) {
 		if q := p.byName[port.Name]; q != nil {
 			return nil, fmt.Errorf("%s.name: %q is also the name of another port", at, port.Name)
 		}
-		if q := p.byMAC[port.MAC]; q != nil || port.MAC == p.gwMAC {
+		if q := p.byMAC[port.MAC]; q != nil || p.gwMACs[port.MAC] {
 			return nil, fmt.Errorf("%s.mac: %s is already used by %s", at, port.MAC, macOwner(q))
 		}
 		for j, a := range port.IPs {
 			if q := p.byIP[a]; q != nil {
 				return nil, fmt.Errorf("%s.ips[%d]: %s is already used by port %q", at, j, a, q.Name)
 			}
-			for _, g := range p.gwIPs {
-				if g == a {
-					return nil, fmt.Errorf("%s.ips[%d]: %s is the gateway's address", at, j, a)
-				}
+			if _, gw := p.gwIPs[a]; gw {
+				return nil, fmt.Errorf("%s.ips[%d]: %s is the gateway's address", at, j, a)
 			}
 			p.byIP[a] = port
 		}
@@ -505,7 +577,22 @@ func (pc *PortConfig) compile(at string) (*Port, error) {
 	if pc.Name == "" {
 		return nil, fmt.Errorf("%s.name: a port needs a name", at)
 	}
-	port := &Port{Name: pc.Name, Uplink: pc.Uplink}
+	port := &Port{Name: pc.Name, Uplink: pc.Uplink, MTU: pc.MTU}
+	switch pc.Underlay {
+	case "", "bridged":
+	case "rewrite":
+		port.Underlay = Rewritten
+	case "none":
+		port.Underlay = Isolated
+	default:
+		return nil, fmt.Errorf("%s.underlay: unknown mode %q (want bridged, rewrite or none)", at, pc.Underlay)
+	}
+	if pc.Uplink && port.Underlay != Bridged {
+		return nil, fmt.Errorf("%s.underlay: the uplink is the underlay; underlay applies to vNICs", at)
+	}
+	if pc.MTU != 0 && pc.MTU < 576 {
+		return nil, fmt.Errorf("%s.mtu: %d is below 576, the smallest MTU IPv4 allows", at, pc.MTU)
+	}
 	mac, err := parseMAC(at+".mac", pc.MAC)
 	if err != nil {
 		return nil, err
@@ -639,6 +726,10 @@ func (mc *MatchConfig) compile(at string) (rules.Condition, error) {
 		return c, err
 	}
 	c.VNIs = mc.VNIs
+	c.Encapsulated = mc.Encapsulated
+	if c.OuterSrcIPs, err = parsePrefixes(at+".outerSrcIPs", mc.OuterSrcIPs); err != nil {
+		return c, err
+	}
 	if err := c.Validate(); err != nil {
 		return c, fmt.Errorf("%s.%w", at, err)
 	}
@@ -719,6 +810,16 @@ func (ac *ActionConfig) compile(at string) (rules.Action, error) {
 	}
 	if a.Verb == rules.Block && (!t.IsIdentity() || t.Outer != dataplane.OuterIgnore) {
 		return a, fmt.Errorf("%s: a block action cannot modify, pop or push headers", at)
+	}
+	if ac.Reason != "" {
+		r, ok := dataplane.ParseDropReason(ac.Reason)
+		if !ok || r.IsMalformed() {
+			return a, fmt.Errorf("%s.reason: %q is not a drop reason a policy can give", at, ac.Reason)
+		}
+		if a.Verb != rules.Block {
+			return a, fmt.Errorf("%s.reason: only a block action has a drop reason", at)
+		}
+		a.Reason = r
 	}
 	return a, nil
 }

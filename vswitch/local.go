@@ -79,6 +79,13 @@ func (s *Switch) arp(pol *compiled, in *Port, p *dataplane.Packet, h *dataplane.
 			p.Drop = dataplane.DropNoDestination
 			return
 		}
+		if ok && in.Uplink {
+			if mac, ok = onUnderlay(in, owner, mac); !ok {
+				tr.Addf("port %s: arp: who-has %s: port %s is not on the underlay: not answered", in.Name, target, owner.Name)
+				p.Drop = dataplane.DropNoDestination
+				return
+			}
+		}
 		if ok && owner != in {
 			tr.Addf("port %s: arp: who-has %s tell %s: answered %s is-at %s", in.Name, target, sender, target, mac)
 			eth.SetDst(eth.Src())
@@ -87,9 +94,20 @@ func (s *Switch) arp(pol *compiled, in *Port, p *dataplane.Packet, h *dataplane.
 			p.OutPort = in.ID
 			return
 		}
-		toUplink(pol, in, p, "arp: who-has", target, tr)
+		if toUplink(pol, in, p, "arp: who-has", target, tr) && in.Underlay == Rewritten {
+			rewriteARP(eth, a, pol.uplink.MAC, tr)
+		}
 	case dataplane.ARPReply:
-		s.unicast(pol, in, p, eth.Dst(), "arp reply", tr)
+		if owner := forHost(pol, in, eth.Dst(), target); owner != nil {
+			tr.Addf("port %s: arp reply to the host for %s -> port %s, MAC rewritten to %s", in.Name, target, owner.Name, owner.MAC)
+			eth.SetDst(owner.MAC)
+			a.SetTargetMAC(owner.MAC)
+			p.OutPort = owner.ID
+			return
+		}
+		if s.unicast(pol, in, p, eth.Dst(), "arp reply", tr) && in.Underlay == Rewritten && p.OutPort == pol.uplink.ID {
+			rewriteARP(eth, a, pol.uplink.MAC, tr)
+		}
 	default:
 		tr.Addf("port %s: arp: operation %d not handled", in.Name, a.Op())
 		p.Drop = dataplane.DropBadARP
@@ -97,30 +115,79 @@ func (s *Switch) arp(pol *compiled, in *Port, p *dataplane.Packet, h *dataplane.
 }
 
 // toUplink sends a resolution request the switch cannot answer to the
-// uplink, or drops it when there is none (nothing is flooded).
-func toUplink(pol *compiled, in *Port, p *dataplane.Packet, what string, target netip.Addr, tr *dataplane.Trace) {
+// uplink, or drops it when there is none (nothing is flooded) or the port
+// is not on the underlay. It reports whether the frame goes out.
+func toUplink(pol *compiled, in *Port, p *dataplane.Packet, what string, target netip.Addr, tr *dataplane.Trace) bool {
+	if in.Underlay == Isolated {
+		tr.Addf("port %s: %s %s: not local, and the port is not on the underlay: not sent", in.Name, what, target)
+		p.Drop = dataplane.DropNoDestination
+		return false
+	}
 	if pol.uplink != nil && pol.uplink != in {
 		tr.Addf("port %s: %s %s: not local, to the uplink", in.Name, what, target)
 		p.OutPort = pol.uplink.ID
-		return
+		return true
 	}
 	tr.Addf("port %s: %s %s: unknown address, not flooded", in.Name, what, target)
 	p.Drop = dataplane.DropNoDestination
+	return false
 }
 
-// unicast forwards a non-flow frame to the port that owns dst.
-func (s *Switch) unicast(pol *compiled, in *Port, p *dataplane.Packet, dst dataplane.MAC, what string, tr *dataplane.Trace) {
+// onUnderlay returns the MAC the switch answers for port owner's address
+// toward the uplink in: its own if it is bridged, the uplink's if the
+// switch rewrites its MAC (L2Bridge), none if it is not on the underlay.
+// The gateway (owner nil) keeps mac.
+func onUnderlay(in, owner *Port, mac dataplane.MAC) (dataplane.MAC, bool) {
+	switch {
+	case owner == nil || owner.Underlay == Bridged:
+		return mac, true
+	case owner.Underlay == Rewritten:
+		return in.MAC, true
+	}
+	return mac, false
+}
+
+// forHost returns the L2Bridge port that a frame from the uplink to the
+// uplink's own MAC is really for, found by its destination address ip, or
+// nil.
+func forHost(pol *compiled, in *Port, dst dataplane.MAC, ip netip.Addr) *Port {
+	if !in.Uplink || dst != in.MAC {
+		return nil
+	}
+	if p := pol.byIP[ip]; p != nil && p.Underlay == Rewritten {
+		return p
+	}
+	return nil
+}
+
+// rewriteARP gives an ARP frame leaving for the uplink the uplink's MAC as
+// its sender, at both layers (L2Bridge MAC rewrite).
+func rewriteARP(eth dataplane.Ethernet, a dataplane.ARP, mac dataplane.MAC, tr *dataplane.Trace) {
+	eth.SetSrc(mac)
+	a.SetSenderMAC(mac)
+	tr.Addf("  sender MAC rewritten to the uplink's %s", mac)
+}
+
+// unicast forwards a non-flow frame to the port that owns dst. It reports
+// whether the frame goes out.
+func (s *Switch) unicast(pol *compiled, in *Port, p *dataplane.Packet, dst dataplane.MAC, what string, tr *dataplane.Trace) bool {
 	out := pol.byMAC[dst]
 	if out == nil && !dst.IsMulticast() && pol.uplink != nil {
 		out = pol.uplink
 	}
+	if out == pol.uplink && in.Underlay == Isolated {
+		tr.Addf("port %s: %s to %s: the port is not on the underlay: not sent", in.Name, what, dst)
+		p.Drop = dataplane.DropNoDestination
+		return false
+	}
 	if out == nil || out == in {
 		tr.Addf("port %s: %s to %s: no port to deliver it to", in.Name, what, dst)
 		p.Drop = dataplane.DropNoDestination
-		return
+		return false
 	}
 	tr.Addf("port %s: %s to %s -> port %s", in.Name, what, dst, out.Name)
 	p.OutPort = out.ID
+	return true
 }
 
 // ICMPv6 neighbour discovery (RFC 4861).
@@ -130,6 +197,7 @@ const (
 	ndNeighborSolicit = 135
 	ndNeighborAdvert  = 136
 	ndRedirect        = 137
+	ndOptSrcLLAddr    = 1
 	ndOptTgtLLAddr    = 2
 	naFlagRouter      = 0x80000000
 	naFlagSolicited   = 0x40000000
@@ -164,7 +232,15 @@ func (s *Switch) neighbor(pol *compiled, in *Port, p *dataplane.Packet, h *datap
 		}
 	}
 	if typ != ndNeighborSolicit {
-		s.unicast(pol, in, p, eth.Dst(), ndName(typ), tr)
+		if owner := forHost(pol, in, eth.Dst(), h.DstAddr()); owner != nil {
+			tr.Addf("port %s: %s to the host for %s -> port %s, MAC rewritten to %s", in.Name, ndName(typ), h.DstAddr(), owner.Name, owner.MAC)
+			eth.SetDst(owner.MAC)
+			p.OutPort = owner.ID
+			return
+		}
+		if s.unicast(pol, in, p, eth.Dst(), ndName(typ), tr) && in.Underlay == Rewritten && p.OutPort == pol.uplink.ID {
+			rewriteND(b, h, pol.uplink.MAC, tr)
+		}
 		return
 	}
 	if len(icmp) < 24 || icmp[1] != 0 || h.TTL != 255 {
@@ -185,8 +261,17 @@ func (s *Switch) neighbor(pol *compiled, in *Port, p *dataplane.Packet, h *datap
 		p.Drop = dataplane.DropNoDestination
 		return
 	}
+	if ok && in.Uplink {
+		if mac, ok = onUnderlay(in, owner, mac); !ok {
+			tr.Addf("port %s: neighbour solicitation for %s: port %s is not on the underlay: not answered", in.Name, target, owner.Name)
+			p.Drop = dataplane.DropNoDestination
+			return
+		}
+	}
 	if !ok || owner == in {
-		toUplink(pol, in, p, "neighbour solicitation for", target, tr)
+		if toUplink(pol, in, p, "neighbour solicitation for", target, tr) && in.Underlay == Rewritten {
+			rewriteND(b, h, pol.uplink.MAC, tr)
+		}
 		return
 	}
 	// Rewrite the solicitation into the advertisement, in place.
@@ -225,6 +310,43 @@ func (s *Switch) neighbor(pol *compiled, in *Port, p *dataplane.Packet, h *datap
 	binary.BigEndian.PutUint16(na[2:], ck)
 	tr.Addf("port %s: neighbour solicitation for %s from %s: answered %s is-at %s", in.Name, target, src, target, mac)
 	p.OutPort = in.ID
+}
+
+// rewriteND gives a neighbour discovery frame leaving for the uplink the
+// uplink's MAC as its Ethernet source and in its link-layer address option
+// (source for a solicitation, target for an advertisement), and fixes the
+// ICMPv6 checksum (L2Bridge MAC rewrite).
+func rewriteND(b []byte, h *dataplane.Headers, mac dataplane.MAC, tr *dataplane.Trace) {
+	dataplane.Ethernet(b[h.Eth:]).SetSrc(mac)
+	icmp := b[h.L4:h.End]
+	opt, body := 0, 0 // the option to rewrite, where options start
+	switch icmp[0] {
+	case ndRouterSolicit:
+		opt, body = ndOptSrcLLAddr, 8
+	case ndNeighborSolicit:
+		opt, body = ndOptSrcLLAddr, 24
+	case ndNeighborAdvert:
+		opt, body = ndOptTgtLLAddr, 24
+	}
+	changed := false
+	for i := body; body > 0 && i+8 <= len(icmp); {
+		n := int(icmp[i+1]) * 8
+		if n == 0 || i+n > len(icmp) {
+			break
+		}
+		if int(icmp[i]) == opt && n == 8 {
+			copy(icmp[i+2:i+8], mac[:])
+			changed = true
+		}
+		i += n
+	}
+	if changed {
+		src, dst := h.SrcAddr().As16(), h.DstAddr().As16()
+		icmp[2], icmp[3] = 0, 0
+		ck := dataplane.Checksum(icmp, dataplane.PseudoHeaderSum(src[:], dst[:], dataplane.ProtoICMPv6, len(icmp)))
+		binary.BigEndian.PutUint16(icmp[2:], ck)
+	}
+	tr.Addf("  source MAC rewritten to the uplink's %s", mac)
 }
 
 func ndName(t uint8) string {

@@ -199,13 +199,40 @@ func (s *Switch) Decide(v *dataplane.View, tr *dataplane.Trace, d *dataplane.Dec
 	}
 	var ht dataplane.Transposition
 	stateful := false
+	tunneled := v.Encap
 	if !s.crossLayers(in, v, rules.Out, &ht, &stateful, tr, d) {
 		return
 	}
 	out, fwd, how := pol.forward(v)
+	switch {
+	case out == pol.uplink && out != nil && in.Underlay == Isolated && !v.Encap:
+		if tr.On() {
+			tr.Addf("switch: %s -> port %s is not on the underlay and %s is routed to no remote host: not sent", how.explain(v, out), in.Name, v.Dst)
+		}
+		d.Drop = dataplane.DropNoDestination
+		return
+	case in.Uplink && out != nil && out.Underlay == Isolated && !tunneled:
+		if tr.On() {
+			tr.Addf("switch: %s -> port %s is reached only through the overlay: plain frames from the underlay are not delivered", how.explain(v, out), out.Name)
+		}
+		d.Drop = dataplane.DropNoDestination
+		return
+	}
 	if out == nil {
 		if tr.On() {
 			tr.Addf("switch: %s", how.explain(v, out))
+		}
+		d.Drop = dataplane.DropNoDestination
+		return
+	}
+	if out == in && in.Uplink {
+		// Nothing is switched back to the wire it came from.
+		if tr.On() {
+			why := "not sent back to the underlay it came from"
+			if v.DstMAC == in.MAC && !v.Encap {
+				why = "for the host itself, which has no port on this switch"
+			}
+			tr.Addf("switch: %s -> %s", how.explain(v, out), why)
 		}
 		d.Drop = dataplane.DropNoDestination
 		return
@@ -227,6 +254,7 @@ func (s *Switch) Decide(v *dataplane.View, tr *dataplane.Trace, d *dataplane.Dec
 		return
 	}
 	d.Out, d.HT, d.Stateful = out.ID, ht, stateful
+	d.MTU, d.ReplyMTU = out.MTU, in.MTU
 }
 
 // crossLayers runs v through port p's layers in direction dir, composing
@@ -245,7 +273,7 @@ func (s *Switch) crossLayers(p *Port, v *dataplane.View, dir rules.Direction, ht
 			tr.Addf("port %s %s: layer %s: %s", p.Name, dir, l.Name, vd)
 		}
 		if vd.Action.Verb == rules.Block {
-			d.Drop = dataplane.DropBlocked
+			d.Drop = vd.Action.DropReason()
 			return false
 		}
 		if !s.transpose(v, ht, vd.Action.HT, tr, d) {
@@ -306,10 +334,10 @@ func (pol *compiled) forward(v *dataplane.View) (*Port, dataplane.Transposition,
 	switch {
 	case dst.IsMulticast():
 		return nil, ht, fwdMulticast
-	case dst == pol.gwMAC && !pol.gwMAC.IsZero() && !v.Encap:
+	case pol.gwMACs[dst] && !v.Encap:
 		if p := pol.byIP[v.Dst]; p != nil {
 			ht.Set = dataplane.FieldSrcMAC | dataplane.FieldDstMAC
-			ht.SrcMAC, ht.DstMAC = pol.gwMAC, p.MAC
+			ht.SrcMAC, ht.DstMAC = dst, p.MAC
 			return p, ht, fwdRouted
 		}
 		if pol.uplink != nil {
@@ -370,10 +398,8 @@ func (pol *compiled) resolve(ip netip.Addr) (dataplane.MAC, *Port, bool) {
 	if p := pol.byIP[ip]; p != nil {
 		return p.MAC, p, true
 	}
-	for _, g := range pol.gwIPs {
-		if g == ip {
-			return pol.gwMAC, nil, true
-		}
+	if mac, ok := pol.gwIPs[ip]; ok {
+		return mac, nil, true
 	}
 	return dataplane.MAC{}, nil, false
 }

@@ -158,10 +158,26 @@ func neighborSolicit(smac, src, target string) []byte {
 	return serialize(&layers.Ethernet{SrcMAC: mac(smac), DstMAC: dmac, EthernetType: layers.EthernetTypeIPv6}, v6, ic, ns)
 }
 
-// vxlan wraps inner in Ethernet/IPv4/UDP/VXLAN from src to dst.
+// neighborAdvert builds a solicited ICMPv6 neighbour advertisement for
+// target at tmac.
+func neighborAdvert(smac, dmac, src, dst, target, tmac string) []byte {
+	v6 := &layers.IPv6{Version: 6, HopLimit: 255, NextHeader: layers.IPProtocolICMPv6, SrcIP: ip(src), DstIP: ip(dst)}
+	ic := &layers.ICMPv6{TypeCode: layers.CreateICMPv6TypeCode(layers.ICMPv6TypeNeighborAdvertisement, 0)}
+	ic.SetNetworkLayerForChecksum(v6)
+	na := &layers.ICMPv6NeighborAdvertisement{Flags: 0x60, TargetAddress: ip(target),
+		Options: layers.ICMPv6Options{{Type: layers.ICMPv6OptTargetAddress, Data: mac(tmac)}}}
+	return serialize(eth(smac, dmac, layers.EthernetTypeIPv6), v6, ic, na)
+}
+
+// vxlan wraps inner in Ethernet/IP/UDP/VXLAN from src to dst, port 4789.
 func vxlan(smac, dmac, src, dst string, sport int, vni uint32, inner []byte) []byte {
+	return vxlanOn(4789, smac, dmac, src, dst, sport, vni, inner)
+}
+
+// vxlanOn is vxlan to UDP port dport.
+func vxlanOn(dport int, smac, dmac, src, dst string, sport int, vni uint32, inner []byte) []byte {
 	ipl, nl, et := l3(src, dst, layers.IPProtocolUDP)
-	u := &layers.UDP{SrcPort: layers.UDPPort(sport), DstPort: 4789}
+	u := &layers.UDP{SrcPort: layers.UDPPort(sport), DstPort: layers.UDPPort(dport)}
 	u.SetNetworkLayerForChecksum(nl)
 	vx := &layers.VXLAN{ValidIDFlag: true, VNI: vni}
 	return serialize(eth(smac, dmac, et), ipl, u, vx, gopacket.Payload(inner))

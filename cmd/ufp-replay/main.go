@@ -17,6 +17,7 @@ package main
 
 import (
 	"embed"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -53,10 +54,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	trace := fl.String("trace", "", "write the per-packet trace to this file (- for standard output)")
 	check := fl.String("check", "", "compare output and trace with the golden files in this scenario directory")
 	update := fl.Bool("update", false, "with -check: rewrite the golden files instead of comparing")
+	lower := fl.Bool("lower", false, "print the VFP-level policy (ports, layers, rules) that -policy compiles to, and exit")
 	var then changeFlags
 	fl.Var(&then, "then", "N=FILE: apply policy FILE before packet N (repeatable)")
 	fl.Usage = func() {
 		fmt.Fprintf(stderr, "usage: ufp-replay [-policy P.json -in in.pcapng] [-out out.pcapng] [-trace trace.txt] [-then N=P2.json] [-check DIR [-update]]\n"+
+			"       ufp-replay -lower -policy P.json\n"+
 			"With no flags, runs the embedded quickstart scenario and prints its trace.\n\n")
 		fl.PrintDefaults()
 	}
@@ -69,6 +72,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if fl.NArg() > 0 {
 		fmt.Fprintf(stderr, "ufp-replay: unexpected arguments %q\n", fl.Args())
 		return 2
+	}
+	if *lower {
+		if *policy == "" || *in != "" || *check != "" {
+			fmt.Fprintln(stderr, "ufp-replay: -lower goes with -policy alone")
+			return 2
+		}
+		return printLowered(*policy, stdout, stderr)
 	}
 	if len(then) > 0 && *policy == "" {
 		fmt.Fprintln(stderr, "ufp-replay: -then goes with -policy and -in (a scenario directory has policy@N.json files instead)")
@@ -135,7 +145,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "updated %s\n", *check)
 		return 0
 	}
-	diff, err := Check(os.DirFS(*check), ports, sc.Policy.Switch.VXLANPort, res)
+	diff, err := Check(os.DirFS(*check), ports, vxlanPort(sc.Policy), res)
 	if err != nil {
 		fmt.Fprintf(stderr, "ufp-replay: %s: %v\n", *check, err)
 		return 1
@@ -148,9 +158,40 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// printLowered prints the VFP-level form of the policy file at path.
+func printLowered(path string, stdout, stderr io.Writer) int {
+	c, err := vswitch.LoadConfig(path)
+	if err == nil {
+		c, err = c.Lower()
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "ufp-replay: %v\n", err)
+		return 1
+	}
+	b, err := json.MarshalIndent(c, "", "  ")
+	if err != nil {
+		fmt.Fprintf(stderr, "ufp-replay: %v\n", err)
+		return 1
+	}
+	stdout.Write(append(b, '\n'))
+	return 0
+}
+
+// vxlanPort returns the UDP port policy c decodes VXLAN on (0: 4789).
+func vxlanPort(c *vswitch.Config) uint16 {
+	if low, err := c.Lower(); err == nil {
+		return low.Switch.VXLANPort
+	}
+	return c.Switch.VXLANPort
+}
+
 func portNames(c *vswitch.Config) []string {
 	var ps []string
-	for _, p := range c.Ports {
+	low, err := c.Lower()
+	if err != nil {
+		return nil // c was validated when it was parsed
+	}
+	for _, p := range low.Ports {
 		ps = append(ps, p.Name)
 	}
 	return ps

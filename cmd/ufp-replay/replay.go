@@ -129,7 +129,7 @@ func Run(sc *Scenario) (*Result, error) {
 	w := pl.NewWorker()
 	tr := &dataplane.Trace{}
 	w.Trace = tr
-	vx := sc.Policy.Switch.VXLANPort
+	vx := vxlanPort(sc.Policy)
 	res := &Result{}
 	var out strings.Builder
 	pkt := dataplane.NewPacket(dataplane.BufferSize)

@@ -550,7 +550,7 @@ func goldenOutputs(t *testing.T) (names, paths []string, ports []uint16) {
 		}
 		names = append(names, filepath.Base(dir))
 		paths = append(paths, p)
-		ports = append(ports, cfg.Switch.VXLANPort)
+		ports = append(ports, vxlanPort(cfg))
 	}
 	return names, paths, ports
 }

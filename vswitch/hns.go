@@ -1,0 +1,1042 @@
+package vswitch
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"reflect"
+	"slices"
+	"strings"
+
+	"github.com/ufp-dev/ufp/dataplane"
+)
+
+// The HNS level of a policy document: networks, endpoints and their
+// policies, named and shaped as the Host Networking Service's v2 schema
+// names them (HostComputeNetwork, HostComputeEndpoint, policies as Type
+// plus Settings). A document at this level is lowered into ports, layers
+// and rules (Config.Lower) before it is compiled; docs/ARCHITECTURE.md
+// lists what each object becomes.
+
+// UplinkConfig is the host's connection to the underlay network: the
+// switch port that leads to it and the host's identity there.
+type UplinkConfig struct {
+	// Name is the uplink port's name (default "uplink").
+	Name string `json:"Name,omitempty"`
+	// MacAddress is the host's MAC on the underlay: L2Bridge endpoints
+	// appear on the wire with it, and VXLAN outer frames come from it.
+	MacAddress string `json:"MacAddress"`
+	// Mtu is the largest IP packet the underlay carries (default 1500).
+	Mtu uint16 `json:"Mtu,omitempty"`
+	// Neighbors are underlay addresses the switch sends to, with their
+	// MACs: remote provider addresses (or the router toward them) and
+	// SDNRoute next hops.
+	Neighbors []NeighborConfig `json:"Neighbors,omitempty"`
+}
+
+// NeighborConfig is one underlay address and its MAC.
+type NeighborConfig struct {
+	IpAddress  string `json:"IpAddress"`
+	MacAddress string `json:"MacAddress"`
+}
+
+// NetworkConfig is an HNS network (HostComputeNetwork).
+type NetworkConfig struct {
+	Name string `json:"Name"`
+	// Type is L2Bridge or Overlay.
+	Type     string         `json:"Type"`
+	Ipams    []IpamConfig   `json:"Ipams"`
+	Policies []PolicyConfig `json:"Policies,omitempty"`
+}
+
+// IpamConfig holds a network's subnets; Type is "Static" (or empty).
+type IpamConfig struct {
+	Type    string         `json:"Type,omitempty"`
+	Subnets []SubnetConfig `json:"Subnets"`
+}
+
+// SubnetConfig is one subnet of a network. Its default route's NextHop is
+// the subnet's gateway, which the switch answers ARP and neighbour
+// solicitations for.
+type SubnetConfig struct {
+	IpAddressPrefix string         `json:"IpAddressPrefix"`
+	Routes          []RouteConfig  `json:"Routes,omitempty"`
+	Policies        []PolicyConfig `json:"Policies,omitempty"`
+}
+
+// RouteConfig is a subnet route. Only default routes (the gateway) are
+// taken; endpoints' SDNRoute policies route further prefixes.
+type RouteConfig struct {
+	NextHop           string `json:"NextHop"`
+	DestinationPrefix string `json:"DestinationPrefix"`
+	Metric            uint16 `json:"Metric,omitempty"`
+}
+
+// PolicyConfig is an HNS policy: a Type and its Settings.
+type PolicyConfig struct {
+	Type     string          `json:"Type"`
+	Settings json.RawMessage `json:"Settings,omitempty"`
+}
+
+// EndpointConfig is an HNS endpoint (HostComputeEndpoint): one vNIC.
+type EndpointConfig struct {
+	Name string `json:"Name"`
+	// HostComputeNetwork is the Name of the endpoint's network.
+	HostComputeNetwork string           `json:"HostComputeNetwork"`
+	MacAddress         string           `json:"MacAddress"`
+	IpConfigurations   []IpConfigConfig `json:"IpConfigurations"`
+	Policies           []PolicyConfig   `json:"Policies,omitempty"`
+}
+
+// IpConfigConfig is one address of an endpoint.
+type IpConfigConfig struct {
+	IpAddress    string `json:"IpAddress"`
+	PrefixLength uint8  `json:"PrefixLength,omitempty"`
+}
+
+// Policy settings, by policy type.
+type (
+	// ProviderAddressSettings: the host's address on the underlay that
+	// VXLAN of an Overlay network is sent from and received at (one per
+	// address family).
+	ProviderAddressSettings struct {
+		ProviderAddress string `json:"ProviderAddress"`
+	}
+	// RemoteSubnetRouteSettings: a remote host's pod subnet, reached by
+	// VXLAN with VNI IsolationId at its provider address; the inner
+	// destination MAC becomes the remote's distributed router MAC.
+	RemoteSubnetRouteSettings struct {
+		DestinationPrefix           string `json:"DestinationPrefix"`
+		IsolationId                 uint32 `json:"IsolationId"`
+		ProviderAddress             string `json:"ProviderAddress"`
+		DistributedRouterMacAddress string `json:"DistributedRouterMacAddress"`
+	}
+	// VxlanPortSettings: the UDP port of VXLAN (default 4789).
+	VxlanPortSettings struct {
+		Port uint16 `json:"Port"`
+	}
+	// DrMacAddressSettings: the MAC of the network's distributed router,
+	// which answers for the subnets' gateways.
+	DrMacAddressSettings struct {
+		Address string `json:"Address"`
+	}
+	// NetAdapterNameSettings: the adapter the network uses as uplink; it
+	// must be the document's Uplink.Name.
+	NetAdapterNameSettings struct {
+		NetworkAdapterName string `json:"NetworkAdapterName"`
+	}
+	// VsidSettings (subnet policy VSID): the subnet's virtual subnet ID,
+	// the VNI its traffic carries.
+	VsidSettings struct {
+		IsolationId uint32 `json:"IsolationId"`
+	}
+	// SDNRouteSettings: traffic from the endpoint to DestinationPrefix goes
+	// to NextHop: on the underlay (NextHop's MAC from Uplink.Neighbors) or,
+	// with NeedEncap on an Overlay network, in VXLAN to the provider
+	// address NextHop.
+	SDNRouteSettings struct {
+		DestinationPrefix string `json:"DestinationPrefix"`
+		NextHop           string `json:"NextHop"`
+		NeedEncap         bool   `json:"NeedEncap,omitempty"`
+	}
+	// EncapOverheadSettings: the bytes VXLAN adds to the endpoint's
+	// packets; its MTU is the uplink's less this.
+	EncapOverheadSettings struct {
+		Overhead uint16 `json:"Overhead"`
+	}
+)
+
+// Network types.
+const (
+	TypeL2Bridge = "L2Bridge"
+	TypeOverlay  = "Overlay"
+)
+
+// Layer names, as VFP names them.
+const (
+	LayerMACRewrite = "VNET_MAC_REWRITE_LAYER"
+	LayerEncap      = "VNET_ENCAP_LAYER"
+	LayerPARoute    = "VNET_PA_ROUTE_LAYER"
+	LayerRoute      = "VNET_ROUTE_LAYER"
+)
+
+// Encapsulation overhead of VXLAN: outer Ethernet is not counted in an
+// MTU, outer IP, UDP and VXLAN are.
+const (
+	VXLANOverhead4 = dataplane.IPv4MinLen + dataplane.UDPLen + dataplane.VXLANLen + dataplane.EthernetLen // 50
+	VXLANOverhead6 = dataplane.IPv6Len + dataplane.UDPLen + dataplane.VXLANLen + dataplane.EthernetLen    // 70
+)
+
+// DefaultUplinkMTU is the underlay MTU when Uplink.Mtu is not set.
+const DefaultUplinkMTU = 1500
+
+// MaxVNI is the largest VXLAN network identifier (24 bits).
+const MaxVNI = 1<<24 - 1
+
+// IsHNS reports whether c is written at the HNS level.
+func (c *Config) IsHNS() bool {
+	return c.Uplink != nil || len(c.Networks) > 0 || len(c.Endpoints) > 0
+}
+
+// compactSettings stores every policy's Settings compactly, so that a
+// document reads back equal to itself after marshalling.
+func (c *Config) compactSettings() {
+	compact := func(ps []PolicyConfig) {
+		for i := range ps {
+			var b bytes.Buffer
+			if json.Compact(&b, ps[i].Settings) == nil {
+				ps[i].Settings = b.Bytes()
+			}
+		}
+	}
+	for i := range c.Networks {
+		n := &c.Networks[i]
+		compact(n.Policies)
+		for j := range n.Ipams {
+			for k := range n.Ipams[j].Subnets {
+				compact(n.Ipams[j].Subnets[k].Policies)
+			}
+		}
+	}
+	for i := range c.Endpoints {
+		compact(c.Endpoints[i].Policies)
+	}
+}
+
+// decodeSettings decodes a policy's Settings into v strictly, naming the
+// path of a bad field.
+func decodeSettings(at string, raw json.RawMessage, v any) error {
+	if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
+		raw = []byte("{}")
+	}
+	var generic any
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if err := dec.Decode(&generic); err != nil {
+		return fmt.Errorf("%s: %v", at, err)
+	}
+	if err := checkFields(generic, reflect.TypeOf(v), at); err != nil {
+		return err
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return fmt.Errorf("%s: %v", at, err)
+	}
+	return nil
+}
+
+// hnsNet is a network being lowered.
+type hnsNet struct {
+	cfg     *NetworkConfig
+	at      string
+	subnets []netip.Prefix
+	gws     []netip.Addr
+	vnis    []uint32            // the subnets' VSIDs, in subnet order, deduplicated
+	pa      map[bool]netip.Addr // local provider address by is-IPv4
+	drMAC   dataplane.MAC
+	routes  []hnsRoute
+	eps     []*hnsEP
+}
+
+type hnsRoute struct {
+	at     string
+	prefix netip.Prefix
+	vni    uint32
+	pa     netip.Addr
+	paMAC  dataplane.MAC
+	drMAC  dataplane.MAC
+}
+
+type hnsEP struct {
+	cfg      *EndpointConfig
+	at       string
+	net      *hnsNet
+	mac      dataplane.MAC
+	ips      []netip.Addr
+	sdn      []hnsSDN
+	overhead int // -1: not set
+}
+
+type hnsSDN struct {
+	at      string
+	prefix  netip.Prefix
+	nextHop netip.Addr
+	encap   bool
+}
+
+// hnsLowering holds what lowering has learnt so far.
+type hnsLowering struct {
+	c         *Config
+	uplink    string
+	hostMAC   dataplane.MAC
+	mtu       int
+	neighbors map[netip.Addr]dataplane.MAC
+	nets      []*hnsNet
+	byName    map[string]*hnsNet
+	vxlanPort uint16
+	vxlanAt   string
+}
+
+// Lower returns the VFP-level document an HNS-level document compiles to:
+// the uplink and one port per endpoint, with the layers and rules that
+// implement the networks' modes and policies. A VFP-level document is
+// returned as it is. Errors name the HNS object and field.
+func (c *Config) Lower() (*Config, error) {
+	if !c.IsHNS() {
+		return c, nil
+	}
+	if len(c.Ports) > 0 {
+		return nil, fmt.Errorf("ports: a document is written either with ports (VFP level) or with Networks and Endpoints (HNS level), not both")
+	}
+	if c.Switch.Gateway != nil || len(c.Switch.Gateways) > 0 {
+		return nil, fmt.Errorf("switch.gateway: at the HNS level gateways come from the networks' subnets")
+	}
+	if c.Switch.VXLANPort != 0 {
+		return nil, fmt.Errorf("switch.vxlanPort: at the HNS level the VxlanPort network policy sets it")
+	}
+	l := &hnsLowering{c: c, byName: map[string]*hnsNet{}, neighbors: map[netip.Addr]dataplane.MAC{}}
+	if err := l.uplinkConfig(); err != nil {
+		return nil, err
+	}
+	if len(c.Networks) == 0 {
+		return nil, fmt.Errorf("Networks: an HNS-level document needs at least one network")
+	}
+	for i := range c.Networks {
+		if err := l.network(i); err != nil {
+			return nil, err
+		}
+	}
+	if err := l.checkOverlaps(); err != nil {
+		return nil, err
+	}
+	eps, err := l.endpoints()
+	if err != nil {
+		return nil, err
+	}
+	return l.emit(eps), nil
+}
+
+func (l *hnsLowering) uplinkConfig() error {
+	u := l.c.Uplink
+	if u == nil {
+		return fmt.Errorf("Uplink: an HNS-level document needs the Uplink (its MacAddress at least)")
+	}
+	l.uplink = cmp.Or(u.Name, "uplink")
+	mac, err := parseMAC("Uplink.MacAddress", u.MacAddress)
+	if err != nil {
+		return err
+	}
+	if mac.IsMulticast() || mac.IsZero() {
+		return fmt.Errorf("Uplink.MacAddress: %s is not a unicast address", mac)
+	}
+	l.hostMAC = mac
+	l.mtu = DefaultUplinkMTU
+	if u.Mtu != 0 {
+		if u.Mtu < 1280 {
+			return fmt.Errorf("Uplink.Mtu: %d is below 1280, the smallest MTU IPv6 allows", u.Mtu)
+		}
+		l.mtu = int(u.Mtu)
+	}
+	for i, n := range u.Neighbors {
+		at := fmt.Sprintf("Uplink.Neighbors[%d]", i)
+		a, err := parseAddr(at+".IpAddress", n.IpAddress)
+		if err != nil {
+			return err
+		}
+		m, err := parseMAC(at+".MacAddress", n.MacAddress)
+		if err != nil {
+			return err
+		}
+		if m.IsMulticast() || m.IsZero() {
+			return fmt.Errorf("%s.MacAddress: %s is not a unicast address", at, m)
+		}
+		if _, dup := l.neighbors[a]; dup {
+			return fmt.Errorf("%s.IpAddress: %s is listed twice", at, a)
+		}
+		l.neighbors[a] = m
+	}
+	return nil
+}
+
+// network validates Networks[i].
+func (l *hnsLowering) network(i int) error {
+	nc := &l.c.Networks[i]
+	at := fmt.Sprintf("Networks[%d]", i)
+	if nc.Name == "" {
+		return fmt.Errorf("%s.Name: a network needs a name", at)
+	}
+	at = fmt.Sprintf("Networks[%d] %q", i, nc.Name)
+	if l.byName[nc.Name] != nil {
+		return fmt.Errorf("%s.Name: another network has this name", at)
+	}
+	switch nc.Type {
+	case TypeL2Bridge, TypeOverlay:
+	case "":
+		return fmt.Errorf("%s.Type: a network needs a type (L2Bridge or Overlay)", at)
+	default:
+		return fmt.Errorf("%s.Type: %q is not supported (want L2Bridge or Overlay)", at, nc.Type)
+	}
+	n := &hnsNet{cfg: nc, at: at, pa: map[bool]netip.Addr{}}
+	if len(nc.Ipams) == 0 {
+		return fmt.Errorf("%s.Ipams: a network needs at least one subnet", at)
+	}
+	for ii, ipam := range nc.Ipams {
+		iat := fmt.Sprintf("%s.Ipams[%d]", at, ii)
+		if ipam.Type != "" && ipam.Type != "Static" {
+			return fmt.Errorf("%s.Type: %q is not supported (want Static)", iat, ipam.Type)
+		}
+		if len(ipam.Subnets) == 0 {
+			return fmt.Errorf("%s.Subnets: an IPAM needs at least one subnet", iat)
+		}
+		for si := range ipam.Subnets {
+			if err := n.subnet(fmt.Sprintf("%s.Subnets[%d]", iat, si), &ipam.Subnets[si]); err != nil {
+				return err
+			}
+		}
+	}
+	var routes []*RemoteSubnetRouteSettings
+	var routeAt []string
+	for pi, pc := range nc.Policies {
+		pat := fmt.Sprintf("%s.Policies[%d]", at, pi)
+		sat := pat + ".Settings"
+		overlayOnly := func() error {
+			if nc.Type != TypeOverlay {
+				return fmt.Errorf("%s: %s applies to Overlay networks", pat, pc.Type)
+			}
+			return nil
+		}
+		switch pc.Type {
+		case "ProviderAddress":
+			var s ProviderAddressSettings
+			if err := decodeSettings(sat, pc.Settings, &s); err != nil {
+				return err
+			}
+			if err := overlayOnly(); err != nil {
+				return err
+			}
+			a, err := parseAddr(sat+".ProviderAddress", s.ProviderAddress)
+			if err != nil {
+				return err
+			}
+			if !a.IsGlobalUnicast() && !a.IsPrivate() {
+				return fmt.Errorf("%s.ProviderAddress: %s is not a unicast address", sat, a)
+			}
+			if old, dup := n.pa[a.Is4()]; dup {
+				return fmt.Errorf("%s.ProviderAddress: the network has the %s provider address %s already", sat, family(a), old)
+			}
+			n.pa[a.Is4()] = a
+		case "RemoteSubnetRoute":
+			var s RemoteSubnetRouteSettings
+			if err := decodeSettings(sat, pc.Settings, &s); err != nil {
+				return err
+			}
+			if err := overlayOnly(); err != nil {
+				return err
+			}
+			routes, routeAt = append(routes, &s), append(routeAt, sat)
+		case "VxlanPort":
+			var s VxlanPortSettings
+			if err := decodeSettings(sat, pc.Settings, &s); err != nil {
+				return err
+			}
+			if err := overlayOnly(); err != nil {
+				return err
+			}
+			if s.Port == 0 {
+				return fmt.Errorf("%s.Port: 0 is not a UDP port", sat)
+			}
+			if l.vxlanPort != 0 && l.vxlanPort != s.Port {
+				return fmt.Errorf("%s.Port: %d differs from %s (%d): one switch decodes VXLAN on one port", sat, s.Port, l.vxlanAt, l.vxlanPort)
+			}
+			l.vxlanPort, l.vxlanAt = s.Port, sat+".Port"
+		case "DrMacAddress":
+			var s DrMacAddressSettings
+			if err := decodeSettings(sat, pc.Settings, &s); err != nil {
+				return err
+			}
+			m, err := parseMAC(sat+".Address", s.Address)
+			if err != nil {
+				return err
+			}
+			if m.IsMulticast() || m.IsZero() || m == l.hostMAC {
+				return fmt.Errorf("%s.Address: %s is not a unicast address other than the host's", sat, m)
+			}
+			if !n.drMAC.IsZero() {
+				return fmt.Errorf("%s: the network has a DrMacAddress already", pat)
+			}
+			n.drMAC = m
+		case "NetAdapterName":
+			var s NetAdapterNameSettings
+			if err := decodeSettings(sat, pc.Settings, &s); err != nil {
+				return err
+			}
+			if s.NetworkAdapterName != l.uplink {
+				return fmt.Errorf("%s.NetworkAdapterName: %q is not the uplink %q (one switch has one uplink)", sat, s.NetworkAdapterName, l.uplink)
+			}
+		case "HostRoute":
+			return fmt.Errorf("%s: HostRoute needs the host's own vNIC on the switch, which ufp does not have yet", pat)
+		case "":
+			return fmt.Errorf("%s.Type: a policy needs a type", pat)
+		default:
+			return fmt.Errorf("%s.Type: %q is not a network policy ufp knows (ProviderAddress, RemoteSubnetRoute, VxlanPort, DrMacAddress, NetAdapterName)", pat, pc.Type)
+		}
+	}
+	if nc.Type == TypeOverlay {
+		if len(n.pa) == 0 {
+			return fmt.Errorf("%s.Policies: an Overlay network needs a ProviderAddress policy", at)
+		}
+		if n.drMAC.IsZero() {
+			return fmt.Errorf("%s.Policies: an Overlay network needs a DrMacAddress policy (the MAC its gateway answers with)", at)
+		}
+		for si, v := range n.vnis {
+			if v == 0 {
+				return fmt.Errorf("%s: subnet %s of an Overlay network needs a VSID policy (its VNI)", at, n.subnets[si])
+			}
+		}
+	}
+	for ri, s := range routes {
+		r, err := l.remoteRoute(n, routeAt[ri], s)
+		if err != nil {
+			return err
+		}
+		n.routes = append(n.routes, r)
+	}
+	l.nets = append(l.nets, n)
+	l.byName[nc.Name] = n
+	return nil
+}
+
+func family(a netip.Addr) string {
+	if a.Is4() {
+		return "IPv4"
+	}
+	return "IPv6"
+}
+
+// subnet validates one subnet of network n.
+func (n *hnsNet) subnet(at string, sc *SubnetConfig) error {
+	p, err := netip.ParsePrefix(sc.IpAddressPrefix)
+	if err != nil || p.Addr().Zone() != "" || p.Addr().Is4In6() {
+		return fmt.Errorf("%s.IpAddressPrefix: %q is not an IP prefix", at, sc.IpAddressPrefix)
+	}
+	if p != p.Masked() {
+		return fmt.Errorf("%s.IpAddressPrefix: %s has host bits set (did you mean %s?)", at, p, p.Masked())
+	}
+	var gw netip.Addr
+	for ri, r := range sc.Routes {
+		rat := fmt.Sprintf("%s.Routes[%d]", at, ri)
+		d, err := netip.ParsePrefix(r.DestinationPrefix)
+		if err != nil || d.Bits() != 0 {
+			return fmt.Errorf("%s.DestinationPrefix: %q: only the default route (0.0.0.0/0 or ::/0) is taken from a subnet; route other prefixes with SDNRoute", rat, r.DestinationPrefix)
+		}
+		nh, err := parseAddr(rat+".NextHop", r.NextHop)
+		if err != nil {
+			return err
+		}
+		if d.Addr().Is4() != p.Addr().Is4() || !p.Contains(nh) {
+			return fmt.Errorf("%s.NextHop: the gateway %s is not in the subnet %s", rat, nh, p)
+		}
+		if gw.IsValid() {
+			return fmt.Errorf("%s: the subnet has a default route already", rat)
+		}
+		gw = nh
+	}
+	var vni uint32
+	for pi, pc := range sc.Policies {
+		pat := fmt.Sprintf("%s.Policies[%d]", at, pi)
+		if pc.Type != "VSID" {
+			return fmt.Errorf("%s.Type: %q is not a subnet policy ufp knows (VSID)", pat, pc.Type)
+		}
+		if n.cfg.Type != TypeOverlay {
+			return fmt.Errorf("%s: VSID applies to subnets of Overlay networks", pat)
+		}
+		var s VsidSettings
+		if err := decodeSettings(pat+".Settings", pc.Settings, &s); err != nil {
+			return err
+		}
+		if s.IsolationId == 0 || s.IsolationId > MaxVNI {
+			return fmt.Errorf("%s.Settings.IsolationId: %d is out of range (a VNI is 1 to %d)", pat, s.IsolationId, MaxVNI)
+		}
+		vni = s.IsolationId
+	}
+	n.subnets = append(n.subnets, p)
+	n.gws = append(n.gws, gw)
+	n.vnis = append(n.vnis, vni)
+	return nil
+}
+
+// remoteRoute validates a RemoteSubnetRoute of overlay network n.
+func (l *hnsLowering) remoteRoute(n *hnsNet, at string, s *RemoteSubnetRouteSettings) (hnsRoute, error) {
+	r := hnsRoute{at: at, vni: s.IsolationId}
+	p, err := netip.ParsePrefix(s.DestinationPrefix)
+	if err != nil || p.Addr().Zone() != "" || p.Addr().Is4In6() {
+		return r, fmt.Errorf("%s.DestinationPrefix: %q is not an IP prefix", at, s.DestinationPrefix)
+	}
+	if p != p.Masked() {
+		return r, fmt.Errorf("%s.DestinationPrefix: %s has host bits set (did you mean %s?)", at, p, p.Masked())
+	}
+	r.prefix = p
+	if s.IsolationId == 0 || s.IsolationId > MaxVNI {
+		return r, fmt.Errorf("%s.IsolationId: %d is out of range (a VNI is 1 to %d)", at, s.IsolationId, MaxVNI)
+	}
+	if r.pa, err = parseAddr(at+".ProviderAddress", s.ProviderAddress); err != nil {
+		return r, err
+	}
+	local, ok := n.pa[r.pa.Is4()]
+	if !ok {
+		return r, fmt.Errorf("%s.ProviderAddress: %s is %s, but the network has no %s ProviderAddress to send from", at, r.pa, family(r.pa), family(r.pa))
+	}
+	if local == r.pa {
+		return r, fmt.Errorf("%s.ProviderAddress: %s is this host's own provider address", at, r.pa)
+	}
+	if r.paMAC, ok = l.neighbors[r.pa]; !ok {
+		return r, fmt.Errorf("%s.ProviderAddress: no MAC is known for %s: list it (or the router toward it) in Uplink.Neighbors", at, r.pa)
+	}
+	if r.drMAC, err = parseMAC(at+".DistributedRouterMacAddress", s.DistributedRouterMacAddress); err != nil {
+		return r, err
+	}
+	if r.drMAC.IsMulticast() || r.drMAC.IsZero() {
+		return r, fmt.Errorf("%s.DistributedRouterMacAddress: %s is not a unicast address", at, r.drMAC)
+	}
+	for _, o := range n.routes {
+		if o.prefix.Overlaps(p) {
+			return r, fmt.Errorf("%s.DestinationPrefix: %s overlaps %s of %s", at, p, o.prefix, o.at)
+		}
+	}
+	return r, nil
+}
+
+// checkOverlaps rejects subnets (local or remote) that overlap across the
+// document.
+func (l *hnsLowering) checkOverlaps() error {
+	type owned struct {
+		p  netip.Prefix
+		at string
+	}
+	var seen []owned
+	for _, n := range l.nets {
+		for _, p := range n.subnets {
+			at := fmt.Sprintf("%s subnet %s", n.at, p)
+			for _, o := range seen {
+				if o.p.Overlaps(p) {
+					return fmt.Errorf("%s: overlaps %s", at, o.at)
+				}
+			}
+			seen = append(seen, owned{p, at})
+		}
+	}
+	for _, n := range l.nets {
+		for _, r := range n.routes {
+			for _, o := range seen {
+				if o.p.Overlaps(r.prefix) {
+					return fmt.Errorf("%s.DestinationPrefix: %s overlaps %s, which is local", r.at, r.prefix, o.at)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// endpoints validates the endpoints.
+func (l *hnsLowering) endpoints() ([]*hnsEP, error) {
+	names := map[string]string{l.uplink: "the uplink"}
+	macs := map[dataplane.MAC]string{l.hostMAC: "the uplink (Uplink.MacAddress)"}
+	for _, n := range l.nets {
+		if !n.drMAC.IsZero() {
+			macs[n.drMAC] = n.at + "'s DrMacAddress"
+		}
+	}
+	ips := map[netip.Addr]string{}
+	var eps []*hnsEP
+	for i := range l.c.Endpoints {
+		ec := &l.c.Endpoints[i]
+		at := fmt.Sprintf("Endpoints[%d]", i)
+		if ec.Name == "" {
+			return nil, fmt.Errorf("%s.Name: an endpoint needs a name", at)
+		}
+		at = fmt.Sprintf("Endpoints[%d] %q", i, ec.Name)
+		if o, dup := names[ec.Name]; dup {
+			return nil, fmt.Errorf("%s.Name: %s has this name", at, o)
+		}
+		names[ec.Name] = "another endpoint"
+		n := l.byName[ec.HostComputeNetwork]
+		if n == nil {
+			return nil, fmt.Errorf("%s.HostComputeNetwork: no network is named %q", at, ec.HostComputeNetwork)
+		}
+		ep := &hnsEP{cfg: ec, at: at, net: n, overhead: -1}
+		mac, err := parseMAC(at+".MacAddress", ec.MacAddress)
+		if err != nil {
+			return nil, err
+		}
+		if mac.IsMulticast() || mac.IsZero() {
+			return nil, fmt.Errorf("%s.MacAddress: %s is not a unicast address", at, mac)
+		}
+		if o, dup := macs[mac]; dup {
+			return nil, fmt.Errorf("%s.MacAddress: %s is already used by %s", at, mac, o)
+		}
+		macs[mac] = at
+		ep.mac = mac
+		if len(ec.IpConfigurations) == 0 {
+			return nil, fmt.Errorf("%s.IpConfigurations: an endpoint needs at least one address", at)
+		}
+		for j, ic := range ec.IpConfigurations {
+			iat := fmt.Sprintf("%s.IpConfigurations[%d]", at, j)
+			a, err := parseAddr(iat+".IpAddress", ic.IpAddress)
+			if err != nil {
+				return nil, err
+			}
+			si := slices.IndexFunc(n.subnets, func(p netip.Prefix) bool { return p.Contains(a) })
+			if si < 0 {
+				return nil, fmt.Errorf("%s.IpAddress: %s is outside network %q's subnets (%s)", iat, a, n.cfg.Name, joinPrefixes(n.subnets))
+			}
+			sub := n.subnets[si]
+			if ic.PrefixLength != 0 && int(ic.PrefixLength) != sub.Bits() {
+				return nil, fmt.Errorf("%s.PrefixLength: %d, but the subnet %s is a /%d", iat, ic.PrefixLength, sub, sub.Bits())
+			}
+			if a == sub.Addr() || a == n.gws[si] {
+				return nil, fmt.Errorf("%s.IpAddress: %s is the subnet's own or its gateway's address", iat, a)
+			}
+			if o, dup := ips[a]; dup {
+				return nil, fmt.Errorf("%s.IpAddress: %s is already used by %s", iat, a, o)
+			}
+			ips[a] = at
+			ep.ips = append(ep.ips, a)
+		}
+		for pi, pc := range ec.Policies {
+			if err := l.endpointPolicy(ep, fmt.Sprintf("%s.Policies[%d]", at, pi), &pc); err != nil {
+				return nil, err
+			}
+		}
+		if need := l.encapOverhead(n); ep.overhead >= 0 && ep.overhead < need {
+			return nil, fmt.Errorf("%s: EncapOverhead %d is less than the %d bytes VXLAN adds toward the network's provider addresses", at, ep.overhead, need)
+		}
+		n.eps = append(n.eps, ep)
+		eps = append(eps, ep)
+	}
+	return eps, nil
+}
+
+func joinPrefixes(ps []netip.Prefix) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ", ")
+}
+
+func (l *hnsLowering) endpointPolicy(ep *hnsEP, at string, pc *PolicyConfig) error {
+	sat := at + ".Settings"
+	switch pc.Type {
+	case "SDNRoute":
+		var s SDNRouteSettings
+		if err := decodeSettings(sat, pc.Settings, &s); err != nil {
+			return err
+		}
+		r := hnsSDN{at: sat, encap: s.NeedEncap}
+		p, err := netip.ParsePrefix(s.DestinationPrefix)
+		if err != nil || p.Addr().Zone() != "" || p.Addr().Is4In6() {
+			return fmt.Errorf("%s.DestinationPrefix: %q is not an IP prefix", sat, s.DestinationPrefix)
+		}
+		if p != p.Masked() {
+			return fmt.Errorf("%s.DestinationPrefix: %s has host bits set (did you mean %s?)", sat, p, p.Masked())
+		}
+		r.prefix = p
+		if r.nextHop, err = parseAddr(sat+".NextHop", s.NextHop); err != nil {
+			return err
+		}
+		n := ep.net
+		switch {
+		case s.NeedEncap && n.cfg.Type != TypeOverlay:
+			return fmt.Errorf("%s.NeedEncap: only endpoints of Overlay networks encapsulate", sat)
+		case s.NeedEncap:
+			if _, ok := n.pa[r.nextHop.Is4()]; !ok {
+				return fmt.Errorf("%s.NextHop: %s is %s, but the network has no %s ProviderAddress to send from", sat, r.nextHop, family(r.nextHop), family(r.nextHop))
+			}
+			if n.pa[r.nextHop.Is4()] == r.nextHop {
+				return fmt.Errorf("%s.NextHop: %s is this host's own provider address", sat, r.nextHop)
+			}
+			if n.routeTo(r.nextHop) == nil {
+				return fmt.Errorf("%s.NextHop: %s is no RemoteSubnetRoute's ProviderAddress, so its VNI and router MAC are unknown", sat, r.nextHop)
+			}
+		case n.cfg.Type == TypeOverlay:
+			return fmt.Errorf("%s.NeedEncap: an Overlay endpoint's routes must be encapsulated (set NeedEncap)", sat)
+		}
+		if _, ok := l.neighbors[r.nextHop]; !ok && !s.NeedEncap {
+			return fmt.Errorf("%s.NextHop: no MAC is known for %s: list it in Uplink.Neighbors", sat, r.nextHop)
+		}
+		if r.prefix.Addr().Is4() != ep.ips[0].Is4() && !slices.ContainsFunc(ep.ips, func(a netip.Addr) bool { return a.Is4() == r.prefix.Addr().Is4() }) {
+			return fmt.Errorf("%s.DestinationPrefix: the endpoint has no %s address to send to %s from", sat, family(r.prefix.Addr()), r.prefix)
+		}
+		for _, o := range ep.sdn {
+			if o.prefix == r.prefix {
+				return fmt.Errorf("%s.DestinationPrefix: %s is routed by %s already", sat, r.prefix, o.at)
+			}
+		}
+		ep.sdn = append(ep.sdn, r)
+	case "EncapOverhead":
+		var s EncapOverheadSettings
+		if err := decodeSettings(sat, pc.Settings, &s); err != nil {
+			return err
+		}
+		if ep.net.cfg.Type != TypeOverlay {
+			return fmt.Errorf("%s: EncapOverhead applies to endpoints of Overlay networks", at)
+		}
+		if int(s.Overhead) > l.mtu-1280 {
+			return fmt.Errorf("%s.Overhead: %d leaves the endpoint an MTU below 1280", sat, s.Overhead)
+		}
+		ep.overhead = int(s.Overhead)
+	case "":
+		return fmt.Errorf("%s.Type: a policy needs a type", at)
+	default:
+		return fmt.Errorf("%s.Type: %q is not an endpoint policy ufp knows (SDNRoute, EncapOverhead)", at, pc.Type)
+	}
+	return nil
+}
+
+// routeTo returns the first remote subnet route to provider address pa.
+func (n *hnsNet) routeTo(pa netip.Addr) *hnsRoute {
+	for i := range n.routes {
+		if n.routes[i].pa == pa {
+			return &n.routes[i]
+		}
+	}
+	return nil
+}
+
+// encapOverhead is what VXLAN adds toward the network's remote provider
+// addresses: 50 bytes over IPv4, 70 once any is IPv6 (0 for L2Bridge).
+func (l *hnsLowering) encapOverhead(n *hnsNet) int {
+	if n.cfg.Type != TypeOverlay {
+		return 0
+	}
+	if _, v6 := n.pa[false]; v6 {
+		return VXLANOverhead6
+	}
+	return VXLANOverhead4
+}
+
+func u32(v uint32) *uint32 { return &v }
+
+// emit writes the VFP-level document.
+func (l *hnsLowering) emit(eps []*hnsEP) *Config {
+	out := &Config{Switch: l.c.Switch}
+	out.Switch.VXLANPort = l.vxlanPort
+	port := l.vxlanPort
+	for _, n := range l.nets {
+		gw := GatewayConfig{}
+		for _, a := range n.gws {
+			if a.IsValid() {
+				gw.IPs = append(gw.IPs, a.String())
+			}
+		}
+		switch {
+		case !n.drMAC.IsZero():
+			gw.MAC = n.drMAC.String()
+			if len(gw.IPs) > 0 {
+				out.Switch.Gateways = append(out.Switch.Gateways, gw)
+			}
+		default:
+			// An L2Bridge gateway is a router on the underlay: the switch
+			// answers for it with its MAC when Uplink.Neighbors has it;
+			// otherwise ARP for it goes to the wire like any other.
+			for _, a := range n.gws {
+				if m, ok := l.neighbors[a]; ok && a.IsValid() {
+					out.Switch.Gateways = append(out.Switch.Gateways, GatewayConfig{MAC: m.String(), IPs: []string{a.String()}})
+				}
+			}
+		}
+	}
+	up := PortConfig{Name: l.uplink, MAC: l.hostMAC.String(), Uplink: true, MTU: uint16(l.mtu)}
+	if decap := l.decapLayer(); decap != nil {
+		up.Layers = append(up.Layers, *decap)
+	}
+	if rw := l.macRewriteLayer(eps); rw != nil {
+		up.Layers = append(up.Layers, *rw)
+	}
+	for _, ep := range eps {
+		pc := PortConfig{Name: ep.cfg.Name, MAC: ep.mac.String(), MTU: uint16(l.mtu)}
+		for _, a := range ep.ips {
+			pc.IPs = append(pc.IPs, a.String())
+		}
+		switch ep.net.cfg.Type {
+		case TypeL2Bridge:
+			pc.Underlay = "rewrite"
+			if layer := l.routeLayer(ep); layer != nil {
+				pc.Layers = append(pc.Layers, *layer)
+			}
+		case TypeOverlay:
+			pc.Underlay = "none"
+			overhead := ep.overhead
+			if overhead < 0 {
+				overhead = l.encapOverhead(ep.net)
+			}
+			pc.MTU = uint16(l.mtu - overhead)
+			if layer := l.encapLayer(ep, port); layer != nil {
+				pc.Layers = append(pc.Layers, *layer)
+			}
+		}
+		out.Ports = append(out.Ports, pc)
+	}
+	out.Ports = append(out.Ports, up)
+	return out
+}
+
+// push returns the VXLAN outer header set toward remote provider address
+// pa of network n.
+func (l *hnsLowering) push(n *hnsNet, r *hnsRoute, pa netip.Addr, port uint16) *PushConfig {
+	return &PushConfig{
+		VNI: r.vni, SrcMAC: l.hostMAC.String(), DstMAC: l.neighbors[pa].String(),
+		SrcIP: n.pa[pa.Is4()].String(), DstIP: pa.String(), DstPort: port,
+		// RFC 7348 section 4.3: VTEPs must not fragment VXLAN packets.
+		DontFragment: true,
+	}
+}
+
+// encapLayer is an overlay endpoint's VNET_ENCAP_LAYER: traffic to a
+// remote pod subnet gets the remote's router MAC and a VXLAN header set
+// toward the remote's provider address. Longer prefixes win; an SDNRoute
+// with NeedEncap overrides remote subnet routes for its prefix.
+func (l *hnsLowering) encapLayer(ep *hnsEP, port uint16) *LayerConfig {
+	n := ep.net
+	type entry struct {
+		name   string
+		prefix netip.Prefix
+		r      *hnsRoute
+		pa     netip.Addr
+	}
+	var es []entry
+	for i := range n.routes {
+		r := &n.routes[i]
+		es = append(es, entry{"remote-subnet-" + r.prefix.String(), r.prefix, r, r.pa})
+	}
+	for _, s := range ep.sdn {
+		es = append(es, entry{"sdn-route-" + s.prefix.String(), s.prefix, n.routeTo(s.nextHop), s.nextHop})
+	}
+	if len(es) == 0 {
+		return nil
+	}
+	// Longest prefix first; an SDN route before a remote subnet of the
+	// same prefix.
+	slices.SortStableFunc(es, func(a, b entry) int { return b.prefix.Bits() - a.prefix.Bits() })
+	g := GroupConfig{Name: "vxlan-to-remote-hosts"}
+	for i, e := range es {
+		g.Rules = append(g.Rules, RuleConfig{
+			Name: e.name, Priority: u32(uint32(100 + i)), Terminating: true,
+			Match: &MatchConfig{Direction: "out", DstIPs: []string{e.prefix.String()}},
+			Action: ActionConfig{Type: "allow", Modify: &ModifyConfig{DstMAC: e.r.drMAC.String()},
+				Push: l.push(n, e.r, e.pa, port)},
+		})
+	}
+	return &LayerConfig{Name: LayerEncap, Groups: []GroupConfig{g}}
+}
+
+// routeLayer is an L2Bridge endpoint's VNET_ROUTE_LAYER: SDN routes send
+// traffic for their prefix to the next hop's MAC on the underlay.
+func (l *hnsLowering) routeLayer(ep *hnsEP) *LayerConfig {
+	if len(ep.sdn) == 0 {
+		return nil
+	}
+	sdn := slices.Clone(ep.sdn)
+	slices.SortStableFunc(sdn, func(a, b hnsSDN) int { return b.prefix.Bits() - a.prefix.Bits() })
+	g := GroupConfig{Name: "sdn-routes"}
+	for i, s := range sdn {
+		g.Rules = append(g.Rules, RuleConfig{
+			Name: "sdn-route-" + s.prefix.String(), Priority: u32(uint32(100 + i)), Terminating: true,
+			Match:  &MatchConfig{Direction: "out", DstIPs: []string{s.prefix.String()}},
+			Action: ActionConfig{Type: "allow", Modify: &ModifyConfig{DstMAC: l.neighbors[s.nextHop].String()}},
+		})
+	}
+	return &LayerConfig{Name: LayerRoute, Groups: []GroupConfig{g}}
+}
+
+// decapLayer is the uplink's VNET_PA_ROUTE_LAYER: VXLAN is decapsulated
+// only with a VNI a local overlay subnet owns, from the provider address
+// a remote subnet route names, with an inner source in that route's
+// prefix; the inner frame is then addressed to the network's router, which
+// routes it to the endpoint by IP. Other VXLAN is dropped by reason.
+func (l *hnsLowering) decapLayer() *LayerConfig {
+	g := GroupConfig{Name: "vxlan-from-remote-hosts", Match: &MatchConfig{Direction: "out", Encapsulated: true}}
+	prio := uint32(100)
+	var owned []uint32
+	var known []string
+	for _, n := range l.nets {
+		if n.cfg.Type != TypeOverlay {
+			continue
+		}
+		var vnis []uint32
+		for _, v := range n.vnis {
+			if !slices.Contains(vnis, v) {
+				vnis = append(vnis, v)
+			}
+			if !slices.Contains(owned, v) {
+				owned = append(owned, v)
+			}
+		}
+		for _, r := range n.routes {
+			g.Rules = append(g.Rules, RuleConfig{
+				Name: "from-" + r.pa.String() + "-" + r.prefix.String(), Priority: u32(prio), Terminating: true,
+				Match:  &MatchConfig{VNIs: vnis, OuterSrcIPs: []string{r.pa.String()}, SrcIPs: []string{r.prefix.String()}},
+				Action: ActionConfig{Type: "allow", Outer: "pop", Modify: &ModifyConfig{DstMAC: n.drMAC.String()}},
+			})
+			prio++
+			if !slices.Contains(known, r.pa.String()) {
+				known = append(known, r.pa.String())
+			}
+		}
+	}
+	if len(owned) == 0 {
+		return nil
+	}
+	if len(known) > 0 {
+		g.Rules = append(g.Rules, RuleConfig{
+			Name: "inner-source-not-behind-provider", Priority: u32(60000), Terminating: true,
+			Match:  &MatchConfig{VNIs: owned, OuterSrcIPs: known},
+			Action: ActionConfig{Type: "block", Reason: dataplane.DropSpoofedSource.String()},
+		})
+	}
+	g.Rules = append(g.Rules,
+		RuleConfig{
+			Name: "unknown-provider-address", Priority: u32(60001), Terminating: true,
+			Match:  &MatchConfig{VNIs: owned},
+			Action: ActionConfig{Type: "block", Reason: dataplane.DropUnknownProvider.String()},
+		},
+		RuleConfig{
+			Name: "unknown-vni", Priority: u32(60002), Terminating: true,
+			Action: ActionConfig{Type: "block", Reason: dataplane.DropUnknownVNI.String()},
+		})
+	return &LayerConfig{Name: LayerPARoute, Groups: []GroupConfig{g}}
+}
+
+// macRewriteLayer is the uplink's VNET_MAC_REWRITE_LAYER for L2Bridge
+// endpoints: frames they send leave with the host's MAC as source, and
+// frames arriving for the host's MAC are readdressed to the endpoint that
+// has the destination IP.
+func (l *hnsLowering) macRewriteLayer(eps []*hnsEP) *LayerConfig {
+	var macs []string
+	in := GroupConfig{Name: "l2bridge-ingress", Match: &MatchConfig{Direction: "out", DstMACs: []string{l.hostMAC.String()}}}
+	for _, ep := range eps {
+		if ep.net.cfg.Type != TypeL2Bridge {
+			continue
+		}
+		macs = append(macs, ep.mac.String())
+		var ips []string
+		for _, a := range ep.ips {
+			ips = append(ips, a.String())
+		}
+		in.Rules = append(in.Rules, RuleConfig{
+			Name: "to-" + ep.cfg.Name, Priority: u32(uint32(100 + len(in.Rules))), Terminating: true,
+			Match:  &MatchConfig{DstIPs: ips},
+			Action: ActionConfig{Type: "allow", Modify: &ModifyConfig{DstMAC: ep.mac.String()}},
+		})
+	}
+	if len(macs) == 0 {
+		return nil
+	}
+	egress := GroupConfig{Name: "l2bridge-egress", Rules: []RuleConfig{{
+		Name: "source-mac-to-host", Priority: u32(100), Terminating: true,
+		Match:  &MatchConfig{Direction: "in", SrcMACs: macs},
+		Action: ActionConfig{Type: "allow", Modify: &ModifyConfig{SrcMAC: l.hostMAC.String()}},
+	}}}
+	return &LayerConfig{Name: LayerMACRewrite, Groups: []GroupConfig{egress, in}}
+}
