@@ -249,13 +249,14 @@ type hnsRoute struct {
 }
 
 type hnsEP struct {
-	cfg      *EndpointConfig
-	at       string
-	net      *hnsNet
-	mac      dataplane.MAC
-	ips      []netip.Addr
-	sdn      []hnsSDN
-	overhead int // -1: not set
+	cfg        *EndpointConfig
+	at         string
+	net        *hnsNet
+	mac        dataplane.MAC
+	ips        []netip.Addr
+	sdn        []hnsSDN
+	overhead   int // -1: not set
+	overheadAt string
 }
 
 type hnsSDN struct {
@@ -350,6 +351,9 @@ func (l *hnsLowering) uplinkConfig() error {
 		}
 		if m.IsMulticast() || m.IsZero() {
 			return fmt.Errorf("%s.MacAddress: %s is not a unicast address", at, m)
+		}
+		if m == l.hostMAC {
+			return fmt.Errorf("%s.MacAddress: %s is the host's own MAC (Uplink.MacAddress)", at, m)
 		}
 		if _, dup := l.neighbors[a]; dup {
 			return fmt.Errorf("%s.IpAddress: %s is listed twice", at, a)
@@ -507,6 +511,19 @@ func (l *hnsLowering) network(i int) error {
 	return nil
 }
 
+// isBroadcast reports whether a is the IPv4 broadcast address of p (/31
+// and /32 have none).
+func isBroadcast(p netip.Prefix, a netip.Addr) bool {
+	if !p.Addr().Is4() || !a.Is4() || p.Bits() >= 31 {
+		return false
+	}
+	b := p.Masked().Addr().As4()
+	host := ^uint32(0) >> p.Bits()
+	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+	v |= host
+	return a == netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+}
+
 func family(a netip.Addr) string {
 	if a.Is4() {
 		return "IPv4"
@@ -540,6 +557,9 @@ func (n *hnsNet) subnet(at string, sc *SubnetConfig) error {
 		if gw.IsValid() {
 			return fmt.Errorf("%s: the subnet has a default route already", rat)
 		}
+		if nh == p.Addr() || isBroadcast(p, nh) {
+			return fmt.Errorf("%s.NextHop: %s is the subnet's own or broadcast address", rat, nh)
+		}
 		gw = nh
 	}
 	var vni uint32
@@ -559,6 +579,13 @@ func (n *hnsNet) subnet(at string, sc *SubnetConfig) error {
 			return fmt.Errorf("%s.Settings.IsolationId: %d is out of range (a VNI is 1 to %d)", pat, s.IsolationId, MaxVNI)
 		}
 		vni = s.IsolationId
+	}
+	if vni != 0 {
+		for _, o := range n.vnis {
+			if o != 0 && o != vni {
+				return fmt.Errorf("%s.Policies: VSID %d differs from the network's other subnets' (%d): a network is one VNI", at, vni, o)
+			}
+		}
 	}
 	n.subnets = append(n.subnets, p)
 	n.gws = append(n.gws, gw)
@@ -592,6 +619,9 @@ func (l *hnsLowering) remoteRoute(n *hnsNet, at string, s *RemoteSubnetRouteSett
 	}
 	if r.paMAC, ok = l.neighbors[r.pa]; !ok {
 		return r, fmt.Errorf("%s.ProviderAddress: no MAC is known for %s: list it (or the router toward it) in Uplink.Neighbors", at, r.pa)
+	}
+	if !slices.Contains(n.vnis, r.vni) {
+		return r, fmt.Errorf("%s.IsolationId: %d is not the network's VNI (its subnets' VSID %d): replies would be dropped as unknown-vni", at, r.vni, n.vnis[0])
 	}
 	if r.drMAC, err = parseMAC(at+".DistributedRouterMacAddress", s.DistributedRouterMacAddress); err != nil {
 		return r, err
@@ -630,10 +660,25 @@ func (l *hnsLowering) checkOverlaps() error {
 		for _, r := range n.routes {
 			for _, o := range seen {
 				if o.p.Overlaps(r.prefix) {
-					return fmt.Errorf("%s.DestinationPrefix: %s overlaps %s, which is local", r.at, r.prefix, o.at)
+					return fmt.Errorf("%s.DestinationPrefix: %s overlaps %s", r.at, r.prefix, o.at)
 				}
 			}
 		}
+		// Routes of one network were checked against each other as they
+		// were read; from here on they are checked across networks.
+		for _, r := range n.routes {
+			seen = append(seen, owned{r.prefix, r.at + " (" + r.prefix.String() + ")"})
+		}
+	}
+	vnis := map[uint32]string{}
+	for _, n := range l.nets {
+		if n.cfg.Type != TypeOverlay {
+			continue
+		}
+		if o, dup := vnis[n.vnis[0]]; dup {
+			return fmt.Errorf("%s: VSID %d is also %s's: decapsulated traffic could not tell the networks apart", n.at, n.vnis[0], o)
+		}
+		vnis[n.vnis[0]] = n.at
 	}
 	return nil
 }
@@ -642,6 +687,11 @@ func (l *hnsLowering) checkOverlaps() error {
 func (l *hnsLowering) endpoints() ([]*hnsEP, error) {
 	names := map[string]string{l.uplink: "the uplink"}
 	macs := map[dataplane.MAC]string{l.hostMAC: "the uplink (Uplink.MacAddress)"}
+	for i, nb := range l.c.Uplink.Neighbors {
+		if m, err := parseMAC("", nb.MacAddress); err == nil {
+			macs[m] = fmt.Sprintf("Uplink.Neighbors[%d] (%s)", i, nb.IpAddress)
+		}
+	}
 	for _, n := range l.nets {
 		if !n.drMAC.IsZero() {
 			macs[n.drMAC] = n.at + "'s DrMacAddress"
@@ -694,8 +744,11 @@ func (l *hnsLowering) endpoints() ([]*hnsEP, error) {
 			if ic.PrefixLength != 0 && int(ic.PrefixLength) != sub.Bits() {
 				return nil, fmt.Errorf("%s.PrefixLength: %d, but the subnet %s is a /%d", iat, ic.PrefixLength, sub, sub.Bits())
 			}
-			if a == sub.Addr() || a == n.gws[si] {
-				return nil, fmt.Errorf("%s.IpAddress: %s is the subnet's own or its gateway's address", iat, a)
+			if a == sub.Addr() || a == n.gws[si] || isBroadcast(sub, a) {
+				return nil, fmt.Errorf("%s.IpAddress: %s is the subnet's own, broadcast or gateway address", iat, a)
+			}
+			if _, nb := l.neighbors[a]; nb {
+				return nil, fmt.Errorf("%s.IpAddress: %s is an underlay neighbour in Uplink.Neighbors", iat, a)
 			}
 			if o, dup := ips[a]; dup {
 				return nil, fmt.Errorf("%s.IpAddress: %s is already used by %s", iat, a, o)
@@ -708,8 +761,15 @@ func (l *hnsLowering) endpoints() ([]*hnsEP, error) {
 				return nil, err
 			}
 		}
-		if need := l.encapOverhead(n); ep.overhead >= 0 && ep.overhead < need {
+		need := l.encapOverhead(n)
+		if ep.overhead >= 0 && ep.overhead < need {
 			return nil, fmt.Errorf("%s: EncapOverhead %d is less than the %d bytes VXLAN adds toward the network's provider addresses", at, ep.overhead, need)
+		}
+		if mtu := l.mtu - max(need, ep.overhead); mtu < 1280 {
+			if ep.overhead > need {
+				return nil, fmt.Errorf("%s.Overhead: %d leaves the endpoint an MTU of %d, below 1280", ep.overheadAt, ep.overhead, mtu)
+			}
+			return nil, fmt.Errorf("Uplink.Mtu: %d leaves %s an MTU of %d after %d bytes of VXLAN, below 1280", l.mtu, at, mtu, need)
 		}
 		n.eps = append(n.eps, ep)
 		eps = append(eps, ep)
@@ -782,10 +842,7 @@ func (l *hnsLowering) endpointPolicy(ep *hnsEP, at string, pc *PolicyConfig) err
 		if ep.net.cfg.Type != TypeOverlay {
 			return fmt.Errorf("%s: EncapOverhead applies to endpoints of Overlay networks", at)
 		}
-		if int(s.Overhead) > l.mtu-1280 {
-			return fmt.Errorf("%s.Overhead: %d leaves the endpoint an MTU below 1280", sat, s.Overhead)
-		}
-		ep.overhead = int(s.Overhead)
+		ep.overhead, ep.overheadAt = int(s.Overhead), sat
 	case "":
 		return fmt.Errorf("%s.Type: a policy needs a type", at)
 	default:
