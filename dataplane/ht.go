@@ -377,21 +377,55 @@ func (a *Action) Apply(p *Packet, pr *Parsed, hash uint32) DropReason {
 	return NotDropped
 }
 
+// segmentLen returns, for a GSO super-frame about to be transposed by a,
+// the IP length of the segments it will be cut into, or 0 for a plain
+// frame. It reads the headers the parse found (the virtio header length is
+// only a hint), so it runs before Apply moves them.
+func (a *Action) segmentLen(p *Packet, pr *Parsed) int {
+	o := &p.Offload
+	if o.GSOType == GSONone || o.GSOSize == 0 {
+		return 0
+	}
+	h := pr.Tenant()
+	if h.L4 == 0 {
+		return 0
+	}
+	b := p.Bytes()
+	l4 := UDPLen
+	if h.Proto == ProtoTCP {
+		if int(h.L4)+TCPMinLen > len(b) {
+			return 0
+		}
+		l4 = int(b[h.L4+12]>>4) * 4
+	}
+	from := h.L3 // the IP header the segments start with
+	switch {
+	case a.HT.Push != nil:
+		return a.HT.Push.Len() - EthernetLen + int(h.L4-h.Eth) + l4 + int(o.GSOSize)
+	case pr.Encap && a.HT.Outer != OuterPop:
+		from = pr.Outer.L3
+	}
+	return int(h.L4-from) + l4 + int(o.GSOSize)
+}
+
 // tooBig reports whether the frame p, transposed by a, carries an IP
-// packet larger than a.MTU. A GSO super-frame is measured by the segments
-// it will be cut into.
-func (a *Action) tooBig(p *Packet, pr *Parsed) bool {
+// packet larger than a.MTU; seg is segmentLen's answer from before the
+// transposition (a GSO super-frame is measured by its segments).
+func (a *Action) tooBig(p *Packet, pr *Parsed, seg int) bool {
+	if seg > 0 {
+		return seg > int(a.MTU)
+	}
 	l2 := EthernetLen
 	if a.HT.Push == nil {
-		if h := pr.Tenant(); h.Flags&FlagVLAN != 0 {
+		h := pr.Tenant()
+		if pr.Encap && a.HT.Outer != OuterPop {
+			h = &pr.Outer // forwarded still encapsulated
+		}
+		if h.Flags&FlagVLAN != 0 {
 			l2 += VLANLen
 		}
 	}
-	n := p.Len()
-	if o := &p.Offload; o.GSOType != GSONone && o.GSOSize != 0 {
-		n = min(n, int(o.HdrLen)+int(o.GSOSize))
-	}
-	return n-l2 > int(a.MTU)
+	return p.Len()-l2 > int(a.MTU)
 }
 
 // shift moves the offload offsets by n bytes (a push or a pop).

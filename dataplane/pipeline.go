@@ -330,11 +330,15 @@ func (w *Worker) apply(p *Packet, pr *Parsed, a *Action, hash uint32) {
 		w.drop(p, a.Drop)
 		return
 	}
+	seg := 0
+	if a.MTU != 0 {
+		seg = a.segmentLen(p, pr)
+	}
 	if r := a.Apply(p, pr, hash); r != NotDropped {
 		w.drop(p, r)
 		return
 	}
-	if a.MTU != 0 && a.tooBig(p, pr) {
+	if a.MTU != 0 && a.tooBig(p, pr, seg) {
 		if w.Trace.On() {
 			w.Trace.Addf("packet larger than the output port's MTU of %d bytes", a.MTU)
 		}

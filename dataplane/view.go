@@ -267,13 +267,18 @@ func ReverseHT(orig, final *View) Transposition {
 	var t Transposition
 	ro, rf := orig.Reversed(), final.Reversed()
 	if rf.Encap {
+		// The reply arrives in a tunnel whose far end addressed the
+		// inner frame as it saw fit: give it back the MACs the origin
+		// used, both ways.
 		t.Outer = OuterPop
+		t.Set |= FieldSrcMAC | FieldDstMAC
+		t.SrcMAC, t.DstMAC = ro.SrcMAC, ro.DstMAC
 	}
-	if ro.SrcMAC != rf.SrcMAC {
+	if ro.SrcMAC != rf.SrcMAC && !rf.Encap {
 		t.Set |= FieldSrcMAC
 		t.SrcMAC = ro.SrcMAC
 	}
-	if ro.DstMAC != rf.DstMAC {
+	if ro.DstMAC != rf.DstMAC && !rf.Encap {
 		t.Set |= FieldDstMAC
 		t.DstMAC = ro.DstMAC
 	}

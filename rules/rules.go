@@ -105,9 +105,10 @@ type Condition struct {
 	// Encapsulated matches only packets that arrived in a VXLAN tunnel
 	// (still encapsulated when the layer looks at them).
 	Encapsulated bool
-	// OuterSrcIPs matches encapsulated packets whose outer source address
-	// is in one of the prefixes.
+	// OuterSrcIPs and OuterDstIPs match encapsulated packets whose outer
+	// source (destination) address is in one of the prefixes.
 	OuterSrcIPs []netip.Prefix
+	OuterDstIPs []netip.Prefix
 }
 
 // Validate checks c.
@@ -119,7 +120,7 @@ func (c *Condition) Validate() error {
 	for _, f := range [...]struct {
 		name string
 		ps   []netip.Prefix
-	}{{"srcIPs", c.SrcIPs}, {"dstIPs", c.DstIPs}, {"outerSrcIPs", c.OuterSrcIPs}} {
+	}{{"srcIPs", c.SrcIPs}, {"dstIPs", c.DstIPs}, {"outerSrcIPs", c.OuterSrcIPs}, {"outerDstIPs", c.OuterDstIPs}} {
 		name := f.name
 		for i, p := range f.ps {
 			if !p.IsValid() || p.Addr().Is4In6() {
@@ -193,6 +194,9 @@ func (c *Condition) Match(v *dataplane.View, dir Direction) bool {
 	if len(c.OuterSrcIPs) > 0 && (!v.Encap || !prefixesContain(c.OuterSrcIPs, v.OuterSrc)) {
 		return false
 	}
+	if len(c.OuterDstIPs) > 0 && (!v.Encap || !prefixesContain(c.OuterDstIPs, v.OuterDst)) {
+		return false
+	}
 	return true
 }
 
@@ -245,6 +249,7 @@ func (c *Condition) String() string {
 		p = append(p, "encapsulated")
 	}
 	add("outer-src", len(c.OuterSrcIPs), func(i int) string { return c.OuterSrcIPs[i].String() })
+	add("outer-dst", len(c.OuterDstIPs), func(i int) string { return c.OuterDstIPs[i].String() })
 	if len(p) == 0 {
 		return "any"
 	}

@@ -52,6 +52,9 @@ type SwitchConfig struct {
 type GatewayConfig struct {
 	MAC string   `json:"mac"`
 	IPs []string `json:"ips"`
+	// Ports are the ports the gateway serves (default: all): only they
+	// get its ARP/ND answers, and it routes only between them.
+	Ports []string `json:"ports,omitempty"`
 }
 
 // FlowTableConfig bounds and ages the unified flow table.
@@ -168,6 +171,7 @@ type MatchConfig struct {
 	// Encapsulated matches only packets still in a VXLAN tunnel.
 	Encapsulated bool     `json:"encapsulated,omitempty"`
 	OuterSrcIPs  []string `json:"outerSrcIPs,omitempty"`
+	OuterDstIPs  []string `json:"outerDstIPs,omitempty"`
 }
 
 // ActionConfig is "allow" or "block"; an allow may transpose headers.
@@ -390,13 +394,23 @@ type compiled struct {
 	byMAC  map[dataplane.MAC]*Port
 	byIP   map[netip.Addr]*Port
 	uplink *Port
-	gwMACs map[dataplane.MAC]bool
-	gwIPs  map[netip.Addr]dataplane.MAC
+	gwMACs map[dataplane.MAC]*gateway
+	gwIPs  map[netip.Addr]*gateway
 	ftable dataplane.FlowTableConfig
 	vxlan  uint16
 	byID   []*Port // by stable port ID, set when installed
 	gen    uint64
 }
+
+// gateway is a router identity of the switch.
+type gateway struct {
+	mac   dataplane.MAC
+	all   bool            // serves every port
+	ports map[string]bool // else the ports it serves, by name
+}
+
+// serves reports whether the gateway answers and routes for port p.
+func (g *gateway) serves(p *Port) bool { return g.all || p != nil && g.ports[p.Name] }
 
 // Port is a compiled switch port. Immutable; a policy change builds new
 // Ports (keeping the IDs of ports whose names remain).
@@ -454,12 +468,13 @@ func (c *Config) compile() (*compiled, error) {
 // compileVFP validates a VFP-level document and builds the immutable
 // policy. Port IDs are given in config order here; the switch maps them to
 // stable IDs.
-func (c *Config) compileVFP() (*compiled, error) {
-	p := &compiled{
+func (c *Config) compileVFP() (p *compiled, err error) {
+	p = &compiled{
 		cfg: c, name: c.Switch.Name, byName: map[string]*Port{}, byMAC: map[dataplane.MAC]*Port{},
 		byIP: map[netip.Addr]*Port{}, vxlan: c.Switch.VXLANPort,
 	}
-	p.gwMACs, p.gwIPs = map[dataplane.MAC]bool{}, map[netip.Addr]dataplane.MAC{}
+	p.gwMACs, p.gwIPs = map[dataplane.MAC]*gateway{}, map[netip.Addr]*gateway{}
+	gwAt := map[*gateway]string{}
 	gws := c.Switch.Gateways
 	if c.Switch.Gateway != nil {
 		gws = append([]GatewayConfig{*c.Switch.Gateway}, gws...)
@@ -480,7 +495,18 @@ func (c *Config) compileVFP() (*compiled, error) {
 		if mac.IsMulticast() || mac.IsZero() {
 			return nil, fmt.Errorf("%s.mac: %s is not a unicast address", at, mac)
 		}
-		p.gwMACs[mac] = true
+		gw := p.gwMACs[mac]
+		if gw == nil {
+			gw = &gateway{mac: mac, ports: map[string]bool{}}
+			p.gwMACs[mac] = gw
+			gwAt[gw] = at
+		}
+		if len(g.Ports) == 0 {
+			gw.all = true
+		}
+		for _, name := range g.Ports {
+			gw.ports[name] = true
+		}
 		for j, s := range g.IPs {
 			a, err := parseAddr(fmt.Sprintf("%s.ips[%d]", at, j), s)
 			if err != nil {
@@ -489,9 +515,23 @@ func (c *Config) compileVFP() (*compiled, error) {
 			if _, dup := p.gwIPs[a]; dup {
 				return nil, fmt.Errorf("%s.ips[%d]: %s is already a gateway address", at, j, a)
 			}
-			p.gwIPs[a] = mac
+			p.gwIPs[a] = gw
 		}
 	}
+	defer func() {
+		// Gateways serve ports by name: check the names once ports exist.
+		if p == nil {
+			return
+		}
+		for _, gw := range p.gwMACs {
+			for _, name := range slices.Sorted(maps.Keys(gw.ports)) {
+				if p.byName[name] == nil {
+					p, err = nil, fmt.Errorf("%s.ports: no port is named %q", gwAt[gw], name)
+					return
+				}
+			}
+		}
+	}()
 	ft, err := c.Switch.FlowTable.toDataplane()
 	if err != nil {
 		return nil, err
@@ -514,7 +554,7 @@ func (c *Config) compileVFP() (*compiled, error) {
 		if q := p.byName[port.Name]; q != nil {
 			return nil, fmt.Errorf("%s.name: %q is also the name of another port", at, port.Name)
 		}
-		if q := p.byMAC[port.MAC]; q != nil || p.gwMACs[port.MAC] {
+		if q := p.byMAC[port.MAC]; q != nil || p.gwMACs[port.MAC] != nil {
 			return nil, fmt.Errorf("%s.mac: %s is already used by %s", at, port.MAC, macOwner(q))
 		}
 		for j, a := range port.IPs {
@@ -730,6 +770,9 @@ func (mc *MatchConfig) compile(at string) (rules.Condition, error) {
 	if c.OuterSrcIPs, err = parsePrefixes(at+".outerSrcIPs", mc.OuterSrcIPs); err != nil {
 		return c, err
 	}
+	if c.OuterDstIPs, err = parsePrefixes(at+".outerDstIPs", mc.OuterDstIPs); err != nil {
+		return c, err
+	}
 	if err := c.Validate(); err != nil {
 		return c, fmt.Errorf("%s.%w", at, err)
 	}
@@ -813,8 +856,8 @@ func (ac *ActionConfig) compile(at string) (rules.Action, error) {
 	}
 	if ac.Reason != "" {
 		r, ok := dataplane.ParseDropReason(ac.Reason)
-		if !ok || r.IsMalformed() {
-			return a, fmt.Errorf("%s.reason: %q is not a drop reason a policy can give", at, ac.Reason)
+		if !ok || !policyReasons[r] {
+			return a, fmt.Errorf("%s.reason: %q is not a drop reason a policy can give (%s)", at, ac.Reason, policyReasonNames())
 		}
 		if a.Verb != rules.Block {
 			return a, fmt.Errorf("%s.reason: only a block action has a drop reason", at)
@@ -822,6 +865,21 @@ func (ac *ActionConfig) compile(at string) (rules.Action, error) {
 		a.Reason = r
 	}
 	return a, nil
+}
+
+// policyReasons are the drop reasons a block rule may count under.
+var policyReasons = map[dataplane.DropReason]bool{
+	dataplane.DropBlocked: true, dataplane.DropSpoofedSource: true, dataplane.DropNoDestination: true,
+	dataplane.DropUnknownVNI: true, dataplane.DropUnknownProvider: true,
+}
+
+func policyReasonNames() string {
+	var names []string
+	for r := range policyReasons {
+		names = append(names, r.String())
+	}
+	slices.Sort(names)
+	return strings.Join(names, ", ")
 }
 
 func parseMAC(at, s string) (dataplane.MAC, error) {
@@ -856,6 +914,9 @@ func parsePrefixes(at string, ss []string) ([]netip.Prefix, error) {
 		} else {
 			var a netip.Addr
 			if a, err = netip.ParseAddr(s); err == nil {
+				if a.Zone() != "" {
+					return nil, fmt.Errorf("%s[%d]: %q: zones are not allowed", at, i, s)
+				}
 				p = netip.PrefixFrom(a, a.BitLen())
 			}
 		}

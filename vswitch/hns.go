@@ -687,17 +687,31 @@ func (l *hnsLowering) checkOverlaps() error {
 func (l *hnsLowering) endpoints() ([]*hnsEP, error) {
 	names := map[string]string{l.uplink: "the uplink"}
 	macs := map[dataplane.MAC]string{l.hostMAC: "the uplink (Uplink.MacAddress)"}
-	for i, nb := range l.c.Uplink.Neighbors {
-		if m, err := parseMAC("", nb.MacAddress); err == nil {
-			macs[m] = fmt.Sprintf("Uplink.Neighbors[%d] (%s)", i, nb.IpAddress)
-		}
-	}
 	for _, n := range l.nets {
 		if !n.drMAC.IsZero() {
 			macs[n.drMAC] = n.at + "'s DrMacAddress"
 		}
 	}
+	var nbMACs []dataplane.MAC
+	for i, nb := range l.c.Uplink.Neighbors {
+		m, _ := parseMAC("", nb.MacAddress) // checked in uplinkConfig
+		if o, dr := macs[m]; dr {
+			return nil, fmt.Errorf("Uplink.Neighbors[%d].MacAddress: %s is %s", i, m, o)
+		}
+		nbMACs = append(nbMACs, m)
+	}
+	for i, m := range nbMACs {
+		// Neighbours may share a MAC (one router for several addresses).
+		if _, seen := macs[m]; !seen {
+			macs[m] = fmt.Sprintf("Uplink.Neighbors[%d] (%s)", i, l.c.Uplink.Neighbors[i].IpAddress)
+		}
+	}
 	ips := map[netip.Addr]string{}
+	for _, n := range l.nets {
+		for _, pa := range n.pa {
+			ips[pa] = n.at + "'s ProviderAddress"
+		}
+	}
 	var eps []*hnsEP
 	for i := range l.c.Endpoints {
 		ec := &l.c.Endpoints[i]
@@ -875,6 +889,24 @@ func (l *hnsLowering) encapOverhead(n *hnsNet) int {
 
 func u32(v uint32) *uint32 { return &v }
 
+func prefixStrings(ps []netip.Prefix) []string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = p.String()
+	}
+	return s
+}
+
+// endpointNames returns the names of network n's endpoints: the ports its
+// gateway serves.
+func (n *hnsNet) endpointNames() []string {
+	var names []string
+	for _, ep := range n.eps {
+		names = append(names, ep.cfg.Name)
+	}
+	return names
+}
+
 // emit writes the VFP-level document.
 func (l *hnsLowering) emit(eps []*hnsEP) *Config {
 	out := &Config{Switch: l.c.Switch}
@@ -888,8 +920,10 @@ func (l *hnsLowering) emit(eps []*hnsEP) *Config {
 			}
 		}
 		switch {
+		case len(n.eps) == 0:
+			// No endpoint to serve yet.
 		case !n.drMAC.IsZero():
-			gw.MAC = n.drMAC.String()
+			gw.MAC, gw.Ports = n.drMAC.String(), n.endpointNames()
 			if len(gw.IPs) > 0 {
 				out.Switch.Gateways = append(out.Switch.Gateways, gw)
 			}
@@ -899,7 +933,7 @@ func (l *hnsLowering) emit(eps []*hnsEP) *Config {
 			// otherwise ARP for it goes to the wire like any other.
 			for _, a := range n.gws {
 				if m, ok := l.neighbors[a]; ok && a.IsValid() {
-					out.Switch.Gateways = append(out.Switch.Gateways, GatewayConfig{MAC: m.String(), IPs: []string{a.String()}})
+					out.Switch.Gateways = append(out.Switch.Gateways, GatewayConfig{MAC: m.String(), IPs: []string{a.String()}, Ports: n.endpointNames()})
 				}
 			}
 		}
@@ -1033,7 +1067,8 @@ func (l *hnsLowering) decapLayer() *LayerConfig {
 		for _, r := range n.routes {
 			g.Rules = append(g.Rules, RuleConfig{
 				Name: "from-" + r.pa.String() + "-" + r.prefix.String(), Priority: u32(prio), Terminating: true,
-				Match:  &MatchConfig{VNIs: vnis, OuterSrcIPs: []string{r.pa.String()}, SrcIPs: []string{r.prefix.String()}},
+				Match: &MatchConfig{VNIs: vnis, OuterSrcIPs: []string{r.pa.String()}, OuterDstIPs: []string{n.pa[r.pa.Is4()].String()},
+					SrcIPs: []string{r.prefix.String()}, DstIPs: prefixStrings(n.subnets)},
 				Action: ActionConfig{Type: "allow", Outer: "pop", Modify: &ModifyConfig{DstMAC: n.drMAC.String()}},
 			})
 			prio++

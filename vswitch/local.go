@@ -71,7 +71,7 @@ func (s *Switch) arp(pol *compiled, in *Port, p *dataplane.Packet, h *dataplane.
 			p.Drop = dataplane.DropNoDestination
 			return
 		}
-		mac, owner, ok := pol.resolve(target)
+		mac, owner, ok := pol.resolve(target, in)
 		if ok && owner == nil && in.Uplink {
 			// The network's own router answers for the gateway address
 			// there; the switch does not claim it on the wire.
@@ -105,7 +105,7 @@ func (s *Switch) arp(pol *compiled, in *Port, p *dataplane.Packet, h *dataplane.
 			p.OutPort = owner.ID
 			return
 		}
-		if s.unicast(pol, in, p, eth.Dst(), "arp reply", tr) && in.Underlay == Rewritten && p.OutPort == pol.uplink.ID {
+		if s.unicast(pol, in, p, eth.Dst(), "arp reply", tr) && in.Underlay == Rewritten && pol.uplink != nil && p.OutPort == pol.uplink.ID {
 			rewriteARP(eth, a, pol.uplink.MAC, tr)
 		}
 	default:
@@ -180,6 +180,11 @@ func (s *Switch) unicast(pol *compiled, in *Port, p *dataplane.Packet, dst datap
 		p.Drop = dataplane.DropNoDestination
 		return false
 	}
+	if in.Uplink && out != nil && out.Underlay == Isolated {
+		tr.Addf("port %s: %s to %s: port %s is not on the underlay: not delivered", in.Name, what, dst, out.Name)
+		p.Drop = dataplane.DropNoDestination
+		return false
+	}
 	if out == nil || out == in {
 		tr.Addf("port %s: %s to %s: no port to deliver it to", in.Name, what, dst)
 		p.Drop = dataplane.DropNoDestination
@@ -238,8 +243,8 @@ func (s *Switch) neighbor(pol *compiled, in *Port, p *dataplane.Packet, h *datap
 			p.OutPort = owner.ID
 			return
 		}
-		if s.unicast(pol, in, p, eth.Dst(), ndName(typ), tr) && in.Underlay == Rewritten && p.OutPort == pol.uplink.ID {
-			rewriteND(b, h, pol.uplink.MAC, tr)
+		if s.unicast(pol, in, p, eth.Dst(), ndName(typ), tr) && in.Underlay == Rewritten && pol.uplink != nil && p.OutPort == pol.uplink.ID {
+			rewriteND(p, b, h, pol.uplink.MAC, tr)
 		}
 		return
 	}
@@ -255,7 +260,7 @@ func (s *Switch) neighbor(pol *compiled, in *Port, p *dataplane.Packet, h *datap
 		p.Drop = dataplane.DropNoDestination
 		return
 	}
-	mac, owner, ok := pol.resolve(target)
+	mac, owner, ok := pol.resolve(target, in)
 	if ok && owner == nil && in.Uplink {
 		tr.Addf("port %s: neighbour solicitation for %s (the gateway): not answered toward the uplink", in.Name, target)
 		p.Drop = dataplane.DropNoDestination
@@ -270,7 +275,7 @@ func (s *Switch) neighbor(pol *compiled, in *Port, p *dataplane.Packet, h *datap
 	}
 	if !ok || owner == in {
 		if toUplink(pol, in, p, "neighbour solicitation for", target, tr) && in.Underlay == Rewritten {
-			rewriteND(b, h, pol.uplink.MAC, tr)
+			rewriteND(p, b, h, pol.uplink.MAC, tr)
 		}
 		return
 	}
@@ -315,9 +320,19 @@ func (s *Switch) neighbor(pol *compiled, in *Port, p *dataplane.Packet, h *datap
 // rewriteND gives a neighbour discovery frame leaving for the uplink the
 // uplink's MAC as its Ethernet source and in its link-layer address option
 // (source for a solicitation, target for an advertisement), and fixes the
-// ICMPv6 checksum (L2Bridge MAC rewrite).
-func rewriteND(b []byte, h *dataplane.Headers, mac dataplane.MAC, tr *dataplane.Trace) {
-	dataplane.Ethernet(b[h.Eth:]).SetSrc(mac)
+// ICMPv6 checksum (L2Bridge MAC rewrite). A frame whose options cannot be
+// walked, or that comes from a link-local address (replies to it could not
+// find the pod: the switch knows configured addresses only), is dropped
+// rather than let the pod's MAC out.
+func rewriteND(p *dataplane.Packet, b []byte, h *dataplane.Headers, mac dataplane.MAC, tr *dataplane.Trace) {
+	drop := func(why string) {
+		tr.Addf("  not sent: %s", why)
+		p.OutPort, p.Drop = dataplane.NoPort, dataplane.DropNoDestination
+	}
+	if src := h.SrcAddr(); src.IsLinkLocalUnicast() {
+		drop(fmt.Sprintf("source %s is link-local; an L2Bridge endpoint reaches the wire from its configured addresses", src))
+		return
+	}
 	icmp := b[h.L4:h.End]
 	opt, body := 0, 0 // the option to rewrite, where options start
 	switch icmp[0] {
@@ -327,25 +342,38 @@ func rewriteND(b []byte, h *dataplane.Headers, mac dataplane.MAC, tr *dataplane.
 		opt, body = ndOptSrcLLAddr, 24
 	case ndNeighborAdvert:
 		opt, body = ndOptTgtLLAddr, 24
+	default:
+		drop(ndName(icmp[0]) + " is not proxied with the host's MAC")
+		return
 	}
-	changed := false
-	for i := body; body > 0 && i+8 <= len(icmp); {
+	if body > len(icmp) {
+		drop("truncated " + ndName(icmp[0]))
+		return
+	}
+	for i := body; i < len(icmp); {
+		if i+2 > len(icmp) {
+			drop("malformed options")
+			return
+		}
 		n := int(icmp[i+1]) * 8
 		if n == 0 || i+n > len(icmp) {
-			break
+			drop("malformed options")
+			return
 		}
-		if int(icmp[i]) == opt && n == 8 {
+		switch {
+		case int(icmp[i]) == opt && n == 8:
 			copy(icmp[i+2:i+8], mac[:])
-			changed = true
+		case int(icmp[i]) == ndOptSrcLLAddr || int(icmp[i]) == ndOptTgtLLAddr:
+			drop("a link-layer address option that cannot be rewritten")
+			return
 		}
 		i += n
 	}
-	if changed {
-		src, dst := h.SrcAddr().As16(), h.DstAddr().As16()
-		icmp[2], icmp[3] = 0, 0
-		ck := dataplane.Checksum(icmp, dataplane.PseudoHeaderSum(src[:], dst[:], dataplane.ProtoICMPv6, len(icmp)))
-		binary.BigEndian.PutUint16(icmp[2:], ck)
-	}
+	dataplane.Ethernet(b[h.Eth:]).SetSrc(mac)
+	src, dst := h.SrcAddr().As16(), h.DstAddr().As16()
+	icmp[2], icmp[3] = 0, 0
+	ck := dataplane.Checksum(icmp, dataplane.PseudoHeaderSum(src[:], dst[:], dataplane.ProtoICMPv6, len(icmp)))
+	binary.BigEndian.PutUint16(icmp[2:], ck)
 	tr.Addf("  source MAC rewritten to the uplink's %s", mac)
 }
 

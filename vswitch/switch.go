@@ -211,7 +211,7 @@ func (s *Switch) Decide(v *dataplane.View, tr *dataplane.Trace, d *dataplane.Dec
 		}
 		d.Drop = dataplane.DropNoDestination
 		return
-	case in.Uplink && out != nil && out.Underlay == Isolated && !tunneled:
+	case in.Uplink && out != nil && out.Underlay == Isolated && (!tunneled || v.Encap):
 		if tr.On() {
 			tr.Addf("switch: %s -> port %s is reached only through the overlay: plain frames from the underlay are not delivered", how.explain(v, out), out.Name)
 		}
@@ -334,8 +334,12 @@ func (pol *compiled) forward(v *dataplane.View) (*Port, dataplane.Transposition,
 	switch {
 	case dst.IsMulticast():
 		return nil, ht, fwdMulticast
-	case pol.gwMACs[dst] && !v.Encap:
-		if p := pol.byIP[v.Dst]; p != nil {
+	case pol.gwMACs[dst] != nil && !v.Encap:
+		gw := pol.gwMACs[dst]
+		// A gateway routes between the ports it serves, and from the
+		// uplink (decapsulated traffic from remote hosts) to them.
+		in := pol.port(v.InPort)
+		if p := pol.byIP[v.Dst]; p != nil && gw.serves(p) && (gw.serves(in) || in != nil && in.Uplink) {
 			ht.Set = dataplane.FieldSrcMAC | dataplane.FieldDstMAC
 			ht.SrcMAC, ht.DstMAC = dst, p.MAC
 			return p, ht, fwdRouted
@@ -392,14 +396,14 @@ func (f forwarding) explain(v *dataplane.View, out *Port) string {
 	return fmt.Sprintf("%s %s unknown and there is no uplink", what, dst)
 }
 
-// resolve returns the MAC that answers for ip (an endpoint's or the
-// gateway's) and the port it is on (nil for the gateway).
-func (pol *compiled) resolve(ip netip.Addr) (dataplane.MAC, *Port, bool) {
+// resolve returns the MAC that answers for ip (an endpoint's, or a gateway
+// that serves port asker) and the port it is on (nil for a gateway).
+func (pol *compiled) resolve(ip netip.Addr, asker *Port) (dataplane.MAC, *Port, bool) {
 	if p := pol.byIP[ip]; p != nil {
 		return p.MAC, p, true
 	}
-	if mac, ok := pol.gwIPs[ip]; ok {
-		return mac, nil, true
+	if gw := pol.gwIPs[ip]; gw != nil && (gw.serves(asker) || asker.Uplink) {
+		return gw.mac, nil, true
 	}
 	return dataplane.MAC{}, nil, false
 }
