@@ -354,7 +354,7 @@ func (a *Action) Apply(p *Packet, pr *Parsed, hash uint32) DropReason {
 		}
 		// Drop the outer headers and any Ethernet padding behind the
 		// outer IP packet.
-		p.truncate(int(pr.Outer.End))
+		p.truncate(int(pr.TunnelEnd))
 		base = pr.Inner.Eth
 		p.pull(int(base))
 		p.Offload.shift(-int(base))

@@ -73,6 +73,10 @@ type Parsed struct {
 	// Encap reports whether Outer carries a VXLAN packet whose inner frame
 	// is described by Inner.
 	Encap bool
+	// TunnelEnd is where the VXLAN payload (the inner frame) ends when
+	// Encap is set: the end of the outer UDP datagram, which may come
+	// before the end of the outer IP packet.
+	TunnelEnd int32
 	// VXLANPort is the UDP destination port recognised as VXLAN; zero means
 	// VXLANPort (4789). NoVXLAN turns VXLAN decoding off: the frame is
 	// plain UDP (for ports that do not terminate tunnels). Set them before
@@ -109,7 +113,7 @@ const MaxFrameLen = 65535 + EthernetLen + VLANLen + MaxOuterLen
 // reassemble.
 func (p *Parsed) Decode(b []byte) DropReason {
 	p.Encap = false
-	p.VNI = 0
+	p.VNI, p.TunnelEnd = 0, 0
 	if p.Inner.Eth != 0 {
 		p.Inner = Headers{} // only a VXLAN packet fills Inner (at a non-zero offset)
 	}
@@ -142,6 +146,7 @@ func (p *Parsed) Decode(b []byte) DropReason {
 		return DropBadVXLAN
 	}
 	p.VNI = vx.VNI()
+	p.TunnelEnd = int32(end)
 	if r := decodeFrame(b[:end], int32(v+VXLANLen), &p.Inner); r != NotDropped {
 		return r
 	}

@@ -223,9 +223,9 @@ func (w *Worker) process(p *Packet, gen uint64, now int64) {
 	pr.KeyInto(key, p.InPort)
 	hash := key.Hash()
 	b := p.Bytes()
-	var outerSrc *[16]byte
+	var outer *Headers
 	if pr.Encap {
-		outerSrc = &pr.Outer.Src
+		outer = &pr.Outer
 	}
 	uft := w.pl.uft
 	slot := &w.emc[hash&(emcSize-1)]
@@ -237,7 +237,7 @@ func (w *Worker) process(p *Packet, gen uint64, now int64) {
 	}
 	if f != nil {
 		a := f.action.Load()
-		if a.Gen >= gen && f.guardOK(b[h.Eth:], outerSrc) && !uft.Expired(f, now) && !restarts(f, h.TCPFlags) {
+		if a.Gen >= gen && f.guardOK(b[h.Eth:], outer) && !uft.Expired(f, now) && !restarts(f, h.TCPFlags) {
 			n := p.Len()
 			w.apply(p, pr, a, hash)
 			w.account(f, n, h.TCPFlags, now)
@@ -251,11 +251,11 @@ func (w *Worker) process(p *Packet, gen uint64, now int64) {
 	w.slow++
 	w.endRun()
 	eth := Ethernet(b[h.Eth:])
-	var osrc [16]byte
-	if outerSrc != nil {
-		osrc = *outerSrc
+	var osrc, odst [16]byte
+	if outer != nil {
+		osrc, odst = outer.Src, outer.Dst
 	}
-	w.slowPath(p, key, hash, f, gen, now, eth.Src(), eth.Dst(), osrc)
+	w.slowPath(p, key, hash, f, gen, now, eth.Src(), eth.Dst(), osrc, odst)
 }
 
 // decodePlain decodes p, which failed to decode, again without VXLAN
@@ -348,7 +348,7 @@ func (w *Worker) apply(p *Packet, pr *Parsed, a *Action, hash uint32) {
 	p.OutPort = a.Out
 }
 
-func (w *Worker) slowPath(p *Packet, key *FlowKey, hash uint32, f *Flow, gen uint64, now int64, src, dst MAC, outerSrc [16]byte) {
+func (w *Worker) slowPath(p *Packet, key *FlowKey, hash uint32, f *Flow, gen uint64, now int64, src, dst MAC, outerSrc, outerDst [16]byte) {
 	uft := w.pl.uft
 	pr := &w.parsed
 	once := false // decide this packet without touching the table
@@ -358,7 +358,7 @@ func (w *Worker) slowPath(p *Packet, key *FlowKey, hash uint32, f *Flow, gen uin
 			w.Trace.Addf("flow %s expired or closed: removed", f.key)
 			uft.RemoveConn(f)
 			f = nil
-		case f.action.Load().Gen < gen && f.GuardMatches(src, dst, &outerSrc):
+		case f.action.Load().Gen < gen && f.GuardMatches(src, dst, &outerSrc, &outerDst):
 			if c := f.conn.Load(); c != nil && c.Stateful {
 				if w.revalidate(p, f, c, hash, gen, now) {
 					return
@@ -367,7 +367,7 @@ func (w *Worker) slowPath(p *Packet, key *FlowKey, hash uint32, f *Flow, gen uin
 			} else if w.Trace.On() {
 				w.Trace.Addf("revalidate flow %s (generation %d -> %d)", f.key, f.action.Load().Gen, gen)
 			}
-		case f.GuardMatches(src, dst, &outerSrc):
+		case f.GuardMatches(src, dst, &outerSrc, &outerDst):
 			// Cached under a policy newer than this batch started with:
 			// another worker has decided it; decide this packet alone.
 			once = true
@@ -412,6 +412,7 @@ func (w *Worker) slowPath(p *Packet, key *FlowKey, hash uint32, f *Flow, gen uin
 	}
 	if f == nil {
 		nf := NewFlow(*key, a, src, dst, outerSrc, now)
+		nf.SetOuterDst(outerDst)
 		var evicted *Flow
 		f, evicted = uft.InsertEvict(nf)
 		if evicted != nil && w.Trace.On() {
@@ -483,6 +484,7 @@ func (w *Worker) installReverse(f *Flow, orig, final *View, d *Decision, gen uin
 	// transposition sets it, and a reply may be addressed either to the
 	// gateway or straight to the origin.
 	rf := NewFlow(rkey, ra, reply.SrcMAC, MAC{}, Addr16(reply.OuterSrc), now)
+	rf.SetOuterDst(Addr16(reply.OuterDst))
 	got := uft.Insert(rf)
 	if got != nil && got != rf {
 		// A flow for the reply key exists (the reply raced us, or a

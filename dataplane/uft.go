@@ -120,7 +120,7 @@ func (c *FlowTableConfig) Validate() error {
 // (the guard), and counters. The table owns its flows; callers get read-only
 // views of them. Safe for concurrent use.
 type Flow struct {
-	// The fields are ordered to pack into 128 bytes (TestFlowSize).
+	// The fields are ordered to pack into 144 bytes (TestFlowSize).
 	key    FlowKey
 	state  atomic.Uint32 // TCP flags seen (low byte) | flowRemoved
 	action atomic.Pointer[Action]
@@ -137,6 +137,7 @@ type Flow struct {
 	// the slow path.
 	macs     [12]byte // destination then source, as in the Ethernet header
 	outerSrc [16]byte
+	outerDst [16]byte
 
 	hash uint32 // key.Hash()
 }
@@ -144,7 +145,8 @@ type Flow struct {
 const flowRemoved = 1 << 16
 
 // NewFlow returns a flow for key whose packets carry the given source and
-// destination MACs and, if encapsulated, outer source address.
+// destination MACs and, if encapsulated, outer source address (the outer
+// destination is zero; SetOuterDst sets it before the flow is inserted).
 func NewFlow(key FlowKey, a *Action, srcMAC, dstMAC MAC, outerSrc [16]byte, now int64) *Flow {
 	f := &Flow{key: key, outerSrc: outerSrc, hash: key.Hash()}
 	copy(f.macs[0:6], dstMAC[:])
@@ -153,6 +155,10 @@ func NewFlow(key FlowKey, a *Action, srcMAC, dstMAC MAC, outerSrc [16]byte, now 
 	f.lastSeen.Store(now)
 	return f
 }
+
+// SetOuterDst guards the flow with the outer destination address its
+// encapsulated packets carry. Call it before the flow is inserted.
+func (f *Flow) SetOuterDst(a [16]byte) { f.outerDst = a }
 
 // Key returns the flow's key.
 func (f *Flow) Key() FlowKey { return f.key }
@@ -176,25 +182,25 @@ func (f *Flow) LastSeen() int64 { return f.lastSeen.Load() }
 // Removed reports whether the flow has left the table.
 func (f *Flow) Removed() bool { return f.state.Load()&flowRemoved != 0 }
 
-// GuardMatches reports whether a packet with these MACs and outer source may
-// use the flow's action. A flow made with a zero destination MAC (the reply
-// direction of a stateful connection, whose transposition sets it anyway)
-// matches any destination MAC.
-func (f *Flow) GuardMatches(src, dst MAC, outerSrc *[16]byte) bool {
+// GuardMatches reports whether a packet with these MACs and outer source
+// and destination addresses may use the flow's action. A flow made with a
+// zero destination MAC (the reply direction of a stateful connection, whose
+// transposition sets it anyway) matches any destination MAC.
+func (f *Flow) GuardMatches(src, dst MAC, outerSrc, outerDst *[16]byte) bool {
 	fd := MAC(f.macs[0:6])
-	return MAC(f.macs[6:12]) == src && (fd == dst || fd.IsZero()) && f.outerSrc == *outerSrc
+	return MAC(f.macs[6:12]) == src && (fd == dst || fd.IsZero()) && f.outerSrc == *outerSrc && f.outerDst == *outerDst
 }
 
 // guardOK is GuardMatches for the fast path: eth is the packet's tenant
-// Ethernet header, outerSrc its outer source address (nil if none).
-func (f *Flow) guardOK(eth []byte, outerSrc *[16]byte) bool {
+// Ethernet header, outer its outer headers (nil if none).
+func (f *Flow) guardOK(eth []byte, outer *Headers) bool {
 	if [12]byte(eth[:12]) != f.macs && ([6]byte(eth[6:12]) != [6]byte(f.macs[6:12]) || !MAC(f.macs[0:6]).IsZero()) {
 		return false
 	}
-	if outerSrc == nil {
-		return f.outerSrc == [16]byte{}
+	if outer == nil {
+		return f.outerSrc == [16]byte{} && f.outerDst == [16]byte{}
 	}
-	return f.outerSrc == *outerSrc
+	return f.outerSrc == outer.Src && f.outerDst == outer.Dst
 }
 
 // Account counts one packet of n bytes with TCP flags tcp at time now; n
