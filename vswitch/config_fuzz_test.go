@@ -1,0 +1,65 @@
+package vswitch
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// FuzzParseConfig feeds policy documents, at both levels, to the parser.
+// It must never panic; an accepted document must build a switch, lower to
+// a VFP-level document that is accepted too, and read back equal after
+// marshalling. A rejection names where the problem is.
+func FuzzParseConfig(f *testing.F) {
+	files, _ := filepath.Glob(filepath.Join("..", "testdata", "scenarios", "*", "policy*.json"))
+	for _, name := range files {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte(`{"Uplink": {"MacAddress": "02:00:00:00:00:fe"}, "Networks": []}`))
+	f.Add([]byte(`{"Networks": [{"Name": "n", "Type": "Overlay", "Policies": [{"Type": "VxlanPort", "Settings": {"Port": 8472}}]}]}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c, err := ParseConfig(b)
+		if err != nil {
+			msg := err.Error()
+			if msg == "" || strings.Contains(msg, "a bug in ufp") {
+				t.Fatalf("rejected with %q", msg)
+			}
+			return
+		}
+		sw, err := New(c)
+		if err != nil {
+			t.Fatalf("accepted, but New fails: %v", err)
+		}
+		if len(sw.Ports()) == 0 {
+			t.Fatal("accepted a switch without ports")
+		}
+		low, err := c.Lower()
+		if err != nil {
+			t.Fatalf("accepted, but Lower fails: %v", err)
+		}
+		lb, err := json.Marshal(low)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ParseConfig(lb); err != nil {
+			t.Fatalf("the lowered document is rejected: %v\n%s", err, lb)
+		}
+		again, err := json.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c2, err := ParseConfig(again)
+		if err != nil {
+			t.Fatalf("the document does not read back: %v\n%s", err, again)
+		}
+		if b2, _ := json.Marshal(c2); string(b2) != string(again) {
+			t.Fatalf("the document changes when read back:\n%s\n%s", again, b2)
+		}
+	})
+}
