@@ -80,10 +80,19 @@ func parseDoc(t *testing.T, s string) doc {
 	return d
 }
 
-// at walks d along path (object keys and list indices) and returns the
-// object there.
-func at(d doc, path ...any) doc {
-	var v any = d
+// jsonValue decodes a JSON value written in a test.
+func jsonValue(t *testing.T, s string) any {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal([]byte(s), &v); err != nil {
+		t.Fatalf("bad JSON in the test: %v\n%s", err, s)
+	}
+	return v
+}
+
+// at walks v (a document or part of one) along path (object keys and list
+// indices) and returns the object there.
+func at(v any, path ...any) doc {
 	for _, p := range path {
 		switch p := p.(type) {
 		case string:

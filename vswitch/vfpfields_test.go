@@ -54,12 +54,10 @@ const vfBase = `{
   ]
 }`
 
-type vfDoc = map[string]any
-
 // vfEdit returns vfBase with edit applied, as JSON.
-func vfEdit(t *testing.T, edit func(d vfDoc)) []byte {
+func vfEdit(t *testing.T, edit func(d doc)) []byte {
 	t.Helper()
-	var d vfDoc
+	var d doc
 	if err := json.Unmarshal([]byte(vfBase), &d); err != nil {
 		t.Fatal(err)
 	}
@@ -73,34 +71,11 @@ func vfEdit(t *testing.T, edit func(d vfDoc)) []byte {
 	return b
 }
 
-// vfAt walks d along path (object keys and list indices).
-func vfAt(d vfDoc, path ...any) vfDoc {
-	var v any = d
-	for _, p := range path {
-		switch p := p.(type) {
-		case string:
-			v = v.(vfDoc)[p]
-		case int:
-			v = v.([]any)[p]
-		}
-	}
-	return v.(vfDoc)
+func vfPort(d doc, i int) doc { return at(d, "ports", i) }
+func vfRule(d doc, i int) doc {
+	return at(d, "ports", 3, "layers", 0, "groups", 0, "rules", i)
 }
-
-func vfPort(d vfDoc, i int) vfDoc { return vfAt(d, "ports", i) }
-func vfRule(d vfDoc, i int) vfDoc {
-	return vfAt(d, "ports", 3, "layers", 0, "groups", 0, "rules", i)
-}
-func vfGroup(d vfDoc) vfDoc { return vfAt(d, "ports", 3, "layers", 0, "groups", 0) }
-
-func vfRaw(t *testing.T, s string) any {
-	t.Helper()
-	var v any
-	if err := json.Unmarshal([]byte(s), &v); err != nil {
-		t.Fatal(err)
-	}
-	return v
-}
+func vfGroup(d doc) doc { return at(d, "ports", 3, "layers", 0, "groups", 0) }
 
 func TestVFPFieldsBaseParses(t *testing.T) {
 	c, err := ParseConfig([]byte(vfBase))
@@ -149,102 +124,102 @@ func TestVFPFieldsBaseParses(t *testing.T) {
 func TestVFPFieldsErrors(t *testing.T) {
 	for _, tt := range []struct {
 		name string
-		edit func(d vfDoc)
+		edit func(d doc)
 		want string
 	}{
 		// mtu
-		{"mtu below 576", func(d vfDoc) { vfPort(d, 0)["mtu"] = 575 },
+		{"mtu below 576", func(d doc) { vfPort(d, 0)["mtu"] = 575 },
 			"ports[0].mtu: 575 is below 576, the smallest MTU IPv4 allows"},
-		{"mtu 1", func(d vfDoc) { vfPort(d, 2)["mtu"] = 1 }, "ports[2].mtu: 1 is below 576"},
-		{"uplink mtu below 576", func(d vfDoc) { vfPort(d, 3)["mtu"] = 100 }, "ports[3].mtu: 100 is below 576"},
-		{"mtu above 16 bits", func(d vfDoc) { vfPort(d, 0)["mtu"] = 65536 }, "ports[0].mtu: want an integer from 0 to 65535, got 65536"},
-		{"mtu negative", func(d vfDoc) { vfPort(d, 0)["mtu"] = -1 }, "ports[0].mtu: want an integer from 0 to 65535, got -1"},
-		{"mtu a string", func(d vfDoc) { vfPort(d, 0)["mtu"] = "1500" }, `ports[0].mtu: want a number, got "1500"`},
+		{"mtu 1", func(d doc) { vfPort(d, 2)["mtu"] = 1 }, "ports[2].mtu: 1 is below 576"},
+		{"uplink mtu below 576", func(d doc) { vfPort(d, 3)["mtu"] = 100 }, "ports[3].mtu: 100 is below 576"},
+		{"mtu above 16 bits", func(d doc) { vfPort(d, 0)["mtu"] = 65536 }, "ports[0].mtu: want an integer from 0 to 65535, got 65536"},
+		{"mtu negative", func(d doc) { vfPort(d, 0)["mtu"] = -1 }, "ports[0].mtu: want an integer from 0 to 65535, got -1"},
+		{"mtu a string", func(d doc) { vfPort(d, 0)["mtu"] = "1500" }, `ports[0].mtu: want a number, got "1500"`},
 
 		// underlay
-		{"underlay unknown", func(d vfDoc) { vfPort(d, 0)["underlay"] = "isolated" },
+		{"underlay unknown", func(d doc) { vfPort(d, 0)["underlay"] = "isolated" },
 			`ports[0].underlay: unknown mode "isolated" (want bridged, rewrite or none)`},
-		{"underlay is case-sensitive", func(d vfDoc) { vfPort(d, 1)["underlay"] = "Rewrite" },
+		{"underlay is case-sensitive", func(d doc) { vfPort(d, 1)["underlay"] = "Rewrite" },
 			`ports[1].underlay: unknown mode "Rewrite"`},
-		{"underlay a bool", func(d vfDoc) { vfPort(d, 1)["underlay"] = true }, "ports[1].underlay: want a string, got true"},
-		{"uplink rewrite", func(d vfDoc) { vfPort(d, 3)["underlay"] = "rewrite" },
+		{"underlay a bool", func(d doc) { vfPort(d, 1)["underlay"] = true }, "ports[1].underlay: want a string, got true"},
+		{"uplink rewrite", func(d doc) { vfPort(d, 3)["underlay"] = "rewrite" },
 			"ports[3].underlay: the uplink is the underlay; underlay applies to vNICs"},
-		{"uplink none", func(d vfDoc) { vfPort(d, 3)["underlay"] = "none" },
+		{"uplink none", func(d doc) { vfPort(d, 3)["underlay"] = "none" },
 			"ports[3].underlay: the uplink is the underlay"},
-		{"uplink unknown mode", func(d vfDoc) { vfPort(d, 3)["underlay"] = "bogus" },
+		{"uplink unknown mode", func(d doc) { vfPort(d, 3)["underlay"] = "bogus" },
 			`ports[3].underlay: unknown mode "bogus"`},
 
 		// gateways
-		{"duplicate IP within a gateway", func(d vfDoc) {
-			vfAt(d, "switch", "gateways", 1)["ips"] = []any{"10.2.0.1", "10.2.0.1"}
+		{"duplicate IP within a gateway", func(d doc) {
+			at(d, "switch", "gateways", 1)["ips"] = []any{"10.2.0.1", "10.2.0.1"}
 		}, "switch.gateways[1].ips[1]: 10.2.0.1 is already a gateway address"},
-		{"gateways IP of the gateway", func(d vfDoc) {
-			vfAt(d, "switch", "gateways", 0)["ips"] = []any{"10.1.0.1", "10.0.0.1"}
+		{"gateways IP of the gateway", func(d doc) {
+			at(d, "switch", "gateways", 0)["ips"] = []any{"10.1.0.1", "10.0.0.1"}
 		}, "switch.gateways[0].ips[1]: 10.0.0.1 is already a gateway address"},
-		{"IP of another of the gateways", func(d vfDoc) {
-			vfAt(d, "switch", "gateways", 1)["ips"] = []any{"fd00:1::1"}
+		{"IP of another of the gateways", func(d doc) {
+			at(d, "switch", "gateways", 1)["ips"] = []any{"fd00:1::1"}
 		}, "switch.gateways[1].ips[0]: fd00:1::1 is already a gateway address"},
-		{"IP of the gateways, without a gateway", func(d vfDoc) {
-			delete(vfAt(d, "switch"), "gateway")
-			vfAt(d, "switch", "gateways", 1)["ips"] = []any{"10.1.0.1"}
+		{"IP of the gateways, without a gateway", func(d doc) {
+			delete(at(d, "switch"), "gateway")
+			at(d, "switch", "gateways", 1)["ips"] = []any{"10.1.0.1"}
 			vfPort(d, 0)["ips"] = []any{"10.0.0.10"}
 		}, "switch.gateways[1].ips[0]: 10.1.0.1 is already a gateway address"},
-		{"gateways bad MAC", func(d vfDoc) { vfAt(d, "switch", "gateways", 1)["mac"] = "nope" }, "switch.gateways[1].mac: "},
-		{"gateways multicast MAC", func(d vfDoc) { vfAt(d, "switch", "gateways", 0)["mac"] = "01:00:5e:00:00:01" },
+		{"gateways bad MAC", func(d doc) { at(d, "switch", "gateways", 1)["mac"] = "nope" }, "switch.gateways[1].mac: "},
+		{"gateways multicast MAC", func(d doc) { at(d, "switch", "gateways", 0)["mac"] = "01:00:5e:00:00:01" },
 			"switch.gateways[0].mac: 01:00:5e:00:00:01 is not a unicast address"},
-		{"gateways without MAC", func(d vfDoc) { delete(vfAt(d, "switch", "gateways", 0), "mac") }, "switch.gateways[0].mac: "},
-		{"gateways bad IP", func(d vfDoc) { vfAt(d, "switch", "gateways", 1)["ips"] = []any{"10.2.0"} }, "switch.gateways[1].ips[0]: "},
-		{"gateway bad IP keeps its name", func(d vfDoc) { vfAt(d, "switch", "gateway")["ips"] = []any{"x"} }, "switch.gateway.ips[0]: "},
-		{"port IP is a gateways address", func(d vfDoc) { vfPort(d, 2)["ips"] = []any{"10.2.0.1"} },
+		{"gateways without MAC", func(d doc) { delete(at(d, "switch", "gateways", 0), "mac") }, "switch.gateways[0].mac: "},
+		{"gateways bad IP", func(d doc) { at(d, "switch", "gateways", 1)["ips"] = []any{"10.2.0"} }, "switch.gateways[1].ips[0]: "},
+		{"gateway bad IP keeps its name", func(d doc) { at(d, "switch", "gateway")["ips"] = []any{"x"} }, "switch.gateway.ips[0]: "},
+		{"port IP is a gateways address", func(d doc) { vfPort(d, 2)["ips"] = []any{"10.2.0.1"} },
 			"ports[2].ips[0]: 10.2.0.1 is the gateway's address"},
-		{"port MAC is a gateways MAC", func(d vfDoc) { vfPort(d, 2)["mac"] = "02:00:00:00:00:03" },
+		{"port MAC is a gateways MAC", func(d doc) { vfPort(d, 2)["mac"] = "02:00:00:00:00:03" },
 			"ports[2].mac: 02:00:00:00:00:03 is already used by the gateway"},
-		{"gateways unknown field", func(d vfDoc) { vfAt(d, "switch", "gateways", 0)["ip"] = "10.1.0.1" },
+		{"gateways unknown field", func(d doc) { at(d, "switch", "gateways", 0)["ip"] = "10.1.0.1" },
 			`switch.gateways[0].ip: unknown field "ip"`},
 
 		// reason
-		{"reason parse error", func(d vfDoc) { vfAt(vfRule(d, 2), "action")["reason"] = "truncated-ipv4" },
+		{"reason parse error", func(d doc) { at(vfRule(d, 2), "action")["reason"] = "truncated-ipv4" },
 			`ports[3].layers[0].groups[0].rules[2].action.reason: "truncated-ipv4" is not a drop reason a policy can give`},
-		{"reason bad-vxlan (a parse error)", func(d vfDoc) { vfAt(vfRule(d, 2), "action")["reason"] = "bad-vxlan" },
+		{"reason bad-vxlan (a parse error)", func(d doc) { at(vfRule(d, 2), "action")["reason"] = "bad-vxlan" },
 			`rules[2].action.reason: "bad-vxlan" is not a drop reason a policy can give`},
-		{"reason frame-too-large (last parse error)", func(d vfDoc) { vfAt(vfRule(d, 2), "action")["reason"] = "frame-too-large" },
+		{"reason frame-too-large (last parse error)", func(d doc) { at(vfRule(d, 2), "action")["reason"] = "frame-too-large" },
 			`rules[2].action.reason: "frame-too-large" is not a drop reason`},
-		{"reason unknown", func(d vfDoc) { vfAt(vfRule(d, 2), "action")["reason"] = "no-such-reason" },
+		{"reason unknown", func(d doc) { at(vfRule(d, 2), "action")["reason"] = "no-such-reason" },
 			`rules[2].action.reason: "no-such-reason" is not a drop reason`},
-		{"reason not-dropped", func(d vfDoc) { vfAt(vfRule(d, 2), "action")["reason"] = "not-dropped" },
+		{"reason not-dropped", func(d doc) { at(vfRule(d, 2), "action")["reason"] = "not-dropped" },
 			`rules[2].action.reason: "not-dropped" is not a drop reason`},
-		{"reason unknown-drop-reason", func(d vfDoc) { vfAt(vfRule(d, 2), "action")["reason"] = "unknown-drop-reason" },
+		{"reason unknown-drop-reason", func(d doc) { at(vfRule(d, 2), "action")["reason"] = "unknown-drop-reason" },
 			`rules[2].action.reason: "unknown-drop-reason" is not a drop reason`},
-		{"reason in another case", func(d vfDoc) { vfAt(vfRule(d, 2), "action")["reason"] = "Unknown-VNI" },
+		{"reason in another case", func(d doc) { at(vfRule(d, 2), "action")["reason"] = "Unknown-VNI" },
 			`rules[2].action.reason: "Unknown-VNI" is not a drop reason`},
-		{"reason on an allow", func(d vfDoc) { vfAt(vfRule(d, 0), "action")["reason"] = "unknown-vni" },
+		{"reason on an allow", func(d doc) { at(vfRule(d, 0), "action")["reason"] = "unknown-vni" },
 			"ports[3].layers[0].groups[0].rules[0].action.reason: only a block action has a drop reason"},
-		{"parse-error reason on an allow", func(d vfDoc) { vfAt(vfRule(d, 0), "action")["reason"] = "bad-arp" },
+		{"parse-error reason on an allow", func(d doc) { at(vfRule(d, 0), "action")["reason"] = "bad-arp" },
 			`rules[0].action.reason: "bad-arp" is not a drop reason a policy can give`},
-		{"reason a number", func(d vfDoc) { vfAt(vfRule(d, 2), "action")["reason"] = 34 },
+		{"reason a number", func(d doc) { at(vfRule(d, 2), "action")["reason"] = 34 },
 			"ports[3].layers[0].groups[0].rules[2].action.reason: want a string, got the number 34"},
 
 		// encapsulated, outerSrcIPs
-		{"encapsulated a string", func(d vfDoc) { vfAt(vfGroup(d), "match")["encapsulated"] = "yes" },
+		{"encapsulated a string", func(d doc) { at(vfGroup(d), "match")["encapsulated"] = "yes" },
 			`ports[3].layers[0].groups[0].match.encapsulated: want true or false, got "yes"`},
-		{"outerSrcIPs a string", func(d vfDoc) { vfAt(vfRule(d, 0), "match")["outerSrcIPs"] = "192.168.1.20" },
+		{"outerSrcIPs a string", func(d doc) { at(vfRule(d, 0), "match")["outerSrcIPs"] = "192.168.1.20" },
 			`ports[3].layers[0].groups[0].rules[0].match.outerSrcIPs: want a list, got "192.168.1.20"`},
-		{"outerSrcIPs host bits", func(d vfDoc) { vfAt(vfRule(d, 0), "match")["outerSrcIPs"] = []any{"192.168.1.20/24"} },
+		{"outerSrcIPs host bits", func(d doc) { at(vfRule(d, 0), "match")["outerSrcIPs"] = []any{"192.168.1.20/24"} },
 			"ports[3].layers[0].groups[0].rules[0].match.outerSrcIPs[0]: 192.168.1.20/24 has host bits set (did you mean 192.168.1.0/24?)"},
-		{"outerSrcIPs IPv6 host bits, second", func(d vfDoc) {
-			vfAt(vfRule(d, 0), "match")["outerSrcIPs"] = []any{"192.168.1.20", "fd00:99::1/64"}
+		{"outerSrcIPs IPv6 host bits, second", func(d doc) {
+			at(vfRule(d, 0), "match")["outerSrcIPs"] = []any{"192.168.1.20", "fd00:99::1/64"}
 		}, "rules[0].match.outerSrcIPs[1]: fd00:99::1/64 has host bits set (did you mean fd00:99::/64?)"},
-		{"outerSrcIPs garbage", func(d vfDoc) { vfAt(vfRule(d, 0), "match")["outerSrcIPs"] = []any{"pa-1"} },
+		{"outerSrcIPs garbage", func(d doc) { at(vfRule(d, 0), "match")["outerSrcIPs"] = []any{"pa-1"} },
 			`rules[0].match.outerSrcIPs[0]: "pa-1" is not an IP prefix or address`},
-		{"outerSrcIPs prefix with zone", func(d vfDoc) { vfAt(vfRule(d, 0), "match")["outerSrcIPs"] = []any{"fe80::1%eth0/128"} },
+		{"outerSrcIPs prefix with zone", func(d doc) { at(vfRule(d, 0), "match")["outerSrcIPs"] = []any{"fe80::1%eth0/128"} },
 			`rules[0].match.outerSrcIPs[0]: "fe80::1%eth0/128" is not an IP prefix or address`},
-		{"outerSrcIPs IPv4-mapped", func(d vfDoc) { vfAt(vfRule(d, 0), "match")["outerSrcIPs"] = []any{"::ffff:192.168.1.20"} },
+		{"outerSrcIPs IPv4-mapped", func(d doc) { at(vfRule(d, 0), "match")["outerSrcIPs"] = []any{"::ffff:192.168.1.20"} },
 			`rules[0].match.outerSrcIPs[0]: "::ffff:192.168.1.20": write IPv4 prefixes in IPv4 form`},
-		{"outerSrcIPs bad length", func(d vfDoc) { vfAt(vfRule(d, 0), "match")["outerSrcIPs"] = []any{"192.168.1.20/33"} },
+		{"outerSrcIPs bad length", func(d doc) { at(vfRule(d, 0), "match")["outerSrcIPs"] = []any{"192.168.1.20/33"} },
 			`rules[0].match.outerSrcIPs[0]: "192.168.1.20/33" is not an IP prefix or address`},
-		{"group outerSrcIPs host bits", func(d vfDoc) { vfAt(vfGroup(d), "match")["outerSrcIPs"] = []any{"192.168.1.1/16"} },
+		{"group outerSrcIPs host bits", func(d doc) { at(vfGroup(d), "match")["outerSrcIPs"] = []any{"192.168.1.1/16"} },
 			"ports[3].layers[0].groups[0].match.outerSrcIPs[0]: 192.168.1.1/16 has host bits set"},
-		{"outerSrcIP (singular) is unknown", func(d vfDoc) { vfAt(vfRule(d, 0), "match")["outerSrcIP"] = "192.168.1.20" },
+		{"outerSrcIP (singular) is unknown", func(d doc) { at(vfRule(d, 0), "match")["outerSrcIP"] = "192.168.1.20" },
 			`ports[3].layers[0].groups[0].rules[0].match.outerSrcIP: unknown field "outerSrcIP"`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -262,40 +237,40 @@ func TestVFPFieldsErrors(t *testing.T) {
 func TestVFPFieldsAccepted(t *testing.T) {
 	for _, tt := range []struct {
 		name  string
-		edit  func(d vfDoc)
+		edit  func(d doc)
 		check func(t *testing.T, sw *Switch)
 	}{
-		{"mtu 576", func(d vfDoc) { vfPort(d, 0)["mtu"] = 576 }, func(t *testing.T, sw *Switch) {
+		{"mtu 576", func(d doc) { vfPort(d, 0)["mtu"] = 576 }, func(t *testing.T, sw *Switch) {
 			if m := sw.Port("pod-a").MTU; m != 576 {
 				t.Errorf("mtu %d", m)
 			}
 		}},
-		{"mtu 0 is no limit", func(d vfDoc) { vfPort(d, 0)["mtu"] = 0 }, func(t *testing.T, sw *Switch) {
+		{"mtu 0 is no limit", func(d doc) { vfPort(d, 0)["mtu"] = 0 }, func(t *testing.T, sw *Switch) {
 			if m := sw.Port("pod-a").MTU; m != 0 {
 				t.Errorf("mtu %d", m)
 			}
 		}},
-		{"mtu 65535", func(d vfDoc) { vfPort(d, 0)["mtu"] = 65535 }, nil},
-		{"underlay empty is bridged", func(d vfDoc) { vfPort(d, 1)["underlay"] = "" }, func(t *testing.T, sw *Switch) {
+		{"mtu 65535", func(d doc) { vfPort(d, 0)["mtu"] = 65535 }, nil},
+		{"underlay empty is bridged", func(d doc) { vfPort(d, 1)["underlay"] = "" }, func(t *testing.T, sw *Switch) {
 			if u := sw.Port("pod-b").Underlay; u != Bridged {
 				t.Errorf("underlay %d", u)
 			}
 		}},
-		{"uplink bridged", func(d vfDoc) { vfPort(d, 3)["underlay"] = "bridged" }, nil},
-		{"gateways without gateway", func(d vfDoc) {
-			delete(vfAt(d, "switch"), "gateway")
+		{"uplink bridged", func(d doc) { vfPort(d, 3)["underlay"] = "bridged" }, nil},
+		{"gateways without gateway", func(d doc) {
+			delete(at(d, "switch"), "gateway")
 			vfPort(d, 0)["ips"] = []any{"10.0.0.10", "10.0.0.1"}
 		}, nil},
-		{"gateway and no gateways", func(d vfDoc) {
-			delete(vfAt(d, "switch"), "gateways")
+		{"gateway and no gateways", func(d doc) {
+			delete(at(d, "switch"), "gateways")
 			vfPort(d, 1)["ips"] = []any{"10.1.0.1"}
 		}, nil},
-		{"every policy reason", func(d vfDoc) {
+		{"every policy reason", func(d doc) {
 			var rs []any
 			for i, r := range []string{"blocked-by-policy", "spoofed-source", "no-destination", "unknown-vni", "unknown-provider-address"} {
-				rs = append(rs, vfRaw(t, `{"name": "r`+string(rune('a'+i))+`", "priority": `+string(rune('1'+i))+`, "action": {"type": "block", "reason": "`+r+`"}}`))
+				rs = append(rs, jsonValue(t, `{"name": "r`+string(rune('a'+i))+`", "priority": `+string(rune('1'+i))+`, "action": {"type": "block", "reason": "`+r+`"}}`))
 			}
-			vfAt(d, "ports", 3, "layers", 0, "groups", 0)["rules"] = rs
+			at(d, "ports", 3, "layers", 0, "groups", 0)["rules"] = rs
 		}, func(t *testing.T, sw *Switch) {
 			want := []dataplane.DropReason{dataplane.DropBlocked, dataplane.DropSpoofedSource, dataplane.DropNoDestination,
 				dataplane.DropUnknownVNI, dataplane.DropUnknownProvider}
@@ -306,18 +281,18 @@ func TestVFPFieldsAccepted(t *testing.T) {
 				}
 			}
 		}},
-		{"block without reason is blocked-by-policy", func(d vfDoc) { delete(vfAt(vfRule(d, 2), "action"), "reason") }, func(t *testing.T, sw *Switch) {
+		{"block without reason is blocked-by-policy", func(d doc) { delete(at(vfRule(d, 2), "action"), "reason") }, func(t *testing.T, sw *Switch) {
 			a := sw.Port("uplink").Layers[0].Groups[0].Rules[2].Action
 			if a.Reason != dataplane.NotDropped || a.DropReason() != dataplane.DropBlocked || a.String() != "block" {
 				t.Errorf("action %+v (%s)", a, a)
 			}
 		}},
-		{"encapsulated false", func(d vfDoc) { vfAt(vfGroup(d), "match")["encapsulated"] = false }, func(t *testing.T, sw *Switch) {
+		{"encapsulated false", func(d doc) { at(vfGroup(d), "match")["encapsulated"] = false }, func(t *testing.T, sw *Switch) {
 			if sw.Port("uplink").Layers[0].Groups[0].Match.Encapsulated {
 				t.Error("encapsulated")
 			}
 		}},
-		{"outerSrcIPs empty list", func(d vfDoc) { vfAt(vfRule(d, 0), "match")["outerSrcIPs"] = []any{} }, func(t *testing.T, sw *Switch) {
+		{"outerSrcIPs empty list", func(d doc) { at(vfRule(d, 0), "match")["outerSrcIPs"] = []any{} }, func(t *testing.T, sw *Switch) {
 			if n := len(sw.Port("uplink").Layers[0].Groups[0].Rules[0].Match.OuterSrcIPs); n != 0 {
 				t.Errorf("%d prefixes", n)
 			}
@@ -370,7 +345,7 @@ func TestVFPFieldsRoundTrip(t *testing.T) {
 // neighbour solicitations for its own addresses with its own MAC, and routes
 // as itself.
 func TestVFPGatewaysAnswerAndRoute(t *testing.T) {
-	sw, err := New(mustParse(t, string(vfEdit(t, func(d vfDoc) {
+	sw, err := New(mustParse(t, string(vfEdit(t, func(d doc) {
 		for i := range 3 {
 			delete(vfPort(d, i), "underlay")
 		}
@@ -451,7 +426,7 @@ func TestVFPReasonCounted(t *testing.T) {
 // TestVFPOuterSrcIPsZoneRejected: a zoned address written without a
 // length must be rejected like a zoned prefix, not silently lose its zone.
 func TestVFPOuterSrcIPsZoneRejected(t *testing.T) {
-	_, err := ParseConfig(vfEdit(t, func(d vfDoc) { vfAt(vfRule(d, 0), "match")["outerSrcIPs"] = []any{"fe80::1%eth0"} }))
+	_, err := ParseConfig(vfEdit(t, func(d doc) { at(vfRule(d, 0), "match")["outerSrcIPs"] = []any{"fe80::1%eth0"} }))
 	ulRegression(t, err != nil, "parsePrefixes (config.go:858-862) accepts %q as fe80::1/128: netip.PrefixFrom drops the zone before the zone check", "fe80::1%eth0")
 	if want := `rules[0].match.outerSrcIPs[0]: "fe80::1%eth0": zones are not allowed`; !strings.Contains(err.Error(), want) {
 		t.Errorf("error %q, want %q", err, want)
