@@ -90,6 +90,20 @@ func jsonValue(t *testing.T, s string) any {
 	return v
 }
 
+// editJSON returns the JSON document base with edit applied.
+func editJSON(t *testing.T, base string, edit func(d doc)) []byte {
+	t.Helper()
+	d := jsonValue(t, base).(doc)
+	if edit != nil {
+		edit(d)
+	}
+	b, err := json.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 // at walks v (a document or part of one) along path (object keys and list
 // indices) and returns the object there.
 func at(v any, path ...any) doc {

@@ -150,20 +150,6 @@ func hnsDelPolicy(d doc, i int) {
 	n["Policies"] = slices.Delete(n["Policies"].([]any), i, i+1)
 }
 
-// hnsEdit returns base with edit applied, as JSON.
-func hnsEdit(t *testing.T, base string, edit func(d doc)) []byte {
-	t.Helper()
-	d := jsonValue(t, base).(doc)
-	if edit != nil {
-		edit(d)
-	}
-	b, err := json.Marshal(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
 // hnsSecondOverlay is a second Overlay network that does not overlap
 // hnsOverlayPolicy's; tests add policies to it.
 const hnsSecondOverlay = `{
@@ -184,7 +170,7 @@ func TestHNSBaseDocumentsParse(t *testing.T) {
 		}
 	}
 	// The additions the error cases build on are valid on their own.
-	b := hnsEdit(t, hnsOverlayPolicy, func(d doc) { hnsAdd(t, d, "Networks", hnsSecondOverlay) })
+	b := editJSON(t, hnsOverlayPolicy, func(d doc) { hnsAdd(t, d, "Networks", hnsSecondOverlay) })
 	if _, err := ParseConfig(b); err != nil {
 		t.Errorf("overlay with a second overlay network: %v", err)
 	}
@@ -482,7 +468,7 @@ func TestHNSParseErrors(t *testing.T) {
 			if base == "" {
 				base = hnsOverlayPolicy
 			}
-			b := hnsEdit(t, base, func(d doc) { tt.edit(t, d) })
+			b := editJSON(t, base, func(d doc) { tt.edit(t, d) })
 			c, err := ParseConfig(b)
 			if err == nil {
 				t.Fatalf("ParseConfig accepted the document (%d ports after lowering), want an error containing %q\n%s", hnsPortCount(c), tt.want, b)
@@ -545,7 +531,7 @@ func TestHNSApplyInvalidKeepsPolicy(t *testing.T) {
 	for _, tt := range bad {
 		t.Run(tt.name, func(t *testing.T) {
 			var c Config
-			if err := json.Unmarshal(hnsEdit(t, hnsOverlayPolicy, func(d doc) { tt.edit(t, d) }), &c); err != nil {
+			if err := json.Unmarshal(editJSON(t, hnsOverlayPolicy, func(d doc) { tt.edit(t, d) }), &c); err != nil {
 				t.Fatal(err)
 			}
 			err := sw.Apply(&c)
@@ -589,7 +575,7 @@ func mustParseHNS(t *testing.T, s string) *Config {
 // hnsMixedPolicy is hnsOverlayPolicy plus an L2Bridge network with one
 // endpoint, so that the uplink gets both of its layers.
 func hnsMixedPolicy(t *testing.T) []byte {
-	return hnsEdit(t, hnsOverlayPolicy, func(d doc) {
+	return editJSON(t, hnsOverlayPolicy, func(d doc) {
 		hnsAdd(t, d["Uplink"].(doc), "Neighbors", `{"IpAddress": "192.168.1.1", "MacAddress": "02:00:00:00:00:99"}`)
 		hnsAdd(t, d, "Networks", `{"Name": "cbr0", "Type": "L2Bridge", "Ipams": [{"Subnets": [{"IpAddressPrefix": "192.168.1.0/24",
 			"Routes": [{"NextHop": "192.168.1.1", "DestinationPrefix": "0.0.0.0/0"}]}]}]}`)
@@ -768,7 +754,7 @@ func TestHNSLowerOverlayMTU(t *testing.T) {
 			if tt.edit != nil {
 				edit = func(d doc) { tt.edit(t, d) }
 			}
-			low := hnsLower(t, hnsEdit(t, hnsOverlayPolicy, edit))
+			low := hnsLower(t, editJSON(t, hnsOverlayPolicy, edit))
 			for name, mtu := range tt.want {
 				if p := hnsPort(t, low, name); p.MTU != mtu {
 					t.Errorf("%s: mtu %d, want %d", name, p.MTU, mtu)
@@ -876,7 +862,7 @@ func TestHNSDualStack(t *testing.T) {
 			if tt.edit != nil {
 				edit = func(d doc) { tt.edit(t, d) }
 			}
-			b := hnsEdit(t, base, edit)
+			b := editJSON(t, base, edit)
 			low := hnsLower(t, b)
 			for name, ips := range tt.ports {
 				if p := hnsPort(t, low, name); !slices.Equal(p.IPs, ips) {

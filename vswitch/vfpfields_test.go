@@ -54,23 +54,6 @@ const vfBase = `{
   ]
 }`
 
-// vfEdit returns vfBase with edit applied, as JSON.
-func vfEdit(t *testing.T, edit func(d doc)) []byte {
-	t.Helper()
-	var d doc
-	if err := json.Unmarshal([]byte(vfBase), &d); err != nil {
-		t.Fatal(err)
-	}
-	if edit != nil {
-		edit(d)
-	}
-	b, err := json.Marshal(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
 func vfPort(d doc, i int) doc { return at(d, "ports", i) }
 func vfRule(d doc, i int) doc {
 	return at(d, "ports", 3, "layers", 0, "groups", 0, "rules", i)
@@ -223,7 +206,7 @@ func TestVFPFieldsErrors(t *testing.T) {
 			`ports[3].layers[0].groups[0].rules[0].match.outerSrcIP: unknown field "outerSrcIP"`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := ParseConfig(vfEdit(t, tt.edit))
+			_, err := ParseConfig(editJSON(t, vfBase, tt.edit))
 			if err == nil {
 				t.Fatalf("accepted, want an error containing %q", tt.want)
 			}
@@ -299,7 +282,7 @@ func TestVFPFieldsAccepted(t *testing.T) {
 		}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := ParseConfig(vfEdit(t, tt.edit))
+			c, err := ParseConfig(editJSON(t, vfBase, tt.edit))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -345,7 +328,7 @@ func TestVFPFieldsRoundTrip(t *testing.T) {
 // neighbour solicitations for its own addresses with its own MAC, and routes
 // as itself.
 func TestVFPGatewaysAnswerAndRoute(t *testing.T) {
-	sw, err := New(mustParse(t, string(vfEdit(t, func(d doc) {
+	sw, err := New(mustParse(t, string(editJSON(t, vfBase, func(d doc) {
 		for i := range 3 {
 			delete(vfPort(d, i), "underlay")
 		}
@@ -426,7 +409,7 @@ func TestVFPReasonCounted(t *testing.T) {
 // TestVFPOuterSrcIPsZoneRejected: a zoned address written without a
 // length must be rejected like a zoned prefix, not silently lose its zone.
 func TestVFPOuterSrcIPsZoneRejected(t *testing.T) {
-	_, err := ParseConfig(vfEdit(t, func(d doc) { at(vfRule(d, 0), "match")["outerSrcIPs"] = []any{"fe80::1%eth0"} }))
+	_, err := ParseConfig(editJSON(t, vfBase, func(d doc) { at(vfRule(d, 0), "match")["outerSrcIPs"] = []any{"fe80::1%eth0"} }))
 	ulRegression(t, err != nil, "parsePrefixes (config.go:858-862) accepts %q as fe80::1/128: netip.PrefixFrom drops the zone before the zone check", "fe80::1%eth0")
 	if want := `rules[0].match.outerSrcIPs[0]: "fe80::1%eth0": zones are not allowed`; !strings.Contains(err.Error(), want) {
 		t.Errorf("error %q, want %q", err, want)
