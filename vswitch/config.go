@@ -120,8 +120,12 @@ type PortConfig struct {
 	// the uplink's MAC, and the switch answers for it toward the uplink
 	// with the uplink's MAC) or "none" (overlay: it is not on the underlay
 	// at all; ARP and ND the switch cannot answer are dropped).
-	Underlay string        `json:"underlay,omitempty"`
-	Layers   []LayerConfig `json:"layers,omitempty"`
+	Underlay string `json:"underlay,omitempty"`
+	// Segment isolates vNICs: frames are switched between two vNICs only
+	// if their segments are the same or either is unset (an HNS network
+	// is a segment). The uplink reaches every segment.
+	Segment string        `json:"segment,omitempty"`
+	Layers  []LayerConfig `json:"layers,omitempty"`
 }
 
 // LayerConfig is one layer of a port.
@@ -422,7 +426,14 @@ type Port struct {
 	Uplink   bool
 	MTU      uint16
 	Underlay Underlay
+	Segment  string
 	Layers   []*rules.Layer
+}
+
+// reaches reports whether frames may be switched between ports p and q:
+// the uplink reaches every port; vNICs reach each other within a segment.
+func (p *Port) reaches(q *Port) bool {
+	return p.Uplink || q.Uplink || p.Segment == "" || q.Segment == "" || p.Segment == q.Segment
 }
 
 // Underlay is how a vNIC appears on the uplink's network.
@@ -617,7 +628,7 @@ func (pc *PortConfig) compile(at string) (*Port, error) {
 	if pc.Name == "" {
 		return nil, fmt.Errorf("%s.name: a port needs a name", at)
 	}
-	port := &Port{Name: pc.Name, Uplink: pc.Uplink, MTU: pc.MTU}
+	port := &Port{Name: pc.Name, Uplink: pc.Uplink, MTU: pc.MTU, Segment: pc.Segment}
 	switch pc.Underlay {
 	case "", "bridged":
 	case "rewrite":
@@ -629,6 +640,9 @@ func (pc *PortConfig) compile(at string) (*Port, error) {
 	}
 	if pc.Uplink && port.Underlay != Bridged {
 		return nil, fmt.Errorf("%s.underlay: the uplink is the underlay; underlay applies to vNICs", at)
+	}
+	if pc.Uplink && pc.Segment != "" {
+		return nil, fmt.Errorf("%s.segment: the uplink reaches every segment; segment applies to vNICs", at)
 	}
 	if pc.MTU != 0 && pc.MTU < 576 {
 		return nil, fmt.Errorf("%s.mtu: %d is below 576, the smallest MTU IPv4 allows", at, pc.MTU)

@@ -946,7 +946,7 @@ func (l *hnsLowering) emit(eps []*hnsEP) *Config {
 		up.Layers = append(up.Layers, *rw)
 	}
 	for _, ep := range eps {
-		pc := PortConfig{Name: ep.cfg.Name, MAC: ep.mac.String(), MTU: uint16(l.mtu)}
+		pc := PortConfig{Name: ep.cfg.Name, MAC: ep.mac.String(), MTU: uint16(l.mtu), Segment: ep.net.cfg.Name}
 		for _, a := range ep.ips {
 			pc.IPs = append(pc.IPs, a.String())
 		}

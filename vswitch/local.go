@@ -172,6 +172,9 @@ func rewriteARP(eth dataplane.Ethernet, a dataplane.ARP, mac dataplane.MAC, tr *
 // whether the frame goes out.
 func (s *Switch) unicast(pol *compiled, in *Port, p *dataplane.Packet, dst dataplane.MAC, what string, tr *dataplane.Trace) bool {
 	out := pol.byMAC[dst]
+	if out != nil && !out.reaches(in) {
+		out = nil // another segment's: as unknown
+	}
 	if out == nil && !dst.IsMulticast() && pol.uplink != nil {
 		out = pol.uplink
 	}

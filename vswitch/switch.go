@@ -349,7 +349,7 @@ func (pol *compiled) forward(v *dataplane.View) (*Port, dataplane.Transposition,
 		}
 		return nil, ht, fwdRoutedNowhere
 	}
-	if p := pol.byMAC[dst]; p != nil {
+	if p := pol.byMAC[dst]; p != nil && p.reaches(pol.port(v.InPort)) {
 		return p, ht, fwdByMAC
 	}
 	if pol.uplink != nil {
@@ -399,7 +399,7 @@ func (f forwarding) explain(v *dataplane.View, out *Port) string {
 // resolve returns the MAC that answers for ip (an endpoint's, or a gateway
 // that serves port asker) and the port it is on (nil for a gateway).
 func (pol *compiled) resolve(ip netip.Addr, asker *Port) (dataplane.MAC, *Port, bool) {
-	if p := pol.byIP[ip]; p != nil {
+	if p := pol.byIP[ip]; p != nil && p.reaches(asker) {
 		return p.MAC, p, true
 	}
 	if gw := pol.gwIPs[ip]; gw != nil && (gw.serves(asker) || asker.Uplink) {

@@ -984,3 +984,25 @@ func TestUnderlayRewriteWithoutUplink(t *testing.T) {
 		})
 	}
 }
+
+// TestUnderlaySegments: endpoints of different networks on one switch do
+// not reach each other at layer 2, nor through another network's gateway.
+func TestUnderlaySegments(t *testing.T) {
+	r := ulHNS(t)
+	// An overlay pod addressing another overlay network's pod by MAC: that
+	// MAC is unknown to it, and an overlay pod's unknown unicast goes
+	// nowhere.
+	r.expect("ov-a", ptUDP(t, ulOvA.String(), ulOv2A.String(), "10.244.0.10", "10.250.0.10", 1, 2), "drop no-destination")
+	// Through its own gateway: ovl's router does not route into ovl2.
+	r.expect("ov-a", ptUDP(t, ulOvA.String(), ulDR.String(), "10.244.0.10", "10.250.0.10", 1, 3), "drop no-destination")
+	// An L2Bridge pod addressing an overlay pod's MAC: unknown here, so it
+	// goes to the wire (with the host MAC), never to the overlay pod.
+	r.expect("l2-a", ptUDP(t, ulL2A.String(), ulOvA.String(), "192.168.1.100", "10.244.0.10", 1, 4), "uplink")
+	// Within a network, pods still switch directly.
+	r.expect("l2-a", ptUDP(t, ulL2A.String(), ulL2B.String(), "192.168.1.100", "192.168.1.101", 1, 5), "l2-b")
+	// ARP for another network's pod is not answered with its MAC.
+	p := r.expect("l2-a", whoHas(t, ulL2A, "192.168.1.100", "10.244.0.10"), "uplink")
+	if p.Drop == dataplane.NotDropped && bytes.Contains(p.Bytes(), ulOvA[:]) {
+		t.Errorf("ARP for an overlay pod's address answered or sent with its MAC: %x", p.Bytes())
+	}
+}

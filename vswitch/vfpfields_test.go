@@ -127,6 +127,8 @@ func TestVFPFieldsErrors(t *testing.T) {
 		{"underlay a bool", func(d doc) { vfPort(d, 1)["underlay"] = true }, "ports[1].underlay: want a string, got true"},
 		{"uplink rewrite", func(d doc) { vfPort(d, 3)["underlay"] = "rewrite" },
 			"ports[3].underlay: the uplink is the underlay; underlay applies to vNICs"},
+		{"uplink in a segment", func(d doc) { vfPort(d, 3)["segment"] = "net-a" },
+			"ports[3].segment: the uplink reaches every segment"},
 		{"uplink none", func(d doc) { vfPort(d, 3)["underlay"] = "none" },
 			"ports[3].underlay: the uplink is the underlay"},
 		{"uplink unknown mode", func(d doc) { vfPort(d, 3)["underlay"] = "bogus" },
