@@ -433,6 +433,9 @@ type Port struct {
 // reaches reports whether frames may be switched between ports p and q:
 // the uplink reaches every port; vNICs reach each other within a segment.
 func (p *Port) reaches(q *Port) bool {
+	if q == nil {
+		return false
+	}
 	return p.Uplink || q.Uplink || p.Segment == "" || q.Segment == "" || p.Segment == q.Segment
 }
 
