@@ -411,8 +411,7 @@ func (w *Worker) slowPath(p *Packet, key *FlowKey, hash uint32, f *Flow, gen uin
 		}
 	}
 	if f == nil {
-		nf := NewFlow(*key, a, src, dst, outerSrc, now)
-		nf.SetOuterDst(outerDst)
+		nf := NewFlow(*key, a, src, dst, outerSrc, outerDst, now)
 		var evicted *Flow
 		f, evicted = uft.InsertEvict(nf)
 		if evicted != nil && w.Trace.On() {
@@ -483,8 +482,7 @@ func (w *Worker) installReverse(f *Flow, orig, final *View, d *Decision, gen uin
 	// The reply's destination MAC is not guarded: the reverse
 	// transposition sets it, and a reply may be addressed either to the
 	// gateway or straight to the origin.
-	rf := NewFlow(rkey, ra, reply.SrcMAC, MAC{}, Addr16(reply.OuterSrc), now)
-	rf.SetOuterDst(Addr16(reply.OuterDst))
+	rf := NewFlow(rkey, ra, reply.SrcMAC, MAC{}, Addr16(reply.OuterSrc), Addr16(reply.OuterDst), now)
 	got := uft.Insert(rf)
 	if got != nil && got != rf {
 		// A flow for the reply key exists (the reply raced us, or a

@@ -145,20 +145,16 @@ type Flow struct {
 const flowRemoved = 1 << 16
 
 // NewFlow returns a flow for key whose packets carry the given source and
-// destination MACs and, if encapsulated, outer source address (the outer
-// destination is zero; SetOuterDst sets it before the flow is inserted).
-func NewFlow(key FlowKey, a *Action, srcMAC, dstMAC MAC, outerSrc [16]byte, now int64) *Flow {
-	f := &Flow{key: key, outerSrc: outerSrc, hash: key.Hash()}
+// destination MACs and, if encapsulated, outer source and destination
+// addresses (zero if not).
+func NewFlow(key FlowKey, a *Action, srcMAC, dstMAC MAC, outerSrc, outerDst [16]byte, now int64) *Flow {
+	f := &Flow{key: key, outerSrc: outerSrc, outerDst: outerDst, hash: key.Hash()}
 	copy(f.macs[0:6], dstMAC[:])
 	copy(f.macs[6:12], srcMAC[:])
 	f.action.Store(a)
 	f.lastSeen.Store(now)
 	return f
 }
-
-// SetOuterDst guards the flow with the outer destination address its
-// encapsulated packets carry. Call it before the flow is inserted.
-func (f *Flow) SetOuterDst(a [16]byte) { f.outerDst = a }
 
 // Key returns the flow's key.
 func (f *Flow) Key() FlowKey { return f.key }

@@ -33,7 +33,7 @@ func uftKeyProto(i int, proto uint8) FlowKey {
 var uftAction = &Action{Out: 2}
 
 func uftNewFlow(k FlowKey, now int64) *Flow {
-	return NewFlow(k, uftAction, MAC{2, 0, 0, 0, 0, 1}, MAC{2, 0, 0, 0, 0, 2}, [16]byte{}, now)
+	return NewFlow(k, uftAction, MAC{2, 0, 0, 0, 0, 1}, MAC{2, 0, 0, 0, 0, 2}, [16]byte{}, [16]byte{}, now)
 }
 
 func uftTable(t testing.TB, cfg FlowTableConfig) *FlowTable {
@@ -742,13 +742,13 @@ func BenchmarkFlowTableMemory(b *testing.B) {
 				}
 				var src, dst MAC
 				for i := 0; i < n; i++ {
-					f := NewFlow(uftKey(i), a, src, dst, [16]byte{}, uftT0)
+					f := NewFlow(uftKey(i), a, src, dst, [16]byte{}, [16]byte{}, uftT0)
 					if ft.Insert(f) != f {
 						b.Fatal("Insert refused")
 					}
 					if bc.paired && i%2 == 0 {
 						i++
-						r := NewFlow(uftKey(i-1).Reverse(2), a, dst, src, [16]byte{}, uftT0)
+						r := NewFlow(uftKey(i-1).Reverse(2), a, dst, src, [16]byte{}, [16]byte{}, uftT0)
 						if ft.Insert(r) != r {
 							b.Fatal("Insert refused")
 						}
