@@ -482,8 +482,8 @@ func (c *Config) compile() (*compiled, error) {
 // compileVFP validates a VFP-level document and builds the immutable
 // policy. Port IDs are given in config order here; the switch maps them to
 // stable IDs.
-func (c *Config) compileVFP() (p *compiled, err error) {
-	p = &compiled{
+func (c *Config) compileVFP() (*compiled, error) {
+	p := &compiled{
 		cfg: c, name: c.Switch.Name, byName: map[string]*Port{}, byMAC: map[dataplane.MAC]*Port{},
 		byIP: map[netip.Addr]*Port{}, vxlan: c.Switch.VXLANPort,
 	}
@@ -532,20 +532,6 @@ func (c *Config) compileVFP() (p *compiled, err error) {
 			p.gwIPs[a] = gw
 		}
 	}
-	defer func() {
-		// Gateways serve ports by name: check the names once ports exist.
-		if p == nil {
-			return
-		}
-		for _, gw := range p.gwMACs {
-			for _, name := range slices.Sorted(maps.Keys(gw.ports)) {
-				if p.byName[name] == nil {
-					p, err = nil, fmt.Errorf("%s.ports: no port is named %q", gwAt[gw], name)
-					return
-				}
-			}
-		}
-	}()
 	ft, err := c.Switch.FlowTable.toDataplane()
 	if err != nil {
 		return nil, err
@@ -589,6 +575,14 @@ func (c *Config) compileVFP() (p *compiled, err error) {
 		p.byName[port.Name] = port
 		p.byMAC[port.MAC] = port
 		p.ports = append(p.ports, port)
+	}
+	// Gateways serve ports by name.
+	for _, gw := range p.gwMACs {
+		for _, name := range slices.Sorted(maps.Keys(gw.ports)) {
+			if p.byName[name] == nil {
+				return nil, fmt.Errorf("%s.ports: no port is named %q", gwAt[gw], name)
+			}
+		}
 	}
 	return p, nil
 }

@@ -94,7 +94,7 @@ func (s *Switch) arp(pol *compiled, in *Port, p *dataplane.Packet, h *dataplane.
 			p.OutPort = in.ID
 			return
 		}
-		if toUplink(pol, in, p, "arp: who-has", target, tr) && in.Underlay == Rewritten {
+		if toUplink(pol, in, p, "arp: who-has", target, tr) && rewrites(pol, in, p) {
 			rewriteARP(eth, a, pol.uplink.MAC, tr)
 		}
 	case dataplane.ARPReply:
@@ -105,7 +105,7 @@ func (s *Switch) arp(pol *compiled, in *Port, p *dataplane.Packet, h *dataplane.
 			p.OutPort = owner.ID
 			return
 		}
-		if s.unicast(pol, in, p, eth.Dst(), "arp reply", tr) && in.Underlay == Rewritten && pol.uplink != nil && p.OutPort == pol.uplink.ID {
+		if s.unicast(pol, in, p, eth.Dst(), "arp reply", tr) && rewrites(pol, in, p) {
 			rewriteARP(eth, a, pol.uplink.MAC, tr)
 		}
 	default:
@@ -158,6 +158,12 @@ func forHost(pol *compiled, in *Port, dst dataplane.MAC, ip netip.Addr) *Port {
 		return p
 	}
 	return nil
+}
+
+// rewrites reports whether frame p, leaving port in for the uplink, must
+// carry the uplink's MAC instead of the port's (L2Bridge).
+func rewrites(pol *compiled, in *Port, p *dataplane.Packet) bool {
+	return in.Underlay == Rewritten && pol.uplink != nil && p.OutPort == pol.uplink.ID
 }
 
 // rewriteARP gives an ARP frame leaving for the uplink the uplink's MAC as
@@ -246,7 +252,7 @@ func (s *Switch) neighbor(pol *compiled, in *Port, p *dataplane.Packet, h *datap
 			p.OutPort = owner.ID
 			return
 		}
-		if s.unicast(pol, in, p, eth.Dst(), ndName(typ), tr) && in.Underlay == Rewritten && pol.uplink != nil && p.OutPort == pol.uplink.ID {
+		if s.unicast(pol, in, p, eth.Dst(), ndName(typ), tr) && rewrites(pol, in, p) {
 			rewriteND(p, b, h, pol.uplink.MAC, tr)
 		}
 		return
@@ -277,7 +283,7 @@ func (s *Switch) neighbor(pol *compiled, in *Port, p *dataplane.Packet, h *datap
 		}
 	}
 	if !ok || owner == in {
-		if toUplink(pol, in, p, "neighbour solicitation for", target, tr) && in.Underlay == Rewritten {
+		if toUplink(pol, in, p, "neighbour solicitation for", target, tr) && rewrites(pol, in, p) {
 			rewriteND(p, b, h, pol.uplink.MAC, tr)
 		}
 		return
