@@ -502,12 +502,9 @@ func (c *Config) compileVFP() (*compiled, error) {
 				at = "switch.gateway"
 			}
 		}
-		mac, err := parseMAC(at+".mac", g.MAC)
+		mac, err := parseUnicastMAC(at+".mac", g.MAC)
 		if err != nil {
 			return nil, err
-		}
-		if mac.IsMulticast() || mac.IsZero() {
-			return nil, fmt.Errorf("%s.mac: %s is not a unicast address", at, mac)
 		}
 		gw := p.gwMACs[mac]
 		if gw == nil {
@@ -644,12 +641,9 @@ func (pc *PortConfig) compile(at string) (*Port, error) {
 	if pc.MTU != 0 && pc.MTU < 576 {
 		return nil, fmt.Errorf("%s.mtu: %d is below 576, the smallest MTU IPv4 allows", at, pc.MTU)
 	}
-	mac, err := parseMAC(at+".mac", pc.MAC)
+	mac, err := parseUnicastMAC(at+".mac", pc.MAC)
 	if err != nil {
 		return nil, err
-	}
-	if mac.IsMulticast() || mac.IsZero() {
-		return nil, fmt.Errorf("%s.mac: %s is not a unicast address", at, mac)
 	}
 	port.MAC = mac
 	for i, s := range pc.IPs {
@@ -902,6 +896,16 @@ func parseMAC(at, s string) (dataplane.MAC, error) {
 		return m, fmt.Errorf("%s: %q is not a MAC address (want 02:00:00:00:00:01)", at, s)
 	}
 	return m, nil
+}
+
+// parseUnicastMAC is parseMAC for a MAC that identifies a station: not
+// zero, not multicast or broadcast.
+func parseUnicastMAC(at, s string) (dataplane.MAC, error) {
+	m, err := parseMAC(at, s)
+	if err == nil && (m.IsMulticast() || m.IsZero()) {
+		err = fmt.Errorf("%s: %s is not a unicast address", at, m)
+	}
+	return m, err
 }
 
 func parseAddr(at, s string) (netip.Addr, error) {

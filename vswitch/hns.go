@@ -324,12 +324,9 @@ func (l *hnsLowering) uplinkConfig() error {
 		return fmt.Errorf("Uplink: an HNS-level document needs the Uplink (its MacAddress at least)")
 	}
 	l.uplink = cmp.Or(u.Name, "uplink")
-	mac, err := parseMAC("Uplink.MacAddress", u.MacAddress)
+	mac, err := parseUnicastMAC("Uplink.MacAddress", u.MacAddress)
 	if err != nil {
 		return err
-	}
-	if mac.IsMulticast() || mac.IsZero() {
-		return fmt.Errorf("Uplink.MacAddress: %s is not a unicast address", mac)
 	}
 	l.hostMAC = mac
 	l.mtu = DefaultUplinkMTU
@@ -345,12 +342,9 @@ func (l *hnsLowering) uplinkConfig() error {
 		if err != nil {
 			return err
 		}
-		m, err := parseMAC(at+".MacAddress", n.MacAddress)
+		m, err := parseUnicastMAC(at+".MacAddress", n.MacAddress)
 		if err != nil {
 			return err
-		}
-		if m.IsMulticast() || m.IsZero() {
-			return fmt.Errorf("%s.MacAddress: %s is not a unicast address", at, m)
 		}
 		if m == l.hostMAC {
 			return fmt.Errorf("%s.MacAddress: %s is the host's own MAC (Uplink.MacAddress)", at, m)
@@ -459,12 +453,12 @@ func (l *hnsLowering) network(i int) error {
 			if err := decodeSettings(sat, pc.Settings, &s); err != nil {
 				return err
 			}
-			m, err := parseMAC(sat+".Address", s.Address)
+			m, err := parseUnicastMAC(sat+".Address", s.Address)
 			if err != nil {
 				return err
 			}
-			if m.IsMulticast() || m.IsZero() || m == l.hostMAC {
-				return fmt.Errorf("%s.Address: %s is not a unicast address other than the host's", sat, m)
+			if m == l.hostMAC {
+				return fmt.Errorf("%s.Address: %s is the host's own MAC (Uplink.MacAddress)", sat, m)
 			}
 			if !n.drMAC.IsZero() {
 				return fmt.Errorf("%s: the network has a DrMacAddress already", pat)
@@ -524,6 +518,19 @@ func isBroadcast(p netip.Prefix, a netip.Addr) bool {
 	return a == netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
 }
 
+// parseNetPrefix parses a network prefix written with its length and
+// without host bits (10.244.0.0/24).
+func parseNetPrefix(at, s string) (netip.Prefix, error) {
+	p, err := netip.ParsePrefix(s)
+	if err != nil || p.Addr().Zone() != "" || p.Addr().Is4In6() {
+		return p, fmt.Errorf("%s: %q is not an IP prefix", at, s)
+	}
+	if p != p.Masked() {
+		return p, fmt.Errorf("%s: %s has host bits set (did you mean %s?)", at, p, p.Masked())
+	}
+	return p, nil
+}
+
 func family(a netip.Addr) string {
 	if a.Is4() {
 		return "IPv4"
@@ -533,12 +540,9 @@ func family(a netip.Addr) string {
 
 // subnet validates one subnet of network n.
 func (n *hnsNet) subnet(at string, sc *SubnetConfig) error {
-	p, err := netip.ParsePrefix(sc.IpAddressPrefix)
-	if err != nil || p.Addr().Zone() != "" || p.Addr().Is4In6() {
-		return fmt.Errorf("%s.IpAddressPrefix: %q is not an IP prefix", at, sc.IpAddressPrefix)
-	}
-	if p != p.Masked() {
-		return fmt.Errorf("%s.IpAddressPrefix: %s has host bits set (did you mean %s?)", at, p, p.Masked())
+	p, err := parseNetPrefix(at+".IpAddressPrefix", sc.IpAddressPrefix)
+	if err != nil {
+		return err
 	}
 	var gw netip.Addr
 	for ri, r := range sc.Routes {
@@ -596,12 +600,9 @@ func (n *hnsNet) subnet(at string, sc *SubnetConfig) error {
 // remoteRoute validates a RemoteSubnetRoute of overlay network n.
 func (l *hnsLowering) remoteRoute(n *hnsNet, at string, s *RemoteSubnetRouteSettings) (hnsRoute, error) {
 	r := hnsRoute{at: at, vni: s.IsolationId}
-	p, err := netip.ParsePrefix(s.DestinationPrefix)
-	if err != nil || p.Addr().Zone() != "" || p.Addr().Is4In6() {
-		return r, fmt.Errorf("%s.DestinationPrefix: %q is not an IP prefix", at, s.DestinationPrefix)
-	}
-	if p != p.Masked() {
-		return r, fmt.Errorf("%s.DestinationPrefix: %s has host bits set (did you mean %s?)", at, p, p.Masked())
+	p, err := parseNetPrefix(at+".DestinationPrefix", s.DestinationPrefix)
+	if err != nil {
+		return r, err
 	}
 	r.prefix = p
 	if s.IsolationId == 0 || s.IsolationId > MaxVNI {
@@ -623,11 +624,8 @@ func (l *hnsLowering) remoteRoute(n *hnsNet, at string, s *RemoteSubnetRouteSett
 	if !slices.Contains(n.vnis, r.vni) {
 		return r, fmt.Errorf("%s.IsolationId: %d is not the network's VNI (its subnets' VSID %d): replies would be dropped as unknown-vni", at, r.vni, n.vnis[0])
 	}
-	if r.drMAC, err = parseMAC(at+".DistributedRouterMacAddress", s.DistributedRouterMacAddress); err != nil {
+	if r.drMAC, err = parseUnicastMAC(at+".DistributedRouterMacAddress", s.DistributedRouterMacAddress); err != nil {
 		return r, err
-	}
-	if r.drMAC.IsMulticast() || r.drMAC.IsZero() {
-		return r, fmt.Errorf("%s.DistributedRouterMacAddress: %s is not a unicast address", at, r.drMAC)
 	}
 	for _, o := range n.routes {
 		if o.prefix.Overlaps(p) {
@@ -729,12 +727,9 @@ func (l *hnsLowering) endpoints() ([]*hnsEP, error) {
 			return nil, fmt.Errorf("%s.HostComputeNetwork: no network is named %q", at, ec.HostComputeNetwork)
 		}
 		ep := &hnsEP{cfg: ec, at: at, net: n, overhead: -1}
-		mac, err := parseMAC(at+".MacAddress", ec.MacAddress)
+		mac, err := parseUnicastMAC(at+".MacAddress", ec.MacAddress)
 		if err != nil {
 			return nil, err
-		}
-		if mac.IsMulticast() || mac.IsZero() {
-			return nil, fmt.Errorf("%s.MacAddress: %s is not a unicast address", at, mac)
 		}
 		if o, dup := macs[mac]; dup {
 			return nil, fmt.Errorf("%s.MacAddress: %s is already used by %s", at, mac, o)
@@ -808,12 +803,9 @@ func (l *hnsLowering) endpointPolicy(ep *hnsEP, at string, pc *PolicyConfig) err
 			return err
 		}
 		r := hnsSDN{at: sat, encap: s.NeedEncap}
-		p, err := netip.ParsePrefix(s.DestinationPrefix)
-		if err != nil || p.Addr().Zone() != "" || p.Addr().Is4In6() {
-			return fmt.Errorf("%s.DestinationPrefix: %q is not an IP prefix", sat, s.DestinationPrefix)
-		}
-		if p != p.Masked() {
-			return fmt.Errorf("%s.DestinationPrefix: %s has host bits set (did you mean %s?)", sat, p, p.Masked())
+		p, err := parseNetPrefix(sat+".DestinationPrefix", s.DestinationPrefix)
+		if err != nil {
+			return err
 		}
 		r.prefix = p
 		if r.nextHop, err = parseAddr(sat+".NextHop", s.NextHop); err != nil {

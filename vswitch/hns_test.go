@@ -302,7 +302,7 @@ func TestHNSParseErrors(t *testing.T) {
 			hnsAdd(t, hnsNet0(d), "Policies", `{"Type": "ProviderAddress", "Settings": {"ProviderAddress": "192.168.1.10"}}`)
 		}, want: br0 + ".Policies[1]: ProviderAddress applies to Overlay networks"},
 		{name: "DrMacAddress equal to the uplink MAC", edit: func(t *testing.T, d doc) { hnsNetPolicy(d, 1)["Address"] = "02:00:00:00:00:fe" },
-			want: net0 + ".Policies[1].Settings.Address: 02:00:00:00:00:fe is not a unicast address other than the host's"},
+			want: net0 + ".Policies[1].Settings.Address: 02:00:00:00:00:fe is the host's own MAC (Uplink.MacAddress)"},
 		{name: "two DrMacAddresses", edit: func(t *testing.T, d doc) {
 			hnsAdd(t, hnsNet0(d), "Policies", `{"Type": "DrMacAddress", "Settings": {"Address": "02:00:00:00:00:03"}}`)
 		}, want: net0 + ".Policies[5]: the network has a DrMacAddress already"},
