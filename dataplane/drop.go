@@ -51,6 +51,7 @@ const (
 	DropUnknownVNI
 	DropUnknownProvider
 	DropMTUExceeded
+	DropNATExhausted
 
 	numDropReasons
 )
@@ -91,6 +92,7 @@ var dropNames = [numDropReasons]string{
 	DropUnknownVNI:           "unknown-vni",
 	DropUnknownProvider:      "unknown-provider-address",
 	DropMTUExceeded:          "mtu-exceeded",
+	DropNATExhausted:         "nat-ports-exhausted",
 }
 
 // NumDropReasons is the number of distinct drop reasons, for sizing arrays.

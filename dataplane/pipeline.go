@@ -166,6 +166,12 @@ type Worker struct {
 	Trace *Trace
 	// Flow is the flow the last packet used (nil if none), for tracing.
 	Flow *Flow
+	// kept is the connection the slow path installed for the packet, if
+	// any: the holder of its decision's state (settle).
+	kept *Conn
+	// noCache: the packet (an ICMP error) is decided alone.
+	noCache bool
+	quote   Quote
 }
 
 // emcSize is the number of entries of a worker's exact-match cache (a power
@@ -217,6 +223,27 @@ func (w *Worker) process(p *Packet, gen uint64, now int64) {
 		if p.Drop != NotDropped {
 			w.drop(p, p.Drop)
 		}
+		return
+	}
+	if (h.Proto == ProtoICMPv4 || h.Proto == ProtoICMPv6) && IsICMPError(h) {
+		// Errors are never cached: each may belong to another
+		// connection, and is translated as that connection's replies
+		// are (RFC 5508 section 4), or decided on its own.
+		p.Path = PathSlow
+		w.slow++
+		w.endRun()
+		if w.related(p, pr, h, gen, now) {
+			return
+		}
+		pr.KeyInto(&w.key, p.InPort)
+		eth := Ethernet(p.Bytes()[h.Eth:])
+		var osrc, odst [16]byte
+		if pr.Encap {
+			osrc, odst = pr.Outer.Src, pr.Outer.Dst
+		}
+		w.noCache = true
+		w.slowPath(p, &w.key, w.key.Hash(), nil, gen, now, eth.Src(), eth.Dst(), osrc, odst)
+		w.noCache = false
 		return
 	}
 	key := &w.key
@@ -393,13 +420,16 @@ func (w *Worker) slowPath(p *Packet, key *FlowKey, hash uint32, f *Flow, gen uin
 	if d.Gen != 0 {
 		gen = d.Gen
 	}
+	// State the decision allocated is given back unless a connection
+	// took it.
+	defer w.settle(d.State)
 	a, err := w.pl.action(d.Out, d.MTU, d.Drop, d.HT, gen)
 	if err != nil {
 		w.Trace.Addf("transposition rejected: %v", err)
 		w.drop(p, DropTransposition)
 		return
 	}
-	if d.NoCache || once {
+	if d.NoCache || once || w.noCache {
 		w.apply(p, pr, a, hash)
 		return
 	}
@@ -433,7 +463,11 @@ func (w *Worker) slowPath(p *Packet, key *FlowKey, hash uint32, f *Flow, gen uin
 		}
 	}
 	w.Flow = f
-	if a.Drop == NotDropped && !w.installReverse(f, orig, v, d, gen, now) {
+	ok := a.Drop != NotDropped || w.installReverse(f, orig, v, d, gen, now)
+	// The connection, if it took the decision's state, releases it when
+	// it goes (even just below): settle must not release it again.
+	w.kept = f.conn.Load()
+	if !ok {
 		// A stateful connection whose replies could not be handled:
 		// undo it rather than send into a black hole.
 		uft.RemoveConn(f)
@@ -444,6 +478,23 @@ func (w *Worker) slowPath(p *Packet, key *FlowKey, hash uint32, f *Flow, gen uin
 	n := p.Len()
 	w.apply(p, pr, a, hash)
 	f.Account(n, pr.Tenant().TCPFlags, now)
+}
+
+// settle releases state st (a decision's Decision.State) unless the
+// connection the slow path just installed, w.kept, holds it.
+func (w *Worker) settle(st any) {
+	c := w.kept
+	w.kept = nil
+	r, ok := st.(Releaser)
+	if !ok {
+		return
+	}
+	if c != nil {
+		if cr, ok := c.State.(Releaser); ok && cr == r {
+			return
+		}
+	}
+	r.Release()
 }
 
 // installReverse installs the reply direction of a stateful decision, or
@@ -523,6 +574,10 @@ func (w *Worker) revalidate(p *Packet, f *Flow, c *Conn, hash uint32, gen uint64
 	if d.Gen != 0 {
 		gen = d.Gen
 	}
+	// The connection keeps the state it has; anything the decision
+	// allocated beside it is given back.
+	w.kept = c
+	w.settle(d.State)
 	a, err := w.pl.action(d.Out, d.MTU, d.Drop, d.HT, gen)
 	if err != nil {
 		a, _ = w.pl.action(NoPort, 0, DropRevalidated, Transposition{}, gen)
@@ -549,4 +604,71 @@ func (w *Worker) revalidate(p *Packet, f *Flow, c *Conn, hash uint32, gen uint64
 // fmtNanos formats a time on the pipeline's clock for traces.
 func fmtNanos(ns int64) string {
 	return strconv.FormatFloat(float64(ns)/1e9, 'f', 6, 64) + "s"
+}
+
+// related translates ICMP error p, whose headers h are, as the replies of
+// the stateful connection it quotes a packet of are translated: the quoted
+// packet gets back the addresses and ports its sender knows (RFC 5508
+// section 4 for NAT; the same for any stateful translation), every checksum
+// follows, and the error goes where the connection's replies go. It reports
+// false if p quotes no packet of a live stateful connection; p then takes
+// the slow path like any other packet.
+func (w *Worker) related(p *Packet, pr *Parsed, h *Headers, gen uint64, now int64) bool {
+	q := &w.quote
+	b := p.Bytes()
+	if !ParseQuote(b, h, q) || q.L4 == 0 && !q.LaterFragment && (q.Proto == ProtoTCP || q.Proto == ProtoUDP) {
+		return false
+	}
+	// The quote is a packet of the connection as it left the switch the
+	// way the error came in; the error travels as a reply to it.
+	qv := q.View(p.InPort)
+	rv := qv.Reversed()
+	k := rv.Key(p.InPort)
+	uft := w.pl.uft
+	f := uft.Lookup(&k, k.Hash())
+	if f == nil || f.Removed() || uft.Expired(f, now) {
+		return false
+	}
+	c := f.conn.Load()
+	a := f.action.Load()
+	if c == nil || !c.Stateful || a.Drop != NotDropped || a.Gen < gen || pr.Encap && a.HT.Outer != OuterPop {
+		// (An error forwarded still in its tunnel would need the outer
+		// UDP checksum updated for the quote too: not translated.)
+		return false
+	}
+	t := &a.HT
+	var r QuoteRewrite
+	if t.Set&FieldDstIP != 0 {
+		r.Set, r.SrcIP = r.Set|FieldSrcIP, t.DstIP
+	}
+	if t.Set&FieldSrcIP != 0 {
+		r.Set, r.DstIP = r.Set|FieldDstIP, t.SrcIP
+	}
+	if t.Set&FieldDstPort != 0 {
+		r.Set, r.SrcPort = r.Set|FieldSrcPort, t.DstPort
+	}
+	if t.Set&FieldSrcPort != 0 {
+		r.Set, r.DstPort = r.Set|FieldDstPort, t.SrcPort
+	}
+	// The error itself goes where replies go, from where it came: its
+	// source is translated only if it is the connection's peer itself.
+	ht := *t
+	ht.Set &^= FieldSrcPort | FieldDstPort | fieldEchoIDDst
+	if h.Src != q.Dst {
+		ht.Set &^= FieldSrcIP
+	}
+	oa, err := w.pl.action(a.Out, a.MTU, NotDropped, ht, a.Gen)
+	if err != nil {
+		return false
+	}
+	if w.Trace.On() {
+		w.Trace.Addf("icmp error %d/%d quoting %s: related to connection of flow %s", uint8(h.DstPort>>8), uint8(h.DstPort), qv.Key(p.InPort), f.key)
+	}
+	partial := p.Offload.NeedsCsum && int32(p.Offload.CsumStart) == h.L4
+	RewriteQuote(b, h, q, &r, partial)
+	if w.Trace.On() {
+		w.Trace.Addf("  quote rewritten to %s -> %s, error %s", q.SrcAddr(), q.DstAddr(), ht)
+	}
+	w.apply(p, pr, oa, f.hash)
+	return true
 }

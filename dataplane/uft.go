@@ -233,8 +233,26 @@ type Conn struct {
 	// guard, for re-deciding it after a policy change.
 	Origin  Origin
 	Created int64
-	// State is what stateful actions attach; the table does not look at it.
-	State any
+	// State is what stateful actions attach. The table looks at it only
+	// to release it (see Releaser) when the connection leaves the table.
+	State    any
+	released atomic.Bool
+}
+
+// Releaser is connection state that holds a resource to give back when the
+// connection ends, such as a NAT port. The flow table calls Release once,
+// when the connection's origin flow leaves the table (expiry, eviction,
+// removal, flush), possibly while holding a shard lock: Release must be
+// quick and must not call back into the table.
+type Releaser interface {
+	Release()
+}
+
+// release gives back the connection's state, once.
+func (c *Conn) release() {
+	if r, ok := c.State.(Releaser); ok && c.released.CompareAndSwap(false, true) {
+		r.Release()
+	}
 }
 
 // Origin holds the outer header set of an encapsulated origin packet.
@@ -491,6 +509,9 @@ func (t *FlowTable) deleteLocked(s *shard, f *Flow) {
 	f.next = nil
 	f.state.Or(flowRemoved)
 	t.count.Add(-1)
+	if c := f.conn.Load(); c != nil && c.fwd.Load() == f {
+		c.release()
+	}
 }
 
 // dropPartner removes the other direction of removed flow f's connection.
@@ -548,6 +569,11 @@ func (t *FlowTable) AttachConn(f *Flow, stateful bool, now int64, origin Origin,
 	c := &Conn{Stateful: stateful, Created: now, Origin: origin, State: state}
 	c.fwd.Store(f)
 	f.conn.Store(c)
+	if f.Removed() {
+		// f left the table meanwhile (evicted by another worker): the
+		// table will not see this connection go.
+		c.release()
+	}
 	return c
 }
 
