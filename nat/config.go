@@ -1,0 +1,199 @@
+package nat
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	"github.com/ufp-dev/ufp/dataplane"
+)
+
+// The port range a pool gets when its configuration leaves it zero.
+const (
+	defaultLo = 1024
+	defaultHi = 65535
+)
+
+// DefaultPortRange returns the range a [PoolConfig] with a zero Ports gets:
+// 1024-65535.
+func DefaultPortRange() PortRange { return PortRange{Lo: defaultLo, Hi: defaultHi} }
+
+// PortRange is an inclusive range of ports. The zero value means "the
+// default" in a [PoolConfig]; a valid range has 1 <= Lo <= Hi.
+type PortRange struct{ Lo, Hi uint16 }
+
+// String returns the range as "lo-hi".
+func (r PortRange) String() string {
+	return strconv.Itoa(int(r.Lo)) + "-" + strconv.Itoa(int(r.Hi))
+}
+
+// Len returns the number of ports in r (0 if Lo > Hi).
+func (r PortRange) Len() int {
+	if r.Lo > r.Hi {
+		return 0
+	}
+	return int(r.Hi) - int(r.Lo) + 1
+}
+
+// Contains reports whether port lies in r.
+func (r PortRange) Contains(port uint16) bool { return r.Lo <= port && port <= r.Hi }
+
+func (r PortRange) validate() error {
+	switch {
+	case r.Lo == 0:
+		return fmt.Errorf("%s includes port 0, which is not a port", r)
+	case r.Lo > r.Hi:
+		return fmt.Errorf("%s is empty: its low end is above its high end", r)
+	}
+	return nil
+}
+
+// ParsePortRange parses "lo-hi" (inclusive, "1024-65535") or a single port
+// ("8080", the range 8080-8080). Ports are decimal, 1 to 65535, and lo must
+// not exceed hi.
+func ParsePortRange(s string) (PortRange, error) {
+	loStr, hiStr, isRange := strings.Cut(s, "-")
+	lo, err := parsePort(loStr)
+	if err != nil {
+		return PortRange{}, fmt.Errorf("port range %q: %w", s, err)
+	}
+	hi := lo
+	if isRange {
+		if hi, err = parsePort(hiStr); err != nil {
+			return PortRange{}, fmt.Errorf("port range %q: %w", s, err)
+		}
+	}
+	r := PortRange{Lo: lo, Hi: hi}
+	if err := r.validate(); err != nil {
+		return PortRange{}, fmt.Errorf("port range %q: %w", s, err)
+	}
+	return r, nil
+}
+
+func parsePort(s string) (uint16, error) {
+	if s == "" || s[0] == '+' {
+		return 0, fmt.Errorf("%q is not a port number", s)
+	}
+	n, err := strconv.ParseUint(s, 10, 16)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a port number (0-65535)", s)
+	}
+	return uint16(n), nil
+}
+
+// Reservation is a port a pool never hands out: typically the external port
+// of a static port mapping. Proto is [dataplane.ProtoTCP] or
+// [dataplane.ProtoUDP].
+type Reservation struct {
+	Proto uint8
+	Port  uint16
+}
+
+// String returns "tcp/8080", "udp/53", or "proto-N/port" for other protocols.
+func (r Reservation) String() string {
+	return protoName(r.Proto) + "/" + strconv.Itoa(int(r.Port))
+}
+
+// PoolConfig configures one pool: an external address and the ports it
+// allocates from. Validate it (or let [Table.Configure] do so) before use.
+type PoolConfig struct {
+	// IP is the external address: IPv4 or IPv6, not IPv4-mapped IPv6, not
+	// unspecified, multicast or broadcast, without a zone.
+	IP netip.Addr
+	// Ports is the range TCP and UDP ports are allocated from; the zero
+	// value means 1024-65535. ICMP identifiers always use 0-65535.
+	Ports PortRange
+	// Reserved ports are never allocated. TCP or UDP only; a reservation
+	// outside Ports has no effect.
+	Reserved []Reservation
+}
+
+// Validate checks c and fills in the default port range. Its errors name
+// the field at fault: "ip: ...", "ports: ...", "reserved[2]: ...".
+func (c *PoolConfig) Validate() error {
+	ip := c.IP
+	switch {
+	case !ip.IsValid():
+		return errors.New("ip: missing")
+	case ip.Zone() != "":
+		return fmt.Errorf("ip: %s has a zone; an external address cannot", ip)
+	case ip.Is4In6():
+		return fmt.Errorf("ip: %s is IPv4-mapped IPv6; write it as %s", ip, ip.Unmap())
+	case ip.IsUnspecified():
+		return fmt.Errorf("ip: %s is unspecified", ip)
+	case ip.IsMulticast():
+		return fmt.Errorf("ip: %s is multicast", ip)
+	case ip == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
+		return fmt.Errorf("ip: %s is the limited broadcast address", ip)
+	}
+	if c.Ports == (PortRange{}) {
+		c.Ports = DefaultPortRange()
+	}
+	if err := c.Ports.validate(); err != nil {
+		return fmt.Errorf("ports: %w", err)
+	}
+	seen := make(map[Reservation]int, len(c.Reserved))
+	for i, r := range c.Reserved {
+		if r.Proto != dataplane.ProtoTCP && r.Proto != dataplane.ProtoUDP {
+			return fmt.Errorf("reserved[%d]: proto %d is not TCP (%d) or UDP (%d)",
+				i, r.Proto, dataplane.ProtoTCP, dataplane.ProtoUDP)
+		}
+		if r.Port == 0 {
+			return fmt.Errorf("reserved[%d]: port 0 is not a port", i)
+		}
+		if j, dup := seen[r]; dup {
+			return fmt.Errorf("reserved[%d]: %s is listed twice (reserved[%d])", i, r, j)
+		}
+		seen[r] = i
+	}
+	return nil
+}
+
+// Indexes of the protocol classes in [PoolStats.InUse] and
+// [PoolStats.Capacity].
+const (
+	ClassTCP  = 0
+	ClassUDP  = 1
+	ClassICMP = 2 // ICMPv4 and ICMPv6 echo identifiers
+
+	numClasses = 3
+)
+
+// classOf maps an IP protocol number to its class.
+func classOf(proto uint8) (int, bool) {
+	switch proto {
+	case dataplane.ProtoTCP:
+		return ClassTCP, true
+	case dataplane.ProtoUDP:
+		return ClassUDP, true
+	case dataplane.ProtoICMPv4, dataplane.ProtoICMPv6:
+		return ClassICMP, true
+	}
+	return 0, false
+}
+
+func className(class int) string {
+	switch class {
+	case ClassTCP:
+		return "tcp"
+	case ClassUDP:
+		return "udp"
+	}
+	return "icmp"
+}
+
+func protoName(proto uint8) string {
+	switch proto {
+	case dataplane.ProtoTCP:
+		return "tcp"
+	case dataplane.ProtoUDP:
+		return "udp"
+	case dataplane.ProtoICMPv4:
+		return "icmp"
+	case dataplane.ProtoICMPv6:
+		return "icmpv6"
+	}
+	return "proto-" + strconv.Itoa(int(proto))
+}

@@ -1,0 +1,341 @@
+package nat
+
+import (
+	"errors"
+	"math/rand/v2"
+	"net/netip"
+	"testing"
+)
+
+// model is the allocator written the plain way: maps and per-port loops.
+// The property and fuzz tests run it beside a Pool and compare every
+// answer.
+type model struct {
+	lo, hi   int
+	reserved map[Reservation]bool
+	used     [numClasses]map[int]bool
+	cursor   [numClasses]int
+	binds    map[modelKey]*modelBinding
+}
+
+type modelKey struct {
+	class int
+	ip    netip.Addr
+	port  uint16
+}
+
+type modelBinding struct{ port, refs int }
+
+func newModel() *model {
+	m := &model{binds: map[modelKey]*modelBinding{}}
+	for c := range m.used {
+		m.used[c] = map[int]bool{}
+	}
+	return m
+}
+
+func (m *model) configure(r PortRange, reserved []Reservation) {
+	m.lo, m.hi = int(r.Lo), int(r.Hi)
+	m.reserved = map[Reservation]bool{}
+	for _, res := range reserved {
+		m.reserved[res] = true
+	}
+	for _, c := range []int{ClassTCP, ClassUDP} {
+		if m.cursor[c] < m.lo || m.cursor[c] > m.hi {
+			m.cursor[c] = m.lo
+		}
+	}
+}
+
+func (m *model) bounds(c int) (lo, hi int) {
+	if c == ClassICMP {
+		return 0, 65535
+	}
+	return m.lo, m.hi
+}
+
+func (m *model) free(c, port int) bool {
+	lo, hi := m.bounds(c)
+	if port < lo || port > hi || m.used[c][port] {
+		return false
+	}
+	proto := []uint8{tcp, udp}
+	return c == ClassICMP || !m.reserved[Reservation{proto[c], uint16(port)}]
+}
+
+// bind returns the external port, or -1 when the class is full.
+func (m *model) bind(c int, internal netip.AddrPort) int {
+	k := modelKey{c, internal.Addr(), internal.Port()}
+	if b := m.binds[k]; b != nil {
+		b.refs++
+		return b.port
+	}
+	want := int(internal.Port())
+	port := -1
+	if m.free(c, want) {
+		port = want
+	} else {
+		lo, hi := m.bounds(c)
+		n := hi - lo + 1
+		find := func(parity bool) int {
+			for i := range n {
+				p := lo + (m.cursor[c]-lo+i)%n
+				if m.free(c, p) && (!parity || p%2 == want%2) {
+					return p
+				}
+			}
+			return -1
+		}
+		if c != ClassICMP {
+			port = find(true)
+		}
+		if port < 0 {
+			port = find(false)
+		}
+		if port < 0 {
+			return -1
+		}
+		m.cursor[c] = port + 1
+		if m.cursor[c] > hi {
+			m.cursor[c] = lo
+		}
+	}
+	m.used[c][port] = true
+	m.binds[k] = &modelBinding{port: port, refs: 1}
+	return port
+}
+
+func (m *model) release(c int, internal netip.AddrPort) {
+	k := modelKey{c, internal.Addr(), internal.Port()}
+	b := m.binds[k]
+	if b.refs--; b.refs == 0 {
+		delete(m.binds, k)
+		delete(m.used[c], b.port)
+	}
+}
+
+// harness drives a Pool and the model with the same operations.
+type harness struct {
+	t     testing.TB
+	tbl   *Table
+	pool  *Pool
+	model *model
+	ports PortRange
+	res   []Reservation
+	held  []*Binding // one entry per reference
+	dead  []*Binding // released bindings
+	// made records the range and reservations each binding was made under.
+	made map[*Binding]struct {
+		ports PortRange
+		res   []Reservation
+	}
+}
+
+func newHarness(t testing.TB, ports PortRange, res []Reservation) *harness {
+	h := &harness{t: t, model: newModel(), made: map[*Binding]struct {
+		ports PortRange
+		res   []Reservation
+	}{}}
+	h.tbl, h.pool = testPool(t, PoolConfig{IP: addr(poolIP), Ports: ports, Reserved: res})
+	h.ports, h.res = ports, res
+	h.model.configure(ports, res)
+	return h
+}
+
+func (h *harness) bind(proto uint8, internal netip.AddrPort) {
+	h.t.Helper()
+	c, _ := classOf(proto)
+	want := h.model.bind(c, internal)
+	b, err := h.pool.Bind(proto, internal)
+	switch {
+	case want < 0 && errors.Is(err, ErrExhausted):
+		return
+	case err != nil || want < 0:
+		h.t.Fatalf("Bind(%d, %s) = %v, %v; the model says port %d (-1: exhausted)", proto, internal, b, err, want)
+	case int(b.External().Port()) != want:
+		h.t.Fatalf("Bind(%d, %s) = port %d; the model says %d", proto, internal, b.External().Port(), want)
+	}
+	if _, ok := h.made[b]; !ok {
+		h.made[b] = struct {
+			ports PortRange
+			res   []Reservation
+		}{h.ports, h.res}
+	}
+	h.held = append(h.held, b)
+	h.invariants()
+}
+
+func (h *harness) release(i int) {
+	h.t.Helper()
+	if len(h.held) == 0 {
+		return
+	}
+	i %= len(h.held)
+	b := h.held[i]
+	h.held[i] = h.held[len(h.held)-1]
+	h.held = h.held[:len(h.held)-1]
+	c, _ := classOf(b.Proto())
+	h.model.release(c, b.Internal())
+	b.Release()
+	if b.Refs() == 0 {
+		h.dead = append(h.dead, b)
+		delete(h.made, b)
+	}
+	h.invariants()
+}
+
+func (h *harness) doubleRelease(i int) {
+	h.t.Helper()
+	if len(h.dead) == 0 {
+		return
+	}
+	before := h.pool.Stats().DoubleRelease
+	h.dead[i%len(h.dead)].Release()
+	if after := h.pool.Stats().DoubleRelease; after != before+1 {
+		h.t.Fatalf("DoubleRelease went from %d to %d", before, after)
+	}
+	h.invariants()
+}
+
+func (h *harness) configure(ports PortRange, res []Reservation) {
+	h.t.Helper()
+	if err := h.tbl.Configure([]PoolConfig{{IP: addr(poolIP), Ports: ports, Reserved: res}}); err != nil {
+		h.t.Fatal(err)
+	}
+	h.ports, h.res = ports, res
+	h.model.configure(ports, res)
+	h.invariants()
+}
+
+func (h *harness) invariants() {
+	h.t.Helper()
+	if err := h.pool.check(); err != nil {
+		h.t.Fatal(err)
+	}
+	type slot struct {
+		class int
+		port  uint16
+	}
+	owner := map[slot]*Binding{}
+	for _, b := range h.held {
+		c, _ := classOf(b.Proto())
+		s := slot{c, b.External().Port()}
+		if o := owner[s]; o != nil && o != b {
+			h.t.Fatalf("%s and %s share %s port %d", o.Internal(), b.Internal(), className(c), s.port)
+		}
+		owner[s] = b
+		if c == ClassICMP {
+			continue
+		}
+		m := h.made[b]
+		if !m.ports.Contains(s.port) {
+			h.t.Fatalf("port %d is outside %s, the range when it was bound", s.port, m.ports)
+		}
+		for _, r := range m.res {
+			if r == (Reservation{b.Proto(), s.port}) {
+				h.t.Fatalf("port %s was reserved when it was bound", r)
+			}
+		}
+	}
+	var inUse [numClasses]int
+	for k := range h.model.binds {
+		inUse[k.class]++
+	}
+	if got := h.pool.Stats().InUse; got != inUse {
+		h.t.Fatalf("InUse = %v, the model has %v", got, inUse)
+	}
+}
+
+// drain releases everything held and checks nothing is left.
+func (h *harness) drain() {
+	h.t.Helper()
+	for len(h.held) > 0 {
+		h.release(0)
+	}
+	if n := h.tbl.Bindings(); n != 0 {
+		h.t.Fatalf("Bindings() = %d after releasing everything", n)
+	}
+	s := h.pool.Stats()
+	if s.InUse != [numClasses]int{} || s.Allocated != s.Released {
+		h.t.Fatalf("stats after releasing everything: %+v", s)
+	}
+}
+
+func TestModel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	ranges := []PortRange{{1024, 1100}, {1050, 1080}, {1024, 1030}, {1090, 1250}}
+	resAll := []Reservation{{tcp, 1025}, {tcp, 1060}, {udp, 1026}, {udp, 1027}, {tcp, 1100}, {udp, 1095}, {tcp, 1200}}
+	pickRes := func() []Reservation {
+		var res []Reservation
+		for _, r := range resAll {
+			if rng.IntN(2) == 0 {
+				res = append(res, r)
+			}
+		}
+		return res
+	}
+	h := newHarness(t, ranges[0], pickRes())
+	protos := []uint8{tcp, udp, icmp4}
+	for range 20000 {
+		switch op := rng.IntN(100); {
+		case op < 55:
+			proto := protos[rng.IntN(3)]
+			ip := netip.AddrFrom4([4]byte{10, 0, 0, byte(1 + rng.IntN(6))})
+			port := uint16(1000 + rng.IntN(280))
+			if proto == icmp4 && rng.IntN(2) == 0 {
+				port = uint16(rng.IntN(8))
+			}
+			h.bind(proto, netip.AddrPortFrom(ip, port))
+		case op < 97:
+			h.release(rng.IntN(1 << 20))
+		case op < 98:
+			h.doubleRelease(rng.IntN(1 << 20))
+		default:
+			h.configure(ranges[rng.IntN(len(ranges))], pickRes())
+		}
+	}
+	s := h.pool.Stats()
+	t.Logf("stats before draining: %+v", s)
+	if s.Exhausted == 0 || s.DoubleRelease == 0 || s.Allocated < 1000 {
+		t.Errorf("the random walk missed cases: %+v", s)
+	}
+	h.drain()
+}
+
+func FuzzPool(f *testing.F) {
+	f.Add([]byte{0, 0, 8, 0, 3, 8, 0, 6, 9, 4, 0, 0, 6, 0, 0})
+	f.Add([]byte{0, 1, 20, 1, 4, 20, 2, 7, 20, 3, 10, 20, 7, 1, 255, 0, 1, 30, 4, 1, 0, 5, 2, 0})
+	f.Add([]byte{0, 2, 3, 0, 5, 3, 0, 8, 3, 7, 2, 0, 0, 11, 3, 4, 0, 0, 6, 0, 0})
+	ranges := []PortRange{{1024, 1039}, {1032, 1047}, {1030, 1031}}
+	resAll := []Reservation{{tcp, 1030}, {udp, 1031}, {tcp, 1036}, {udp, 1040}, {tcp, 1024}}
+	protos := []uint8{tcp, udp, icmp4}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		h := newHarness(t, ranges[0], resAll[:1])
+		for i := 0; i+2 < len(data) && i < 3*512; i += 3 {
+			a, b := data[i+1], data[i+2]
+			switch data[i] % 8 {
+			case 0, 1, 2, 3:
+				proto := protos[a%3]
+				ip := netip.AddrFrom4([4]byte{10, 0, 0, 1 + a/3%4})
+				port := 1016 + uint16(b%40)
+				if proto == icmp4 {
+					port = uint16(b % 8)
+				}
+				h.bind(proto, netip.AddrPortFrom(ip, port))
+			case 4, 5:
+				h.release(int(a))
+			case 6:
+				h.doubleRelease(int(a))
+			case 7:
+				var res []Reservation
+				for j, r := range resAll {
+					if b&(1<<j) != 0 {
+						res = append(res, r)
+					}
+				}
+				h.configure(ranges[int(a)%len(ranges)], res)
+			}
+		}
+		h.drain()
+	})
+}

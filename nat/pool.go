@@ -1,0 +1,278 @@
+package nat
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/ufp-dev/ufp/dataplane"
+)
+
+// Errors of [Pool.Bind]. None is fatal: the flow that asked goes without a
+// binding.
+var (
+	// ErrExhausted: every port of the class is bound or reserved.
+	ErrExhausted = errors.New("nat: pool exhausted")
+	// ErrRetired: the pool was removed from the configuration.
+	ErrRetired = errors.New("nat: pool retired")
+	// ErrInvalid: the protocol or the internal endpoint cannot be bound
+	// (wrapped with the reason); a caller's bug, not a lack of ports.
+	ErrInvalid = errors.New("nat: invalid bind")
+)
+
+// logEvery is the least time between two exhaustion warnings of a pool.
+const logEvery = 10 * time.Second
+
+// bindKey identifies an internal endpoint within a pool: pointer-free.
+type bindKey struct {
+	addr  [16]byte
+	port  uint16
+	class uint8
+}
+
+// Pool allocates the external ports of one external address. Pools are made
+// by a [Table]; all methods are safe for concurrent use.
+type Pool struct {
+	ip  netip.Addr
+	log *slog.Logger
+	now func() time.Time
+
+	mu       sync.Mutex
+	ports    PortRange
+	retired  bool
+	bindings map[bindKey]*Binding
+	classes  [numClasses]class
+
+	allocated, released, exhausted, doubleRelease uint64
+
+	logged     bool      // a warning was logged, at lastLog
+	lastLog    time.Time // when the last exhaustion warning was logged
+	suppressed uint64    // exhaustion events not logged since lastLog
+}
+
+func newPool(ip netip.Addr, log *slog.Logger, now func() time.Time) *Pool {
+	p := &Pool{ip: ip, log: log, now: now, bindings: make(map[bindKey]*Binding)}
+	p.classes[ClassICMP].reset(0, 65535)
+	return p
+}
+
+// configure applies a validated configuration and revives a retired pool.
+func (p *Pool) configure(c PoolConfig) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ports = c.Ports
+	p.retired = false
+	tcp, udp := &p.classes[ClassTCP], &p.classes[ClassUDP]
+	tcp.blocked, udp.blocked = bitmap{}, bitmap{}
+	for _, r := range c.Reserved {
+		if r.Proto == dataplane.ProtoTCP {
+			tcp.blocked.set(int(r.Port))
+		} else {
+			udp.blocked.set(int(r.Port))
+		}
+	}
+	tcp.reset(int(c.Ports.Lo), int(c.Ports.Hi))
+	udp.reset(int(c.Ports.Lo), int(c.Ports.Hi))
+}
+
+// retire stops new bindings and reports whether none is left.
+func (p *Pool) retire() (drained bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.retired = true
+	return len(p.bindings) == 0
+}
+
+// drained reports whether the pool is retired and has no binding left.
+func (p *Pool) drained() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.retired && len(p.bindings) == 0
+}
+
+func (p *Pool) live() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.bindings)
+}
+
+// IP returns the pool's external address.
+func (p *Pool) IP() netip.Addr { return p.ip }
+
+// Bind returns the binding of the internal endpoint for proto (TCP, UDP,
+// ICMPv4 or ICMPv6; for ICMP the port is the echo identifier), making one
+// if there is none: endpoint-independent mapping, see the package comment.
+// An existing binding is returned with its reference count raised; the
+// caller calls [Binding.Release] exactly once per successful Bind.
+//
+// internal's address must be of the pool's family (ICMPv4 only on an IPv4
+// pool, ICMPv6 only on an IPv6 one), else the error wraps [ErrInvalid]. Bind
+// returns [ErrExhausted] when the class has no free port and [ErrRetired]
+// when the pool is retired; these two allocate nothing.
+func (p *Pool) Bind(proto uint8, internal netip.AddrPort) (*Binding, error) {
+	c, ok := classOf(proto)
+	if !ok {
+		return nil, fmt.Errorf("%w: proto %d is not TCP, UDP, ICMPv4 or ICMPv6", ErrInvalid, proto)
+	}
+	addr := internal.Addr()
+	switch {
+	case !addr.IsValid():
+		return nil, fmt.Errorf("%w: the internal address is missing", ErrInvalid)
+	case addr.Is4() != p.ip.Is4():
+		return nil, fmt.Errorf("%w: internal %s is not of pool %s's address family", ErrInvalid, addr, p.ip)
+	case proto == dataplane.ProtoICMPv4 && !p.ip.Is4(), proto == dataplane.ProtoICMPv6 && p.ip.Is4():
+		return nil, fmt.Errorf("%w: %s on pool %s", ErrInvalid, protoName(proto), p.ip)
+	}
+	key := bindKey{addr: addr.As16(), port: internal.Port(), class: uint8(c)}
+
+	p.mu.Lock()
+	if p.retired {
+		p.mu.Unlock()
+		return nil, ErrRetired
+	}
+	if b := p.bindings[key]; b != nil {
+		b.refs++
+		p.mu.Unlock()
+		return b, nil
+	}
+	cl := &p.classes[c]
+	port := cl.pick(int(internal.Port()), c != ClassICMP)
+	if port < 0 {
+		warn, suppressed := p.noteExhausted()
+		rng := PortRange{Lo: uint16(cl.lo), Hi: uint16(cl.hi)}
+		p.mu.Unlock()
+		if warn {
+			p.log.LogAttrs(context.Background(), slog.LevelWarn, "NAT pool exhausted",
+				slog.String("ip", p.ip.String()),
+				slog.String("proto", className(c)),
+				slog.String("range", rng.String()),
+				slog.Uint64("suppressed", suppressed))
+		}
+		return nil, ErrExhausted
+	}
+	cl.take(port)
+	b := &Binding{
+		pool:     p,
+		internal: netip.AddrPortFrom(addr.WithZone(""), internal.Port()),
+		key:      key,
+		external: uint16(port),
+		proto:    proto,
+		refs:     1,
+	}
+	p.bindings[key] = b
+	p.allocated++
+	p.mu.Unlock()
+	return b, nil
+}
+
+// noteExhausted counts an exhaustion event and reports whether to log it
+// (at most once per logEvery) and how many events went unlogged before it.
+// p.mu is held.
+func (p *Pool) noteExhausted() (warn bool, suppressed uint64) {
+	p.exhausted++
+	now := p.now()
+	if p.logged && now.Sub(p.lastLog) < logEvery {
+		p.suppressed++
+		return false, 0
+	}
+	p.logged, p.lastLog = true, now
+	suppressed, p.suppressed = p.suppressed, 0
+	return true, suppressed
+}
+
+// PoolStats is a snapshot of a pool's state and counters.
+type PoolStats struct {
+	IP      netip.Addr
+	Ports   PortRange // the TCP and UDP range; ICMP always uses 0-65535
+	Retired bool
+	// InUse counts live bindings per class (ClassTCP, ClassUDP, ClassICMP),
+	// including any left outside the range by a reconfiguration.
+	InUse [3]int
+	// Capacity is how many bindings the class can hold: the ports of the
+	// range that are not reserved.
+	Capacity [3]int
+	// Allocated and Released count bindings made and removed; Exhausted
+	// counts Binds refused with ErrExhausted; DoubleRelease counts Releases
+	// of a binding already gone.
+	Allocated, Released, Exhausted, DoubleRelease uint64
+}
+
+// Stats returns a snapshot of the pool's state and counters.
+func (p *Pool) Stats() PoolStats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := PoolStats{
+		IP:            p.ip,
+		Ports:         p.ports,
+		Retired:       p.retired,
+		Allocated:     p.allocated,
+		Released:      p.released,
+		Exhausted:     p.exhausted,
+		DoubleRelease: p.doubleRelease,
+	}
+	for i := range p.classes {
+		s.InUse[i] = p.classes[i].inUse
+		s.Capacity[i] = p.classes[i].capacity
+	}
+	return s
+}
+
+// Binding maps an internal endpoint to an external port of its pool. Its
+// protocol and endpoints never change and are read without locks; the
+// reference count is guarded by the pool. Safe for concurrent use.
+type Binding struct {
+	pool     *Pool
+	internal netip.AddrPort
+	key      bindKey
+	external uint16
+	proto    uint8
+	refs     int // guarded by pool.mu; 0 once the binding is gone
+}
+
+// Proto returns the IP protocol the binding was made for.
+func (b *Binding) Proto() uint8 { return b.proto }
+
+// Internal returns the internal endpoint (address without zone, and port or
+// ICMP echo identifier).
+func (b *Binding) Internal() netip.AddrPort { return b.internal }
+
+// External returns the pool's address and the allocated port or ICMP echo
+// identifier.
+func (b *Binding) External() netip.AddrPort { return netip.AddrPortFrom(b.pool.ip, b.external) }
+
+// Pool returns the pool the binding belongs to.
+func (b *Binding) Pool() *Pool { return b.pool }
+
+// Refs returns the binding's reference count: 0 once it is gone.
+func (b *Binding) Refs() int {
+	b.pool.mu.Lock()
+	defer b.pool.mu.Unlock()
+	return b.refs
+}
+
+// Release drops one reference; the last one removes the binding and frees
+// its port. Releasing a binding that is already gone is counted in
+// [PoolStats.DoubleRelease] and otherwise ignored.
+//
+// Release takes only its pool's mutex and calls nothing outside the
+// package, so callers may hold their own locks.
+func (b *Binding) Release() {
+	p := b.pool
+	p.mu.Lock()
+	switch {
+	case b.refs == 0:
+		p.doubleRelease++
+	case b.refs > 1:
+		b.refs--
+	default:
+		b.refs = 0
+		delete(p.bindings, b.key)
+		p.classes[b.key.class].put(int(b.external))
+		p.released++
+	}
+	p.mu.Unlock()
+}
