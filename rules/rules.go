@@ -278,6 +278,11 @@ type Action struct {
 	HT   dataplane.Transposition
 	// Reason is the drop reason a block gives (0: DropBlocked).
 	Reason dataplane.DropReason
+	// SNAT, when valid, translates the source to this address and a port
+	// (or ICMP echo identifier) the switch allocates from the address's
+	// NAT pool for the connection, after HT. Only stateful rules SNAT:
+	// replies are translated back by the connection's reply flow.
+	SNAT netip.Addr
 }
 
 // DropReason is the reason packets a block drops are counted under.
@@ -292,10 +297,14 @@ func (a Action) String() string {
 	if a.Verb == Block && a.Reason != dataplane.NotDropped {
 		return "block (" + a.Reason.String() + ")"
 	}
-	if a.Verb == Block || a.HT.IsIdentity() && a.HT.Outer == dataplane.OuterIgnore {
-		return a.Verb.String()
+	snat := ""
+	if a.SNAT.IsValid() {
+		snat = " snat " + a.SNAT.String()
 	}
-	return "allow " + a.HT.String()
+	if a.Verb == Block || a.HT.IsIdentity() && a.HT.Outer == dataplane.OuterIgnore {
+		return a.Verb.String() + snat
+	}
+	return "allow " + a.HT.String() + snat
 }
 
 // Rule is one entry of a group.
@@ -368,8 +377,11 @@ func (l *Layer) Compile() error {
 			if err := r.Match.Validate(); err != nil {
 				return fmt.Errorf("groups[%d].rules[%d].match.%w", gi, ri, err)
 			}
-			if r.Action.Verb == Block && !r.Action.HT.IsIdentity() {
+			if r.Action.Verb == Block && (!r.Action.HT.IsIdentity() || r.Action.SNAT.IsValid()) {
 				return fmt.Errorf("groups[%d].rules[%d].action: a block action cannot transpose headers", gi, ri)
+			}
+			if r.Action.SNAT.IsValid() && !r.Stateful {
+				return fmt.Errorf("groups[%d].rules[%d].stateful: a rule that translates the source (snat) must be stateful, or replies could not be translated back", gi, ri)
 			}
 		}
 		l.classifiers[gi] = newClassifier(g.Rules)

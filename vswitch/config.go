@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/nat"
 	"github.com/ufp-dev/ufp/rules"
 )
 
@@ -46,6 +47,21 @@ type SwitchConfig struct {
 	FlowTable FlowTableConfig `json:"flowTable"`
 	// VXLANPort is the UDP port decoded as VXLAN (default 4789).
 	VXLANPort uint16 `json:"vxlanPort,omitempty"`
+	// NATPools are the addresses source NAT (action snat) translates to,
+	// each with its port range. Pools outlive policy changes: a
+	// connection keeps its mapping while its pool's address stays.
+	NATPools []NATPoolConfig `json:"natPools,omitempty"`
+}
+
+// NATPoolConfig is one source NAT address and the ports it hands out.
+type NATPoolConfig struct {
+	IP string `json:"ip"`
+	// Ports is the range of TCP and UDP ports mappings get, "lo-hi"
+	// (default 1024-65535). ICMP echo identifiers use all 65536.
+	Ports string `json:"ports,omitempty"`
+	// Reserved are ports never handed out, "tcp/8080" or "udp/53":
+	// those of static port mappings.
+	Reserved []string `json:"reserved,omitempty"`
 }
 
 // GatewayConfig is the switch's own router identity.
@@ -106,7 +122,9 @@ type PortConfig struct {
 	Name string `json:"name"`
 	MAC  string `json:"mac"`
 	// IPs are the endpoint's addresses; packets a vNIC sends from other
-	// addresses are dropped as spoofed. An uplink has none.
+	// addresses are dropped as spoofed. An uplink's are the host's own
+	// addresses on the underlay (NAT and provider addresses): the switch
+	// answers ARP and neighbour solicitations for them there.
 	IPs []string `json:"ips,omitempty"`
 	// Uplink marks the port that leads out of the switch: frames for
 	// unknown unicast MACs go there. At most one port is the uplink.
@@ -189,6 +207,10 @@ type ActionConfig struct {
 	// Reason is the drop reason a block counts its packets under
 	// (default blocked-by-policy), e.g. unknown-vni.
 	Reason string `json:"reason,omitempty"`
+	// SNAT translates the source address to this one, one of
+	// switch.natPools, with a port (or ICMP echo identifier) from its
+	// pool; the rule must be stateful.
+	SNAT string `json:"snat,omitempty"`
 }
 
 // ModifyConfig rewrites tenant header fields.
@@ -402,8 +424,11 @@ type compiled struct {
 	gwIPs  map[netip.Addr]*gateway
 	ftable dataplane.FlowTableConfig
 	vxlan  uint16
-	byID   []*Port // by stable port ID, set when installed
-	gen    uint64
+	pools  []nat.PoolConfig
+	// hostIPs are the uplink's addresses: the host's on the underlay.
+	hostIPs map[netip.Addr]bool
+	byID    []*Port // by stable port ID, set when installed
+	gen     uint64
 }
 
 // gateway is a router identity of the switch.
@@ -485,7 +510,7 @@ func (c *Config) compile() (*compiled, error) {
 func (c *Config) compileVFP() (*compiled, error) {
 	p := &compiled{
 		cfg: c, name: c.Switch.Name, byName: map[string]*Port{}, byMAC: map[dataplane.MAC]*Port{},
-		byIP: map[netip.Addr]*Port{}, vxlan: c.Switch.VXLANPort,
+		byIP: map[netip.Addr]*Port{}, vxlan: c.Switch.VXLANPort, hostIPs: map[netip.Addr]bool{},
 	}
 	p.gwMACs, p.gwIPs = map[dataplane.MAC]*gateway{}, map[netip.Addr]*gateway{}
 	gwAt := map[*gateway]string{}
@@ -558,6 +583,18 @@ func (c *Config) compileVFP() (*compiled, error) {
 			if q := p.byIP[a]; q != nil {
 				return nil, fmt.Errorf("%s.ips[%d]: %s is already used by port %q", at, j, a, q.Name)
 			}
+			if p.hostIPs[a] {
+				return nil, fmt.Errorf("%s.ips[%d]: %s is already an address of the uplink", at, j, a)
+			}
+			if port.Uplink {
+				// The host's own addresses on the underlay: answered
+				// for, not switched to.
+				p.hostIPs[a] = true
+				continue
+			}
+			if q := p.byIP[a]; q != nil {
+				return nil, fmt.Errorf("%s.ips[%d]: %s is already used by port %q", at, j, a, q.Name)
+			}
 			if _, gw := p.gwIPs[a]; gw {
 				return nil, fmt.Errorf("%s.ips[%d]: %s is the gateway's address", at, j, a)
 			}
@@ -572,6 +609,12 @@ func (c *Config) compileVFP() (*compiled, error) {
 		p.byName[port.Name] = port
 		p.byMAC[port.MAC] = port
 		p.ports = append(p.ports, port)
+	}
+	if p.pools, err = c.compilePools(); err != nil {
+		return nil, err
+	}
+	if err := p.checkSNAT(); err != nil {
+		return nil, err
 	}
 	// Gateways serve ports by name.
 	for _, gw := range p.gwMACs {
@@ -869,7 +912,75 @@ func (ac *ActionConfig) compile(at string) (rules.Action, error) {
 		}
 		a.Reason = r
 	}
+	if ac.SNAT != "" {
+		if a.Verb == rules.Block {
+			return a, fmt.Errorf("%s.snat: a block action does not translate", at)
+		}
+		if a.SNAT, err = parseAddr(at+".snat", ac.SNAT); err != nil {
+			return a, err
+		}
+		if t.Set&dataplane.FieldSrcIP != 0 {
+			return a, fmt.Errorf("%s.snat: the action also sets modify.srcIP", at)
+		}
+	}
 	return a, nil
+}
+
+// compilePools validates switch.natPools.
+func (c *Config) compilePools() ([]nat.PoolConfig, error) {
+	var pools []nat.PoolConfig
+	seen := map[netip.Addr]int{}
+	for i, pc := range c.Switch.NATPools {
+		at := fmt.Sprintf("switch.natPools[%d]", i)
+		ip, err := parseAddr(at+".ip", pc.IP)
+		if err != nil {
+			return nil, err
+		}
+		if j, dup := seen[ip]; dup {
+			return nil, fmt.Errorf("%s.ip: %s is also the address of natPools[%d]", at, ip, j)
+		}
+		seen[ip] = i
+		cfg := nat.PoolConfig{IP: ip}
+		if pc.Ports != "" {
+			if cfg.Ports, err = nat.ParsePortRange(pc.Ports); err != nil {
+				return nil, fmt.Errorf("%s.ports: %w", at, err)
+			}
+		}
+		for j, r := range pc.Reserved {
+			proto, port, ok := strings.Cut(r, "/")
+			n, perr := strconv.ParseUint(port, 10, 16)
+			if !ok || perr != nil || proto != "tcp" && proto != "udp" {
+				return nil, fmt.Errorf("%s.reserved[%d]: %q is not tcp/PORT or udp/PORT", at, j, r)
+			}
+			pn, _ := parseProto(proto)
+			cfg.Reserved = append(cfg.Reserved, nat.Reservation{Proto: pn, Port: uint16(n)})
+		}
+		if err := cfg.Validate(); err != nil {
+			return nil, fmt.Errorf("%s.%w", at, err)
+		}
+		pools = append(pools, cfg)
+	}
+	return pools, nil
+}
+
+// checkSNAT checks that every snat action names a pool.
+func (p *compiled) checkSNAT() error {
+	has := map[netip.Addr]bool{}
+	for _, pc := range p.pools {
+		has[pc.IP] = true
+	}
+	for i, port := range p.ports {
+		for li, l := range port.Layers {
+			for gi, g := range l.Groups {
+				for ri, r := range g.Rules {
+					if a := r.Action.SNAT; a.IsValid() && !has[a] {
+						return fmt.Errorf("ports[%d].layers[%d].groups[%d].rules[%d].action.snat: %s is not in switch.natPools", i, li, gi, ri, a)
+					}
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // policyReasons are the drop reasons a block rule may count under.

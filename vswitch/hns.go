@@ -34,6 +34,16 @@ type UplinkConfig struct {
 	// MACs: remote provider addresses (or the router toward them) and
 	// SDNRoute next hops.
 	Neighbors []NeighborConfig `json:"Neighbors,omitempty"`
+	// IpAddresses are the host's own addresses on the underlay, at most
+	// one per family: what OutBoundNAT and PortMapping use when they name
+	// no address. The switch answers ARP and neighbour solicitations for
+	// them, and for provider addresses, on the uplink.
+	IpAddresses []string `json:"IpAddresses,omitempty"`
+	// DefaultGateway and DefaultGatewayV6 are the underlay routers that
+	// translated traffic of Overlay endpoints leaves through (their MACs
+	// from Neighbors). L2Bridge endpoints use their own subnet gateway.
+	DefaultGateway   string `json:"DefaultGateway,omitempty"`
+	DefaultGatewayV6 string `json:"DefaultGatewayV6,omitempty"`
 }
 
 // NeighborConfig is one underlay address and its MAC.
@@ -160,6 +170,7 @@ const (
 	LayerEncap      = "VNET_ENCAP_LAYER"
 	LayerPARoute    = "VNET_PA_ROUTE_LAYER"
 	LayerRoute      = "VNET_ROUTE_LAYER"
+	LayerNAT        = "NAT_LAYER"
 )
 
 // Encapsulation overhead of VXLAN: outer Ethernet is not counted in an
@@ -257,6 +268,7 @@ type hnsEP struct {
 	sdn        []hnsSDN
 	overhead   int // -1: not set
 	overheadAt string
+	outNAT     []*hnsOutNAT
 }
 
 type hnsSDN struct {
@@ -275,6 +287,9 @@ type hnsLowering struct {
 	neighbors map[netip.Addr]dataplane.MAC
 	nets      []*hnsNet
 	byName    map[string]*hnsNet
+	hostIPs   map[bool]netip.Addr // Uplink.IpAddresses by is-IPv4
+	defaultGW map[bool]netip.Addr // Uplink.DefaultGateway(V6) by is-IPv4
+	nat       hnsNAT
 	vxlanPort uint16
 	vxlanAt   string
 }
@@ -296,7 +311,11 @@ func (c *Config) Lower() (*Config, error) {
 	if c.Switch.VXLANPort != 0 {
 		return nil, fmt.Errorf("switch.vxlanPort: at the HNS level the VxlanPort network policy sets it")
 	}
-	l := &hnsLowering{c: c, byName: map[string]*hnsNet{}, neighbors: map[netip.Addr]dataplane.MAC{}}
+	if len(c.Switch.NATPools) > 0 {
+		return nil, fmt.Errorf("switch.natPools: at the HNS level OutBoundNAT and PortMapping policies make them")
+	}
+	l := &hnsLowering{c: c, byName: map[string]*hnsNet{}, neighbors: map[netip.Addr]dataplane.MAC{},
+		hostIPs: map[bool]netip.Addr{}, defaultGW: map[bool]netip.Addr{}}
 	if err := l.uplinkConfig(); err != nil {
 		return nil, err
 	}
@@ -313,6 +332,9 @@ func (c *Config) Lower() (*Config, error) {
 	}
 	eps, err := l.endpoints()
 	if err != nil {
+		return nil, err
+	}
+	if err := l.checkNAT(eps); err != nil {
 		return nil, err
 	}
 	return l.emit(eps), nil
@@ -354,7 +376,7 @@ func (l *hnsLowering) uplinkConfig() error {
 		}
 		l.neighbors[a] = m
 	}
-	return nil
+	return l.uplinkHost()
 }
 
 // network validates Networks[i].
@@ -840,6 +862,10 @@ func (l *hnsLowering) endpointPolicy(ep *hnsEP, at string, pc *PolicyConfig) err
 			}
 		}
 		ep.sdn = append(ep.sdn, r)
+	case "OutBoundNAT":
+		return l.outboundNAT(ep, at, pc)
+	case "PortMapping":
+		return l.portMapping(ep, at, pc)
 	case "EncapOverhead":
 		var s EncapOverheadSettings
 		if err := decodeSettings(sat, pc.Settings, &s); err != nil {
@@ -852,7 +878,7 @@ func (l *hnsLowering) endpointPolicy(ep *hnsEP, at string, pc *PolicyConfig) err
 	case "":
 		return fmt.Errorf("%s.Type: a policy needs a type", at)
 	default:
-		return fmt.Errorf("%s.Type: %q is not an endpoint policy ufp knows (SDNRoute, EncapOverhead)", at, pc.Type)
+		return fmt.Errorf("%s.Type: %q is not an endpoint policy ufp knows (SDNRoute, EncapOverhead, OutBoundNAT, PortMapping)", at, pc.Type)
 	}
 	return nil
 }
@@ -930,9 +956,12 @@ func (l *hnsLowering) emit(eps []*hnsEP) *Config {
 			}
 		}
 	}
-	up := PortConfig{Name: l.uplink, MAC: l.hostMAC.String(), Uplink: true, MTU: uint16(l.mtu)}
+	up := PortConfig{Name: l.uplink, MAC: l.hostMAC.String(), Uplink: true, MTU: uint16(l.mtu), IPs: l.hostAddrs()}
 	if decap := l.decapLayer(); decap != nil {
 		up.Layers = append(up.Layers, *decap)
+	}
+	if pm := l.portMapLayer(); pm != nil {
+		up.Layers = append(up.Layers, *pm)
 	}
 	if rw := l.macRewriteLayer(eps); rw != nil {
 		up.Layers = append(up.Layers, *rw)
@@ -945,6 +974,9 @@ func (l *hnsLowering) emit(eps []*hnsEP) *Config {
 		switch ep.net.cfg.Type {
 		case TypeL2Bridge:
 			pc.Underlay = "rewrite"
+			if layer := l.natLayer(ep); layer != nil {
+				pc.Layers = append(pc.Layers, *layer)
+			}
 			if layer := l.routeLayer(ep); layer != nil {
 				pc.Layers = append(pc.Layers, *layer)
 			}
@@ -955,6 +987,9 @@ func (l *hnsLowering) emit(eps []*hnsEP) *Config {
 				overhead = l.encapOverhead(ep.net)
 			}
 			pc.MTU = uint16(l.mtu - overhead)
+			if layer := l.natLayer(ep); layer != nil {
+				pc.Layers = append(pc.Layers, *layer)
+			}
 			if layer := l.encapLayer(ep, port); layer != nil {
 				pc.Layers = append(pc.Layers, *layer)
 			}
@@ -962,6 +997,7 @@ func (l *hnsLowering) emit(eps []*hnsEP) *Config {
 		out.Ports = append(out.Ports, pc)
 	}
 	out.Ports = append(out.Ports, up)
+	out.Switch.NATPools = l.natPools()
 	return out
 }
 

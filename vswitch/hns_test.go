@@ -415,7 +415,7 @@ func TestHNSParseErrors(t *testing.T) {
 			want: epB + `.MacAddress: "02-00-00-00-00" is not a MAC address`},
 		{name: "unknown endpoint policy type", edit: func(t *testing.T, d doc) {
 			hnsAdd(t, hnsEndpoint(d, 0), "Policies", `{"Type": "ACL", "Settings": {}}`)
-		}, want: epA + `.Policies[0].Type: "ACL" is not an endpoint policy ufp knows (SDNRoute, EncapOverhead)`},
+		}, want: epA + `.Policies[0].Type: "ACL" is not an endpoint policy ufp knows (SDNRoute, EncapOverhead, OutBoundNAT, PortMapping)`},
 		{name: "unknown field in an endpoint", edit: func(t *testing.T, d doc) { hnsEndpoint(d, 0)["VirtualNetwork"] = "x" },
 			want: `Endpoints[0].VirtualNetwork: unknown field "VirtualNetwork"`},
 

@@ -66,6 +66,15 @@ func (s *Switch) arp(pol *compiled, in *Port, p *dataplane.Packet, h *dataplane.
 	}
 	switch a.Op() {
 	case dataplane.ARPRequest:
+		if in.Uplink && in.HasIP(target) && sender != target {
+			// The host's own address on the underlay (NAT, provider).
+			tr.Addf("port %s: arp: who-has %s tell %s: the host's address, answered is-at %s", in.Name, target, sender, in.MAC)
+			eth.SetDst(eth.Src())
+			eth.SetSrc(in.MAC)
+			a.MakeReply(in.MAC)
+			p.OutPort = in.ID
+			return
+		}
 		if sender == target || in.HasIP(target) {
 			tr.Addf("port %s: arp: announcement or probe for %s: not answered", in.Name, target)
 			p.Drop = dataplane.DropNoDestination
@@ -264,18 +273,23 @@ func (s *Switch) neighbor(pol *compiled, in *Port, p *dataplane.Packet, h *datap
 	}
 	target := netip.AddrFrom16([16]byte(icmp[8:24]))
 	src := h.SrcAddr()
-	if in.HasIP(target) {
+	if in.HasIP(target) && !in.Uplink {
 		tr.Addf("port %s: neighbour solicitation for its own %s (duplicate address detection): not answered", in.Name, target)
 		p.Drop = dataplane.DropNoDestination
 		return
 	}
 	mac, owner, ok := pol.resolve(target, in)
-	if ok && owner == nil && in.Uplink {
+	host := in.Uplink && pol.hostIPs[target]
+	if host {
+		// The host's own address on the underlay (NAT, provider).
+		mac, owner, ok = in.MAC, nil, true
+		tr.Addf("port %s: neighbour solicitation for %s: the host's address", in.Name, target)
+	} else if ok && owner == nil && in.Uplink {
 		tr.Addf("port %s: neighbour solicitation for %s (the gateway): not answered toward the uplink", in.Name, target)
 		p.Drop = dataplane.DropNoDestination
 		return
 	}
-	if ok && in.Uplink {
+	if ok && in.Uplink && !host {
 		if mac, ok = onUnderlay(in, owner, mac); !ok {
 			tr.Addf("port %s: neighbour solicitation for %s: port %s is not on the underlay: not answered", in.Name, target, owner.Name)
 			p.Drop = dataplane.DropNoDestination
@@ -295,7 +309,7 @@ func (s *Switch) neighbor(pol *compiled, in *Port, p *dataplane.Packet, h *datap
 		dst, flags = allNodes, naFlagOverride
 		dstMAC = dataplane.MAC{0x33, 0x33, 0, 0, 0, 1}
 	}
-	if owner == nil {
+	if owner == nil && !host {
 		flags |= naFlagRouter
 	}
 	l3 := int(h.L3)

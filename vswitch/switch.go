@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/nat"
 	"github.com/ufp-dev/ufp/rules"
 )
 
@@ -23,6 +24,7 @@ import (
 type Switch struct {
 	pol atomic.Pointer[compiled]
 	pl  *dataplane.Pipeline
+	nat *nat.Table // source NAT pools; they outlive policies
 
 	mu     sync.Mutex // serialises Apply
 	ids    map[string]dataplane.PortID
@@ -44,7 +46,7 @@ func New(cfg *Config) (*Switch, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Switch{ids: map[string]dataplane.PortID{}, epoch: time.Now()}
+	s := &Switch{ids: map[string]dataplane.PortID{}, epoch: time.Now(), nat: nat.NewTable(nil)}
 	pl, err := dataplane.NewPipeline(dataplane.PipelineConfig{FlowTable: pol.ftable, VXLANPort: pol.vxlan}, s)
 	if err != nil {
 		return nil, err
@@ -96,6 +98,9 @@ func (s *Switch) install(pol *compiled) error {
 	// so they cannot serve this policy's new ports.
 	if left := len(s.freeID) + int(dataplane.NoPort-s.nextID); need > left {
 		return fmt.Errorf("ports: %d new ports, but only %d port IDs are free until the removed ports' flows are purged; apply in two steps", need, left)
+	}
+	if err := s.nat.Configure(pol.pools); err != nil {
+		return fmt.Errorf("switch.natPools: %w", err)
 	}
 	var removed []dataplane.PortID
 	for name, id := range s.ids {
@@ -153,6 +158,9 @@ func (s *Switch) purge(ids []dataplane.PortID) {
 	}
 }
 
+// NAT returns the switch's source NAT pools.
+func (s *Switch) NAT() *nat.Table { return s.nat }
+
 // Pipeline returns the switch's packet pipeline.
 func (s *Switch) Pipeline() *dataplane.Pipeline { return s.pl }
 
@@ -182,8 +190,23 @@ func (s *Switch) Decapsulates(id dataplane.PortID) bool {
 }
 
 // Decide implements dataplane.SlowPath: the source port's layers outbound,
-// the switching decision, the destination port's layers inbound.
+// the switching decision, the destination port's layers inbound. A source
+// NAT binding the decision allocates becomes d.State, which the pipeline
+// keeps on the connection (and releases with it); a dropped decision keeps
+// none.
 func (s *Switch) Decide(v *dataplane.View, tr *dataplane.Trace, d *dataplane.Decision) {
+	var x translation
+	s.decide(v, tr, d, &x)
+	if x.bound != nil {
+		if d.Drop != dataplane.NotDropped {
+			x.bound.Release()
+		} else {
+			d.State = x.bound
+		}
+	}
+}
+
+func (s *Switch) decide(v *dataplane.View, tr *dataplane.Trace, d *dataplane.Decision, x *translation) {
 	pol := s.pol.Load()
 	d.Gen = pol.gen
 	in := pol.port(v.InPort)
@@ -200,18 +223,18 @@ func (s *Switch) Decide(v *dataplane.View, tr *dataplane.Trace, d *dataplane.Dec
 	var ht dataplane.Transposition
 	stateful := false
 	tunneled := v.Encap
-	if !s.crossLayers(in, v, rules.Out, &ht, &stateful, tr, d) {
+	if !s.crossLayers(in, v, rules.Out, &ht, &stateful, x, tr, d) {
 		return
 	}
 	out, fwd, how := pol.forward(v)
 	switch {
-	case out == pol.uplink && out != nil && in.Underlay == Isolated && !v.Encap:
+	case out == pol.uplink && out != nil && in.Underlay == Isolated && !v.Encap && !x.natted:
 		if tr.On() {
 			tr.Addf("switch: %s -> port %s is not on the underlay and %s is routed to no remote host: not sent", how.explain(v, out), in.Name, v.Dst)
 		}
 		d.Drop = dataplane.DropNoDestination
 		return
-	case in.Uplink && out != nil && out.Underlay == Isolated && (!tunneled || v.Encap):
+	case in.Uplink && out != nil && out.Underlay == Isolated && (!tunneled || v.Encap) && !x.natted:
 		if tr.On() {
 			tr.Addf("switch: %s -> port %s is reached only through the overlay: plain frames from the underlay are not delivered", how.explain(v, out), out.Name)
 		}
@@ -237,7 +260,7 @@ func (s *Switch) Decide(v *dataplane.View, tr *dataplane.Trace, d *dataplane.Dec
 		d.Drop = dataplane.DropNoDestination
 		return
 	}
-	if out == in {
+	if out == in && !x.natted {
 		if tr.On() {
 			tr.Addf("switch: %s -> back to port %s: hairpin not allowed", how.explain(v, out), in.Name)
 		}
@@ -250,7 +273,7 @@ func (s *Switch) Decide(v *dataplane.View, tr *dataplane.Trace, d *dataplane.Dec
 	if !fwd.IsIdentity() && !s.transpose(v, &ht, fwd, tr, d) {
 		return
 	}
-	if !s.crossLayers(out, v, rules.In, &ht, &stateful, tr, d) {
+	if !s.crossLayers(out, v, rules.In, &ht, &stateful, x, tr, d) {
 		return
 	}
 	d.Out, d.HT, d.Stateful = out.ID, ht, stateful
@@ -260,7 +283,7 @@ func (s *Switch) Decide(v *dataplane.View, tr *dataplane.Trace, d *dataplane.Dec
 // crossLayers runs v through port p's layers in direction dir, composing
 // their transpositions into ht. It reports false if the packet is dropped.
 func (s *Switch) crossLayers(p *Port, v *dataplane.View, dir rules.Direction, ht *dataplane.Transposition,
-	stateful *bool, tr *dataplane.Trace, d *dataplane.Decision) bool {
+	stateful *bool, x *translation, tr *dataplane.Trace, d *dataplane.Decision) bool {
 	n := len(p.Layers)
 	for i := range n {
 		l := p.Layers[i]
@@ -278,6 +301,16 @@ func (s *Switch) crossLayers(p *Port, v *dataplane.View, dir rules.Direction, ht
 		}
 		if !s.transpose(v, ht, vd.Action.HT, tr, d) {
 			return false
+		}
+		if vd.Action.HT.Set&(dataplane.FieldSrcIP|dataplane.FieldDstIP) != 0 {
+			x.natted = true
+		}
+		if ip := vd.Action.SNAT; ip.IsValid() {
+			t, ok := s.snat(v, ip, x, tr, d)
+			if !ok || !s.transpose(v, ht, t, tr, d) {
+				return false
+			}
+			x.natted = true
 		}
 		*stateful = *stateful || vd.Stateful()
 	}

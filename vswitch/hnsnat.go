@@ -1,0 +1,468 @@
+package vswitch
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+
+	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/nat"
+)
+
+// Outbound NAT and port mappings at the HNS level: the OutBoundNAT and
+// PortMapping endpoint policies, lowered into each endpoint's NAT_LAYER,
+// the uplink's NAT_LAYER and switch.natPools.
+
+type (
+	// OutBoundNATSettings: traffic the endpoint sends to destinations
+	// outside Exceptions (and inside Destinations, if given) leaves with
+	// its source translated to VirtualIP and a port of VirtualIP's pool.
+	// A policy translates IPv4, and IPv6 too when Nat66 is set (NAT66 is
+	// opt-in). The endpoint's own network's subnets are never translated.
+	OutBoundNATSettings struct {
+		// VirtualIP is the address to translate to (default: the host's,
+		// Uplink.IpAddresses, or the network's ProviderAddress). An IPv6
+		// VirtualIP needs Nat66 and makes the policy IPv6 only.
+		VirtualIP string `json:"VirtualIP,omitempty"`
+		// Exceptions are prefixes (or addresses) never translated;
+		// ExceptionList is the older spelling win-bridge and flannel
+		// cni.conf files use. Both may be given.
+		Exceptions    []string `json:"Exceptions,omitempty"`
+		ExceptionList []string `json:"ExceptionList,omitempty"`
+		// Destinations, when given, are the only prefixes translated;
+		// a family with none listed is not translated.
+		Destinations []string `json:"Destinations,omitempty"`
+		// PortRange is the pool of VirtualIP's TCP and UDP ports, "lo-hi"
+		// (default 1024-65535); endpoints sharing a VirtualIP must agree.
+		PortRange string `json:"PortRange,omitempty"`
+		// Nat66 translates IPv6 as well.
+		Nat66 bool `json:"Nat66,omitempty"`
+	}
+	// PortMappingSettings: connections from the underlay to VIP's
+	// ExternalPort are forwarded to the endpoint's InternalPort, and
+	// replies translated back; pods of the same network reach the mapping
+	// too (hairpin). Protocol is 6 (TCP) or 17 (UDP), as HNS numbers it.
+	PortMappingSettings struct {
+		Protocol     uint32 `json:"Protocol"`
+		InternalPort uint16 `json:"InternalPort"`
+		ExternalPort uint16 `json:"ExternalPort"`
+		// VIP is the address mapped (default: the host's of each family
+		// the endpoint has an address of).
+		VIP string `json:"VIP,omitempty"`
+	}
+)
+
+// hnsNAT is what lowering learns about NAT.
+type hnsNAT struct {
+	pools []*hnsPool // in order of first use
+	maps  []*hnsPortMap
+}
+
+type hnsPool struct {
+	ip       netip.Addr
+	ports    string
+	portsAt  string
+	reserved []string
+}
+
+type hnsOutNAT struct {
+	at         string
+	vip        map[bool]netip.Addr // by is-IPv4: the families translated
+	exceptions []netip.Prefix
+	dests      []netip.Prefix
+	hasDests   bool
+}
+
+type hnsPortMap struct {
+	at                 string
+	ep                 *hnsEP
+	proto              string
+	internal, external uint16
+	vip, target        netip.Addr
+}
+
+// uplinkHost validates the host's own underlay addresses and gateways.
+func (l *hnsLowering) uplinkHost() error {
+	u := l.c.Uplink
+	for i, s := range u.IpAddresses {
+		at := fmt.Sprintf("Uplink.IpAddresses[%d]", i)
+		a, err := parseAddr(at, s)
+		if err != nil {
+			return err
+		}
+		if !a.IsGlobalUnicast() {
+			return fmt.Errorf("%s: %s is not a unicast address", at, a)
+		}
+		if o, dup := l.hostIPs[a.Is4()]; dup {
+			return fmt.Errorf("%s: the host has %s already; one address per family", at, o)
+		}
+		if _, nb := l.neighbors[a]; nb {
+			return fmt.Errorf("%s: %s is also listed in Uplink.Neighbors", at, a)
+		}
+		l.hostIPs[a.Is4()] = a
+	}
+	for _, g := range []struct {
+		at, s string
+		v4    bool
+	}{{"Uplink.DefaultGateway", u.DefaultGateway, true}, {"Uplink.DefaultGatewayV6", u.DefaultGatewayV6, false}} {
+		if g.s == "" {
+			continue
+		}
+		a, err := parseAddr(g.at, g.s)
+		if err != nil {
+			return err
+		}
+		if a.Is4() != g.v4 {
+			return fmt.Errorf("%s: %s is not an %s address", g.at, a, map[bool]string{true: "IPv4", false: "IPv6"}[g.v4])
+		}
+		if _, ok := l.neighbors[a]; !ok {
+			return fmt.Errorf("%s: no MAC is known for %s: list it in Uplink.Neighbors", g.at, a)
+		}
+		l.defaultGW[g.v4] = a
+	}
+	return nil
+}
+
+// hostAddr is the host's address of a family: Uplink.IpAddresses, else
+// the network's provider address.
+func (l *hnsLowering) hostAddr(n *hnsNet, v4 bool) (netip.Addr, bool) {
+	if a, ok := l.hostIPs[v4]; ok {
+		return a, true
+	}
+	a, ok := n.pa[v4]
+	return a, ok
+}
+
+// hostAddrs lists the uplink's addresses: the host's, then every provider
+// address.
+func (l *hnsLowering) hostAddrs() []string {
+	var as []string
+	add := func(a netip.Addr) {
+		if s := a.String(); a.IsValid() && !slices.Contains(as, s) {
+			as = append(as, s)
+		}
+	}
+	add(l.hostIPs[true])
+	add(l.hostIPs[false])
+	for _, n := range l.nets {
+		add(n.pa[true])
+		add(n.pa[false])
+	}
+	return as
+}
+
+// pool returns the pool of ip, adding it.
+func (l *hnsLowering) pool(ip netip.Addr) *hnsPool {
+	for _, p := range l.nat.pools {
+		if p.ip == ip {
+			return p
+		}
+	}
+	p := &hnsPool{ip: ip}
+	l.nat.pools = append(l.nat.pools, p)
+	return p
+}
+
+func familyOf(v4 bool) string {
+	if v4 {
+		return "IPv4"
+	}
+	return "IPv6"
+}
+
+func (l *hnsLowering) outboundNAT(ep *hnsEP, at string, pc *PolicyConfig) error {
+	sat := at + ".Settings"
+	var s OutBoundNATSettings
+	if err := decodeSettings(sat, pc.Settings, &s); err != nil {
+		return err
+	}
+	o := &hnsOutNAT{at: at, vip: map[bool]netip.Addr{}}
+	var vip netip.Addr
+	if s.VirtualIP != "" {
+		var err error
+		if vip, err = parseAddr(sat+".VirtualIP", s.VirtualIP); err != nil {
+			return err
+		}
+		if !vip.IsGlobalUnicast() {
+			return fmt.Errorf("%s.VirtualIP: %s is not a unicast address", sat, vip)
+		}
+		if vip.Is6() && !s.Nat66 {
+			return fmt.Errorf("%s.Nat66: VirtualIP %s is IPv6; set Nat66 to translate IPv6", sat, vip)
+		}
+	}
+	families := []bool{true}
+	if vip.Is6() {
+		families = []bool{false}
+	} else if s.Nat66 {
+		families = append(families, false)
+	}
+	for _, v4 := range families {
+		if !slices.ContainsFunc(ep.ips, func(a netip.Addr) bool { return a.Is4() == v4 }) {
+			if len(families) == 1 || vip.IsValid() && vip.Is4() == v4 {
+				return fmt.Errorf("%s: the endpoint has no %s address to translate", at, familyOf(v4))
+			}
+			continue
+		}
+		a := vip
+		if !a.IsValid() || a.Is4() != v4 {
+			var ok bool
+			if a, ok = l.hostAddr(ep.net, v4); !ok {
+				return fmt.Errorf("%s.VirtualIP: no %s address to translate to: set VirtualIP or give the host one in Uplink.IpAddresses", sat, familyOf(v4))
+			}
+		}
+		if ep.net.cfg.Type == TypeOverlay {
+			if _, ok := l.defaultGW[v4]; !ok {
+				field := map[bool]string{true: "DefaultGateway", false: "DefaultGatewayV6"}[v4]
+				return fmt.Errorf("%s: translated %s traffic of an Overlay endpoint leaves through the underlay's router: set Uplink.%s (with its MAC in Uplink.Neighbors)", at, familyOf(v4), field)
+			}
+		}
+		for _, other := range ep.outNAT {
+			if _, dup := other.vip[v4]; dup {
+				return fmt.Errorf("%s: %s is translated by %s already", at, familyOf(v4), other.at)
+			}
+		}
+		o.vip[v4] = a
+		p := l.pool(a)
+		if s.PortRange != "" {
+			r, err := nat.ParsePortRange(s.PortRange)
+			if err != nil {
+				return fmt.Errorf("%s.PortRange: %w", sat, err)
+			}
+			if p.ports != "" && p.ports != r.String() {
+				return fmt.Errorf("%s.PortRange: %s, but %s gives %s the range %s", sat, r, p.portsAt, a, p.ports)
+			}
+			p.ports, p.portsAt = r.String(), sat+".PortRange"
+		}
+	}
+	for _, f := range []struct {
+		name string
+		ss   []string
+		dst  *[]netip.Prefix
+	}{{"Exceptions", s.Exceptions, &o.exceptions}, {"ExceptionList", s.ExceptionList, &o.exceptions}, {"Destinations", s.Destinations, &o.dests}} {
+		ps, err := parsePrefixes(sat+"."+f.name, f.ss)
+		if err != nil {
+			return err
+		}
+		for i, p := range ps {
+			if p != p.Masked() {
+				return fmt.Errorf("%s.%s[%d]: %s has host bits set (did you mean %s?)", sat, f.name, i, p, p.Masked())
+			}
+		}
+		*f.dst = append(*f.dst, ps...)
+	}
+	o.hasDests = len(s.Destinations) > 0
+	ep.outNAT = append(ep.outNAT, o)
+	return nil
+}
+
+func (l *hnsLowering) portMapping(ep *hnsEP, at string, pc *PolicyConfig) error {
+	sat := at + ".Settings"
+	var s PortMappingSettings
+	if err := decodeSettings(sat, pc.Settings, &s); err != nil {
+		return err
+	}
+	var proto string
+	switch s.Protocol {
+	case dataplane.ProtoTCP:
+		proto = "tcp"
+	case dataplane.ProtoUDP:
+		proto = "udp"
+	default:
+		return fmt.Errorf("%s.Protocol: %d is not 6 (TCP) or 17 (UDP)", sat, s.Protocol)
+	}
+	if s.InternalPort == 0 {
+		return fmt.Errorf("%s.InternalPort: a port mapping needs the endpoint's port", sat)
+	}
+	if s.ExternalPort == 0 {
+		return fmt.Errorf("%s.ExternalPort: a port mapping needs the host's port", sat)
+	}
+	var vips []netip.Addr
+	if s.VIP != "" {
+		vip, err := parseAddr(sat+".VIP", s.VIP)
+		if err != nil {
+			return err
+		}
+		if !vip.IsGlobalUnicast() {
+			return fmt.Errorf("%s.VIP: %s is not a unicast address", sat, vip)
+		}
+		vips = append(vips, vip)
+	} else {
+		for _, v4 := range []bool{true, false} {
+			if a, ok := l.hostAddr(ep.net, v4); ok && slices.ContainsFunc(ep.ips, func(a netip.Addr) bool { return a.Is4() == v4 }) {
+				vips = append(vips, a)
+			}
+		}
+		if len(vips) == 0 {
+			return fmt.Errorf("%s.VIP: no host address of the endpoint's families to map: set VIP or Uplink.IpAddresses", sat)
+		}
+	}
+	for _, vip := range vips {
+		ti := slices.IndexFunc(ep.ips, func(a netip.Addr) bool { return a.Is4() == vip.Is4() })
+		if ti < 0 {
+			return fmt.Errorf("%s.VIP: %s is %s, and the endpoint has no %s address", sat, vip, family(vip), family(vip))
+		}
+		m := &hnsPortMap{at: sat, ep: ep, proto: proto, internal: s.InternalPort, external: s.ExternalPort, vip: vip, target: ep.ips[ti]}
+		for _, o := range l.nat.maps {
+			if o.vip == vip && o.proto == proto && o.external == m.external {
+				return fmt.Errorf("%s.ExternalPort: %s/%d on %s is mapped by %s already", sat, proto, m.external, vip, o.at)
+			}
+		}
+		l.nat.maps = append(l.nat.maps, m)
+		p := l.pool(vip)
+		p.reserved = append(p.reserved, proto+"/"+strconv.Itoa(int(m.external)))
+	}
+	return nil
+}
+
+// checkNAT checks what needs every endpoint: no endpoint has an address
+// the host or a NAT pool uses.
+func (l *hnsLowering) checkNAT(eps []*hnsEP) error {
+	for _, ep := range eps {
+		for j, a := range ep.ips {
+			for _, v4 := range []bool{true, false} {
+				if l.hostIPs[v4] == a {
+					return fmt.Errorf("%s.IpConfigurations[%d].IpAddress: %s is the host's (Uplink.IpAddresses)", ep.at, j, a)
+				}
+			}
+			for _, p := range l.nat.pools {
+				if p.ip == a {
+					return fmt.Errorf("%s.IpConfigurations[%d].IpAddress: %s is a NAT address (VirtualIP or VIP)", ep.at, j, a)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// routerMAC is the MAC frames the switch routes to network n's endpoints
+// come from: the distributed router's, or the L2Bridge gateway's when
+// Uplink.Neighbors has it (zero: leave the source MAC).
+func (l *hnsLowering) routerMAC(n *hnsNet) dataplane.MAC {
+	if !n.drMAC.IsZero() {
+		return n.drMAC
+	}
+	for _, g := range n.gws {
+		if m, ok := l.neighbors[g]; ok && g.IsValid() {
+			return m
+		}
+	}
+	return dataplane.MAC{}
+}
+
+// dnat is the modify that forwards a port mapping to its endpoint.
+func (l *hnsLowering) dnat(m *hnsPortMap) *ModifyConfig {
+	port := m.internal
+	mod := &ModifyConfig{DstIP: m.target.String(), DstPort: &port, DstMAC: m.ep.mac.String()}
+	if r := l.routerMAC(m.ep.net); !r.IsZero() {
+		mod.SrcMAC = r.String()
+	}
+	return mod
+}
+
+func (m *hnsPortMap) match(dir string) *MatchConfig {
+	return &MatchConfig{Direction: dir, Protocols: []string{m.proto}, DstIPs: []string{m.vip.String()},
+		DstPorts: []string{strconv.Itoa(int(m.external))}}
+}
+
+func (m *hnsPortMap) name() string {
+	return fmt.Sprintf("port-mapping-%s-%s-%d", m.vip, m.proto, m.external)
+}
+
+// natLayer is an endpoint's NAT_LAYER: port mappings of its network
+// reached from the endpoint (hairpin: to itself also translated from the
+// VIP, so that its replies come back through the switch), then
+// OutBoundNAT.
+func (l *hnsLowering) natLayer(ep *hnsEP) *LayerConfig {
+	var groups []GroupConfig
+	hair := GroupConfig{Name: "port-mapping-hairpin"}
+	for _, m := range l.nat.maps {
+		if m.ep.net != ep.net {
+			continue
+		}
+		a := ActionConfig{Type: "allow", Modify: l.dnat(m)}
+		if m.ep == ep {
+			a.SNAT = m.vip.String()
+		}
+		hair.Rules = append(hair.Rules, RuleConfig{Name: m.name(), Priority: u32(uint32(100 + len(hair.Rules))),
+			Match: m.match("out"), Action: a, Terminating: true, Stateful: true})
+	}
+	if len(hair.Rules) > 0 {
+		groups = append(groups, hair)
+	}
+	for _, o := range ep.outNAT {
+		g := GroupConfig{Name: "outbound-nat-" + familyName(o), Match: &MatchConfig{Direction: "out"}}
+		exc := append(slices.Clone(o.exceptions), ep.net.subnets...)
+		g.Rules = append(g.Rules, RuleConfig{Name: "exceptions", Priority: u32(1000), Terminating: true,
+			Match: &MatchConfig{DstIPs: prefixStrings(exc)}, Action: ActionConfig{Type: "allow"}})
+		for i, v4 := range []bool{true, false} {
+			vip, ok := o.vip[v4]
+			if !ok {
+				continue
+			}
+			mc := &MatchConfig{IPVersion: 4}
+			if !v4 {
+				mc.IPVersion = 6
+			}
+			if o.hasDests {
+				for _, p := range o.dests {
+					if p.Addr().Is4() == v4 {
+						mc.DstIPs = append(mc.DstIPs, p.String())
+					}
+				}
+				if len(mc.DstIPs) == 0 {
+					continue
+				}
+			}
+			a := ActionConfig{Type: "allow", SNAT: vip.String()}
+			if ep.net.cfg.Type == TypeOverlay {
+				// Out of the overlay onto the underlay, from the host.
+				a.Modify = &ModifyConfig{SrcMAC: l.hostMAC.String(), DstMAC: l.neighbors[l.defaultGW[v4]].String()}
+			}
+			g.Rules = append(g.Rules, RuleConfig{Name: "snat-to-" + vip.String(), Priority: u32(uint32(1100 + i)),
+				Match: mc, Action: a, Terminating: true, Stateful: true})
+		}
+		groups = append(groups, g)
+	}
+	if len(groups) == 0 {
+		return nil
+	}
+	return &LayerConfig{Name: LayerNAT, Groups: groups}
+}
+
+// familyName names an OutBoundNAT policy's group by the families it
+// translates.
+func familyName(o *hnsOutNAT) string {
+	_, v4 := o.vip[true]
+	_, v6 := o.vip[false]
+	switch {
+	case v4 && v6:
+		return "dual-stack"
+	case v6:
+		return "ipv6"
+	}
+	return "ipv4"
+}
+
+// portMapLayer is the uplink's NAT_LAYER: connections to a port mapping
+// are forwarded to its endpoint.
+func (l *hnsLowering) portMapLayer() *LayerConfig {
+	if len(l.nat.maps) == 0 {
+		return nil
+	}
+	g := GroupConfig{Name: "port-mappings", Match: &MatchConfig{Direction: "out"}}
+	for _, m := range l.nat.maps {
+		g.Rules = append(g.Rules, RuleConfig{Name: m.name(), Priority: u32(uint32(100 + len(g.Rules))),
+			Match: m.match(""), Action: ActionConfig{Type: "allow", Modify: l.dnat(m)}, Terminating: true, Stateful: true})
+	}
+	return &LayerConfig{Name: LayerNAT, Groups: []GroupConfig{g}}
+}
+
+// natPools lists the pools of every VirtualIP and VIP.
+func (l *hnsLowering) natPools() []NATPoolConfig {
+	var ps []NATPoolConfig
+	for _, p := range l.nat.pools {
+		ps = append(ps, NATPoolConfig{IP: p.ip.String(), Ports: p.ports, Reserved: p.reserved})
+	}
+	return ps
+}

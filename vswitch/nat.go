@@ -1,0 +1,107 @@
+package vswitch
+
+import (
+	"errors"
+	"net/netip"
+
+	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/nat"
+)
+
+// translation is what a decision's layers did with addresses: whether any
+// rule translated one (a NAT rule: the packet is then the host's own on the
+// underlay, and may cross between an overlay port and the uplink), and the
+// source NAT binding this decision allocated, if any.
+type translation struct {
+	natted bool
+	bound  *nat.Binding // allocated by this decision (not a revalidated connection's)
+	kept   bool         // the revalidated connection's binding applies still
+}
+
+// snat translates the source of the packet v describes to pool address ip
+// and a port (ICMP echo identifier) of that pool, and returns the
+// transposition. A connection being revalidated (d.State holds its binding)
+// keeps its mapping if the same pool still applies; it is never moved to a
+// new one, since its peer knows it by the old. It reports false, with
+// d.Drop set, when no translation is possible.
+func (s *Switch) snat(v *dataplane.View, ip netip.Addr, x *translation, tr *dataplane.Trace, d *dataplane.Decision) (dataplane.Transposition, bool) {
+	t := dataplane.Transposition{Set: dataplane.FieldSrcIP, SrcIP: ip}
+	if ip.Is4() != v.Src.Is4() {
+		if tr.On() {
+			tr.Addf("  snat: %s is not of the packet's family: not translated", ip)
+		}
+		d.Drop = dataplane.DropTransposition
+		return t, false
+	}
+	proto, port, ok := natEndpoint(v)
+	if !ok {
+		// No port to map (another protocol, a later fragment, an ICMP
+		// message that is not an echo): the address alone.
+		if tr.On() {
+			tr.Addf("  snat: %s -> %s (address only: %s has no port to map)", v.Src, ip, dataplane.ProtoName(v.Proto))
+		}
+		return t, true
+	}
+	internal := netip.AddrPortFrom(v.Src, port)
+	if old, isNAT := d.State.(*nat.Binding); isNAT {
+		if old.Pool().IP() == ip && old.Proto() == proto && old.Internal() == internal && x.bound == nil && !x.kept {
+			x.kept = true
+			t.Set |= dataplane.FieldSrcPort
+			t.SrcPort = old.External().Port()
+			if tr.On() {
+				tr.Addf("  snat: connection keeps its mapping %s -> %s", internal, old.External())
+			}
+			return t, true
+		}
+		if tr.On() {
+			tr.Addf("  snat: the connection's mapping %s -> %s no longer applies: not moved to another", old.Internal(), old.External())
+		}
+		d.Drop = dataplane.DropRevalidated
+		return t, false
+	}
+	if x.bound != nil {
+		tr.Addf("  snat: the packet was translated by another rule already")
+		d.Drop = dataplane.DropTransposition
+		return t, false
+	}
+	pool := s.nat.Pool(ip)
+	if pool == nil {
+		// compileVFP checks that every snat names a pool.
+		tr.Addf("  snat: no pool for %s", ip)
+		d.Drop = dataplane.DropTransposition
+		return t, false
+	}
+	b, err := pool.Bind(proto, internal)
+	if err != nil {
+		if tr.On() {
+			tr.Addf("  snat: %s: %v", ip, err)
+		}
+		d.Drop = dataplane.DropTransposition
+		if errors.Is(err, nat.ErrExhausted) {
+			d.Drop = dataplane.DropNATExhausted
+		}
+		return t, false
+	}
+	x.bound = b
+	t.Set |= dataplane.FieldSrcPort
+	t.SrcPort = b.External().Port()
+	if tr.On() {
+		tr.Addf("  snat: %s %s -> %s", dataplane.ProtoName(proto), internal, b.External())
+	}
+	return t, true
+}
+
+// natEndpoint returns the protocol and port (ICMP echo identifier) a
+// source NAT mapping is made for, or false if the packet has none.
+func natEndpoint(v *dataplane.View) (proto uint8, port uint16, ok bool) {
+	switch {
+	case v.LaterFragment:
+		return 0, 0, false
+	case v.Proto == dataplane.ProtoTCP || v.Proto == dataplane.ProtoUDP:
+		return v.Proto, v.SrcPort, true
+	case v.Proto == dataplane.ProtoICMPv4 && v.Src.Is4() && (v.ICMPType == dataplane.ICMPv4EchoRequest || v.ICMPType == dataplane.ICMPv4EchoReply),
+		v.Proto == dataplane.ProtoICMPv6 && v.Src.Is6() && (v.ICMPType == dataplane.ICMPv6EchoRequest || v.ICMPType == dataplane.ICMPv6EchoReply):
+		return v.Proto, v.SrcPort, true
+	}
+	return 0, 0, false
+}
