@@ -134,8 +134,8 @@ func (l *hnsLowering) hostAddr(n *hnsNet, v4 bool) (netip.Addr, bool) {
 	return a, ok
 }
 
-// hostAddrs lists the uplink's addresses: the host's, then every provider
-// address.
+// hostAddrs lists the uplink's addresses: the host's, every provider
+// address, then every NAT address.
 func (l *hnsLowering) hostAddrs() []string {
 	var as []string
 	add := func(a netip.Addr) {
@@ -148,6 +148,9 @@ func (l *hnsLowering) hostAddrs() []string {
 	for _, n := range l.nets {
 		add(n.pa[true])
 		add(n.pa[false])
+	}
+	for _, p := range l.nat.pools {
+		add(p.ip) // a VirtualIP or VIP is the host's too
 	}
 	return as
 }
@@ -392,6 +395,12 @@ func (l *hnsLowering) natLayer(ep *hnsEP) *LayerConfig {
 	}
 	for _, o := range ep.outNAT {
 		g := GroupConfig{Name: "outbound-nat-" + familyName(o), Match: &MatchConfig{Direction: "out"}}
+		switch familyName(o) {
+		case "ipv4":
+			g.Match.IPVersion = 4
+		case "ipv6":
+			g.Match.IPVersion = 6
+		}
 		exc := append(slices.Clone(o.exceptions), ep.net.subnets...)
 		g.Rules = append(g.Rules, RuleConfig{Name: "exceptions", Priority: u32(1000), Terminating: true,
 			Match: &MatchConfig{DstIPs: prefixStrings(exc)}, Action: ActionConfig{Type: "allow"}})
