@@ -43,6 +43,11 @@ type Decision struct {
 	// Gen is the policy generation the decision was made under (0: the
 	// generation the pipeline read at the start of the batch).
 	Gen uint64
+	// ReplyAnySrcMAC: replies may come from any source MAC (they arrive
+	// on a port that does not check senders, such as the uplink, where
+	// another router may answer); otherwise only from the MAC the packet
+	// went to.
+	ReplyAnySrcMAC bool
 	// MTU is the largest IP packet the output port takes (0: no limit);
 	// ReplyMTU is the input port's, for the reply direction of a
 	// stateful decision. Larger packets are dropped (DropMTUExceeded).
@@ -532,8 +537,13 @@ func (w *Worker) installReverse(f *Flow, orig, final *View, d *Decision, gen uin
 	}
 	// The reply's destination MAC is not guarded: the reverse
 	// transposition sets it, and a reply may be addressed either to the
-	// gateway or straight to the origin.
-	rf := NewFlow(rkey, ra, reply.SrcMAC, MAC{}, Addr16(reply.OuterSrc), Addr16(reply.OuterDst), now)
+	// gateway or straight to the origin. Its source MAC is, unless the
+	// slow path says any sender may answer.
+	src := reply.SrcMAC
+	if d.ReplyAnySrcMAC {
+		src = MAC{}
+	}
+	rf := NewFlow(rkey, ra, src, MAC{}, Addr16(reply.OuterSrc), Addr16(reply.OuterDst), now)
 	got := uft.Insert(rf)
 	if got != nil && got != rf {
 		// A flow for the reply key exists (the reply raced us, or a

@@ -181,16 +181,19 @@ func (f *Flow) Removed() bool { return f.state.Load()&flowRemoved != 0 }
 // GuardMatches reports whether a packet with these MACs and outer source
 // and destination addresses may use the flow's action. A flow made with a
 // zero destination MAC (the reply direction of a stateful connection, whose
-// transposition sets it anyway) matches any destination MAC.
+// transposition sets it anyway) matches any destination MAC; one made with
+// a zero source MAC (a reply any sender may give) any source MAC.
 func (f *Flow) GuardMatches(src, dst MAC, outerSrc, outerDst *[16]byte) bool {
-	fd := MAC(f.macs[0:6])
-	return MAC(f.macs[6:12]) == src && (fd == dst || fd.IsZero()) && f.outerSrc == *outerSrc && f.outerDst == *outerDst
+	fd, fs := MAC(f.macs[0:6]), MAC(f.macs[6:12])
+	return (fs == src || fs.IsZero()) && (fd == dst || fd.IsZero()) && f.outerSrc == *outerSrc && f.outerDst == *outerDst
 }
 
 // guardOK is GuardMatches for the fast path: eth is the packet's tenant
 // Ethernet header, outer its outer headers (nil if none).
 func (f *Flow) guardOK(eth []byte, outer *Headers) bool {
-	if [12]byte(eth[:12]) != f.macs && ([6]byte(eth[6:12]) != [6]byte(f.macs[6:12]) || !MAC(f.macs[0:6]).IsZero()) {
+	if [12]byte(eth[:12]) != f.macs &&
+		(([6]byte(eth[0:6]) != [6]byte(f.macs[0:6]) && !MAC(f.macs[0:6]).IsZero()) ||
+			([6]byte(eth[6:12]) != [6]byte(f.macs[6:12]) && !MAC(f.macs[6:12]).IsZero())) {
 		return false
 	}
 	if outer == nil {

@@ -78,7 +78,9 @@ func (s *Switch) snat(v *dataplane.View, ip netip.Addr, x *translation, tr *data
 		}
 		d.Drop = dataplane.DropTransposition
 		if errors.Is(err, nat.ErrExhausted) {
-			d.Drop = dataplane.DropNATExhausted
+			// Not cached: the connection's next packet tries again, and
+			// gets a port once one is free.
+			d.Drop, d.NoCache = dataplane.DropNATExhausted, true
 		}
 		return t, false
 	}

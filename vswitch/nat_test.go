@@ -287,3 +287,53 @@ func TestNATExceptionNotTranslated(t *testing.T) {
 	}
 	_ = netip.Addr{}
 }
+
+// Replies from the underlay may come from another router than the one the
+// request went to (ECMP, VRRP): they are translated back all the same.
+func TestNATReplyFromAnotherRouter(t *testing.T) {
+	r := ulNewRig(t, mustParse(t, natDoc))
+	pod := natPkt{smac: natOvA, dmac: natDR, src: "10.244.0.10", sport: 5000, dst: "203.0.113.5", dport: 80, proto: "tcp", flags: "S"}
+	r.out("ov-a", natFrame(t, pod), "uplink", nil)
+	other := dataplane.MAC{2, 0, 0, 0, 0, 0x98}
+	reply := natPkt{smac: other, dmac: natHost, src: "203.0.113.5", sport: 80, dst: "192.168.1.10", dport: 5000, proto: "tcp", flags: "SA"}
+	back := reply
+	back.smac, back.dmac, back.dst = natDR, natOvA, "10.244.0.10"
+	r.out("uplink", natFrame(t, reply), "ov-a", natFrame(t, back))
+	r.out("uplink", natFrame(t, reply), "ov-a", natFrame(t, back)) // and on the fast path
+}
+
+// A connection refused for want of a port is not cached: once a port is
+// free, its next packet gets it.
+func TestNATExhaustionNotCached(t *testing.T) {
+	doc := strings.Replace(natDoc, `{"ExceptionList": ["10.244.0.0/16"]}`,
+		`{"ExceptionList": ["10.244.0.0/16"], "VirtualIP": "192.168.1.50", "PortRange": "40000-40000"}`, 1)
+	doc = strings.Replace(doc, `"switch": {"name": "node-1"}`, `"switch": {"name": "node-1", "flowTable": {"timeouts": {"tcpClosed": "1s"}}}`, 1)
+	r := ulNewRig(t, mustParse(t, doc))
+	send := func(k natPkt, at int64) *dataplane.Packet {
+		p := packet(t, r.sw.Port("ov-b").ID, natFrame(t, k))
+		r.w.Process([]*dataplane.Packet{p}, at)
+		return p
+	}
+	first := natPkt{smac: natOvB, dmac: natDR, src: "10.244.0.11", sport: 5000, dst: "203.0.113.5", dport: 80, proto: "tcp", flags: "S"}
+	second := first
+	second.sport = 5001
+	if p := send(first, 0); outName(r.sw, p) != "uplink" {
+		t.Fatalf("first connection: %s", outName(r.sw, p))
+	}
+	if p := send(second, 0); p.Drop != dataplane.DropNATExhausted {
+		t.Fatalf("second connection: %s, want drop nat-ports-exhausted", outName(r.sw, p))
+	}
+	// The first connection is reset and goes past its closed timeout:
+	// its port is free, and the second's retransmission gets it.
+	rst := first
+	rst.flags = "R"
+	send(rst, 1e9)
+	r.sw.Pipeline().FlowTable().Expire(3e9)
+	p := send(second, 3e9)
+	if got := outName(r.sw, p); got != "uplink" {
+		t.Fatalf("retransmission after the port was freed: %s, want uplink", got)
+	}
+	want := second
+	want.smac, want.dmac, want.src, want.sport = natHost, natRouter, "192.168.1.50", 40000
+	ulSameBytes(t, "retransmission", p.Bytes(), natFrame(t, want))
+}

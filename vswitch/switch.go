@@ -278,6 +278,9 @@ func (s *Switch) decide(v *dataplane.View, tr *dataplane.Trace, d *dataplane.Dec
 	}
 	d.Out, d.HT, d.Stateful = out.ID, ht, stateful
 	d.MTU, d.ReplyMTU = out.MTU, in.MTU
+	// Replies from the underlay may come from any router; a vNIC's
+	// only from its own MAC.
+	d.ReplyAnySrcMAC = out.Uplink
 }
 
 // crossLayers runs v through port p's layers in direction dir, composing
