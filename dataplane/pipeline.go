@@ -40,6 +40,9 @@ type Decision struct {
 	Stateful bool
 	// State is connection state for stateful actions, kept on the Conn.
 	State any
+	// Revalidating: the pipeline is re-deciding an established
+	// connection from its origin (State holds its state).
+	Revalidating bool
 	// Gen is the policy generation the decision was made under (0: the
 	// generation the pipeline read at the start of the batch).
 	Gen uint64
@@ -576,7 +579,7 @@ func (w *Worker) revalidate(p *Packet, f *Flow, c *Conn, hash uint32, gen uint64
 	v.FromFlow(fwd, c)
 	*orig = *v
 	d := &w.dec
-	*d = Decision{State: c.State}
+	*d = Decision{State: c.State, Revalidating: true}
 	if w.Trace.On() {
 		w.Trace.Addf("revalidate connection %s (generation %d -> %d)", fwd.key, old, gen)
 	}

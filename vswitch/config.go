@@ -2,6 +2,7 @@ package vswitch
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -954,6 +955,12 @@ func (c *Config) compilePools() ([]nat.PoolConfig, error) {
 			}
 			pn, _ := parseProto(proto)
 			cfg.Reserved = append(cfg.Reserved, nat.Reservation{Proto: pn, Port: uint16(n)})
+		}
+		// The uplink decodes every datagram to the VXLAN port as VXLAN:
+		// a mapping there would never get its replies.
+		vx := nat.Reservation{Proto: dataplane.ProtoUDP, Port: cmp.Or(c.Switch.VXLANPort, dataplane.VXLANPort)}
+		if !slices.Contains(cfg.Reserved, vx) {
+			cfg.Reserved = append(cfg.Reserved, vx)
 		}
 		if err := cfg.Validate(); err != nil {
 			return nil, fmt.Errorf("%s.%w", at, err)

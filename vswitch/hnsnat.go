@@ -1,6 +1,7 @@
 package vswitch
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -190,6 +191,9 @@ func (l *hnsLowering) outboundNAT(ep *hnsEP, at string, pc *PolicyConfig) error 
 		if !vip.IsGlobalUnicast() {
 			return fmt.Errorf("%s.VirtualIP: %s is not a unicast address", sat, vip)
 		}
+		if err := l.checkNATAddr(sat+".VirtualIP", vip); err != nil {
+			return err
+		}
 		if vip.Is6() && !s.Nat66 {
 			return fmt.Errorf("%s.Nat66: VirtualIP %s is IPv6; set Nat66 to translate IPv6", sat, vip)
 		}
@@ -280,6 +284,9 @@ func (l *hnsLowering) portMapping(ep *hnsEP, at string, pc *PolicyConfig) error 
 	if s.ExternalPort == 0 {
 		return fmt.Errorf("%s.ExternalPort: a port mapping needs the host's port", sat)
 	}
+	if vx := cmp.Or(l.vxlanPort, dataplane.VXLANPort); proto == "udp" && s.ExternalPort == vx {
+		return fmt.Errorf("%s.ExternalPort: udp/%d is the VXLAN port: the uplink decapsulates what arrives there", sat, vx)
+	}
 	var vips []netip.Addr
 	if s.VIP != "" {
 		vip, err := parseAddr(sat+".VIP", s.VIP)
@@ -288,6 +295,9 @@ func (l *hnsLowering) portMapping(ep *hnsEP, at string, pc *PolicyConfig) error 
 		}
 		if !vip.IsGlobalUnicast() {
 			return fmt.Errorf("%s.VIP: %s is not a unicast address", sat, vip)
+		}
+		if err := l.checkNATAddr(sat+".VIP", vip); err != nil {
+			return err
 		}
 		vips = append(vips, vip)
 	} else {
@@ -314,6 +324,20 @@ func (l *hnsLowering) portMapping(ep *hnsEP, at string, pc *PolicyConfig) error 
 		l.nat.maps = append(l.nat.maps, m)
 		p := l.pool(vip)
 		p.reserved = append(p.reserved, proto+"/"+strconv.Itoa(int(m.external)))
+	}
+	return nil
+}
+
+// checkNATAddr checks that a, a VirtualIP or VIP at field at, can be the
+// host's: not an underlay neighbour, not a network's gateway.
+func (l *hnsLowering) checkNATAddr(at string, a netip.Addr) error {
+	if _, nb := l.neighbors[a]; nb {
+		return fmt.Errorf("%s: %s is an underlay neighbour (Uplink.Neighbors), not this host", at, a)
+	}
+	for _, n := range l.nets {
+		if slices.Contains(n.gws, a) {
+			return fmt.Errorf("%s: %s is the gateway of %s", at, a, n.at)
+		}
 	}
 	return nil
 }

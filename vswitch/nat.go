@@ -59,6 +59,15 @@ func (s *Switch) snat(v *dataplane.View, ip netip.Addr, x *translation, tr *data
 		d.Drop = dataplane.DropRevalidated
 		return t, false
 	}
+	if d.Revalidating {
+		// An established connection is never translated anew: its peer
+		// knows it by its own address.
+		if tr.On() {
+			tr.Addf("  snat: the connection was established untranslated: not translated now")
+		}
+		d.Drop = dataplane.DropRevalidated
+		return t, false
+	}
 	if x.bound != nil {
 		tr.Addf("  snat: the packet was translated by another rule already")
 		d.Drop = dataplane.DropTransposition
