@@ -89,20 +89,10 @@ type Quote struct {
 }
 
 // SrcAddr returns the quoted source address.
-func (q *Quote) SrcAddr() netip.Addr { return q.addr(&q.Src) }
+func (q *Quote) SrcAddr() netip.Addr { return addrOf(q.IPVersion, &q.Src) }
 
 // DstAddr returns the quoted destination address.
-func (q *Quote) DstAddr() netip.Addr { return q.addr(&q.Dst) }
-
-func (q *Quote) addr(a *[16]byte) netip.Addr {
-	switch q.IPVersion {
-	case 4:
-		return netip.AddrFrom4([4]byte(a[:4]))
-	case 6:
-		return netip.AddrFrom16(*a)
-	}
-	return netip.Addr{}
-}
+func (q *Quote) DstAddr() netip.Addr { return addrOf(q.IPVersion, &q.Dst) }
 
 // ParseQuote parses into q the packet quoted by the ICMP error that h
 // describes in frame b. It reports false, leaving q partly filled, if h is

@@ -46,13 +46,15 @@ type Headers struct {
 }
 
 // SrcAddr returns the source IP address (the zero Addr if not IP).
-func (h *Headers) SrcAddr() netip.Addr { return h.addr(&h.Src) }
+func (h *Headers) SrcAddr() netip.Addr { return addrOf(h.IPVersion, &h.Src) }
 
 // DstAddr returns the destination IP address (the zero Addr if not IP).
-func (h *Headers) DstAddr() netip.Addr { return h.addr(&h.Dst) }
+func (h *Headers) DstAddr() netip.Addr { return addrOf(h.IPVersion, &h.Dst) }
 
-func (h *Headers) addr(a *[16]byte) netip.Addr {
-	switch h.IPVersion {
+// addrOf returns a, as headers hold it, as an address of IP version v (the
+// zero Addr if v is neither 4 nor 6).
+func addrOf(v uint8, a *[16]byte) netip.Addr {
+	switch v {
 	case 4:
 		return netip.AddrFrom4([4]byte(a[:4]))
 	case 6:
