@@ -549,9 +549,17 @@ func (w *Worker) installReverse(f *Flow, orig, final *View, d *Decision, gen uin
 	rf := NewFlow(rkey, ra, src, MAC{}, Addr16(reply.OuterSrc), Addr16(reply.OuterDst), now)
 	got := uft.Insert(rf)
 	if got != nil && got != rf {
-		// A flow for the reply key exists (the reply raced us, or a
-		// stateless one from before): this connection's replaces it.
+		// A flow for the reply key exists (the reply raced us, a
+		// stateless one from before, or a flow of another connection):
+		// this connection's replaces it. The other direction of that
+		// flow's connection goes too (unless it is f), or it would go
+		// on translating for a connection whose state is released.
 		uft.Remove(got)
+		if oc := got.conn.Load(); oc != nil {
+			if o := oc.Other(got); o != nil && o != got && o != f {
+				uft.Remove(o)
+			}
+		}
 		got = uft.Insert(rf)
 	}
 	if got == nil {
