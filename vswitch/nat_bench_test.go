@@ -1,7 +1,6 @@
 package vswitch
 
 import (
-	"bytes"
 	"encoding/binary"
 	"fmt"
 	"strings"
@@ -96,53 +95,6 @@ func natbSetup(tb testing.TB, c natbCase) (w *dataplane.Worker, tmpl []byte, in,
 	return w, natFrame(tb, inPkt), in, out, natFrame(tb, wantPkt)
 }
 
-// natbBatch is how many packets a benchmark hands to Process at once, as
-// the overlay and dataplane fast-path benchmarks do.
-const natbBatch = 32
-
-// natbBench processes packets of tmpl through w, one per call of next,
-// a batch every natbBatch calls, so that the time per call is the time
-// per packet. NAT rewrites only headers, so a refill restores the first
-// 128 bytes and the length (as the overlay benchmark does).
-type natbBench struct {
-	w       *dataplane.Worker
-	tmpl    []byte
-	hdr     int
-	in, out dataplane.PortID
-	batch   []*dataplane.Packet
-	i       int
-}
-
-func newNATBBench(tb testing.TB, w *dataplane.Worker, tmpl []byte, in, out dataplane.PortID) *natbBench {
-	b := &natbBench{w: w, tmpl: tmpl, hdr: min(len(tmpl), 128), in: in, out: out, batch: make([]*dataplane.Packet, natbBatch)}
-	for i := range b.batch {
-		b.batch[i] = packet(tb, in, tmpl)
-	}
-	return b
-}
-
-// next refills a packet and processes the batch when it is full. It
-// reports false (after tb.Error) if a packet did not take the fast path to
-// the expected port.
-func (b *natbBench) next(tb testing.TB) bool {
-	p := b.batch[b.i]
-	copy(p.Reset()[:b.hdr], b.tmpl)
-	p.SetLen(len(b.tmpl))
-	p.InPort = b.in
-	if b.i++; b.i < len(b.batch) {
-		return true
-	}
-	b.i = 0
-	b.w.Process(b.batch, 1e9)
-	for _, p := range b.batch {
-		if p.Path != dataplane.PathFast || p.OutPort != b.out || p.Drop != dataplane.NotDropped {
-			tb.Errorf("verdict path=%s out=%d drop=%s, want the fast path to port %d", p.Path, p.OutPort, p.Drop, b.out)
-			return false
-		}
-	}
-	return true
-}
-
 // BenchmarkNATFastPath measures a packet of a cached translated
 // connection through the whole pipeline: refill of its headers, parse,
 // key, hash, exact-match cache, guard, the MAC, address and port rewrite
@@ -152,7 +104,7 @@ func BenchmarkNATFastPath(b *testing.B) {
 	for _, c := range natbCases {
 		b.Run(c.name(), func(b *testing.B) {
 			w, tmpl, in, out, _ := natbSetup(b, c)
-			bench := newNATBBench(b, w, tmpl, in, out)
+			bench := newFPBench(b, w, tmpl, in, out)
 			b.ReportAllocs()
 			b.SetBytes(int64(len(tmpl)))
 			for b.Loop() {
@@ -172,53 +124,7 @@ func TestNATFastPathNoAllocs(t *testing.T) {
 	for _, c := range natbCases {
 		t.Run(c.name(), func(t *testing.T) {
 			w, tmpl, in, out, want := natbSetup(t, c)
-			batch := make([]*dataplane.Packet, 16)
-			for i := range batch {
-				batch[i] = dataplane.NewPacket(dataplane.BufferSize)
-			}
-			refill := func() {
-				for _, p := range batch {
-					p.SetFrame(tmpl)
-					p.InPort = in
-				}
-			}
-			allocs := testing.AllocsPerRun(1000, func() {
-				refill()
-				w.Process(batch, 1e9)
-			})
-			if allocs != 0 {
-				t.Errorf("%v allocations per batch of %d, want 0", allocs, len(batch))
-			}
-			refill()
-			w.Process(batch, 1e9)
-			for i, p := range batch {
-				if p.Path != dataplane.PathFast || p.OutPort != out || p.Drop != dataplane.NotDropped {
-					t.Fatalf("packet %d: path=%s out=%d drop=%s, want the fast path to port %d", i, p.Path, p.OutPort, p.Drop, out)
-				}
-				if !bytes.Equal(p.Bytes(), want) {
-					t.Fatalf("packet %d: sent\n%x\nwant\n%x", i, p.Bytes(), want)
-				}
-			}
-
-			bench := newNATBBench(t, w, tmpl, in, out)
-			for range 3 * natbBatch {
-				if !bench.next(t) {
-					t.FailNow()
-				}
-			}
-			for i, p := range bench.batch {
-				if !bytes.Equal(p.Bytes(), want) {
-					t.Fatalf("benchmark packet %d: sent\n%x\nwant\n%x", i, p.Bytes(), want)
-				}
-			}
-			allocs = testing.AllocsPerRun(100, func() {
-				for range natbBatch {
-					bench.next(t)
-				}
-			})
-			if allocs != 0 {
-				t.Errorf("benchmark loop: %v allocations per batch of %d, want 0", allocs, natbBatch)
-			}
+			testFastPathNoAllocs(t, w, tmpl, in, out, want)
 		})
 	}
 }
@@ -315,11 +221,11 @@ func newNATBConns(tb testing.TB, live int) *natbConns {
 			c.keys[e][pi] = pr.Key(c.ports[e])
 		}
 	}
-	for range natbBatch {
+	for range fpBatch {
 		c.batch = append(c.batch, dataplane.NewPacket(dataplane.BufferSize))
 	}
-	c.sport = make([]uint16, natbBatch)
-	c.who = make([][2]int, natbBatch)
+	c.sport = make([]uint16, fpBatch)
+	c.who = make([][2]int, fpBatch)
 	return c
 }
 
@@ -420,7 +326,7 @@ func BenchmarkNATConnectionSetup(b *testing.B) {
 			i := 0
 			for b.Loop() {
 				c.fill(i)
-				if i++; i < natbBatch {
+				if i++; i < fpBatch {
 					continue
 				}
 				i = 0
