@@ -233,27 +233,10 @@ func (w *Worker) process(p *Packet, gen uint64, now int64) {
 		}
 		return
 	}
-	if (h.Proto == ProtoICMPv4 || h.Proto == ProtoICMPv6) && IsICMPError(h) {
-		// Errors are never cached: each may belong to another
-		// connection, and is translated as that connection's replies
-		// are (RFC 5508 section 4), or decided on its own.
-		p.Path = PathSlow
-		w.slow++
-		w.endRun()
-		if w.related(p, pr, h, gen, now) {
-			return
-		}
-		pr.KeyInto(&w.key, p.InPort)
-		eth := Ethernet(p.Bytes()[h.Eth:])
-		var osrc, odst [16]byte
-		if pr.Encap {
-			osrc, odst = pr.Outer.Src, pr.Outer.Dst
-		}
-		w.noCache = true
-		w.slowPath(p, &w.key, w.key.Hash(), nil, gen, now, eth.Src(), eth.Dst(), osrc, odst)
-		w.noCache = false
-		return
-	}
+	// ICMP errors are never cached: each may belong to another
+	// connection, and is translated as that connection's replies are
+	// (RFC 5508 section 4), or decided on its own.
+	icmpErr := (h.Proto == ProtoICMPv4 || h.Proto == ProtoICMPv6) && IsICMPError(h)
 	key := &w.key
 	pr.KeyInto(key, p.InPort)
 	hash := key.Hash()
@@ -263,11 +246,14 @@ func (w *Worker) process(p *Packet, gen uint64, now int64) {
 		outer = &pr.Outer
 	}
 	uft := w.pl.uft
-	slot := &w.emc[hash&(emcSize-1)]
-	f := *slot
-	if f == nil || f.hash != hash || !f.key.Equal(key) || f.Removed() {
-		if f = uft.Lookup(key, hash); f != nil {
-			*slot = f
+	var f *Flow
+	if !icmpErr {
+		slot := &w.emc[hash&(emcSize-1)]
+		f = *slot
+		if f == nil || f.hash != hash || !f.key.Equal(key) || f.Removed() {
+			if f = uft.Lookup(key, hash); f != nil {
+				*slot = f
+			}
 		}
 	}
 	if f != nil {
@@ -285,12 +271,17 @@ func (w *Worker) process(p *Packet, gen uint64, now int64) {
 	p.Path = PathSlow
 	w.slow++
 	w.endRun()
+	if icmpErr && w.related(p, pr, h, gen, now) {
+		return
+	}
 	eth := Ethernet(b[h.Eth:])
 	var osrc, odst [16]byte
 	if outer != nil {
 		osrc, odst = outer.Src, outer.Dst
 	}
+	w.noCache = icmpErr
 	w.slowPath(p, key, hash, f, gen, now, eth.Src(), eth.Dst(), osrc, odst)
+	w.noCache = false
 }
 
 // decodePlain decodes p, which failed to decode, again without VXLAN

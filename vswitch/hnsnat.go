@@ -115,7 +115,7 @@ func (l *hnsLowering) uplinkHost() error {
 			return err
 		}
 		if a.Is4() != g.v4 {
-			return fmt.Errorf("%s: %s is not an %s address", g.at, a, map[bool]string{true: "IPv4", false: "IPv6"}[g.v4])
+			return fmt.Errorf("%s: %s is not an %s address", g.at, a, familyOf(g.v4))
 		}
 		if _, ok := l.neighbors[a]; !ok {
 			return fmt.Errorf("%s: no MAC is known for %s: list it in Uplink.Neighbors", g.at, a)

@@ -337,3 +337,19 @@ func TestNATExhaustionNotCached(t *testing.T) {
 	want.smac, want.dmac, want.src, want.sport = natHost, natRouter, "192.168.1.50", 40000
 	ulSameBytes(t, "retransmission", p.Bytes(), natFrame(t, want))
 }
+
+// The switch answers for the host's own addresses on the uplink (the
+// underlay must reach NAT addresses): ARP with the uplink's MAC, and
+// neighbour solicitations with an advertisement that is not a router's.
+func TestNATHostAddressesAnswered(t *testing.T) {
+	r := ulNewRig(t, mustParse(t, natDoc))
+	p := r.expect("uplink", whoHas(t, natRouter, "192.168.1.1", "192.168.1.10"), "uplink")
+	pk := gopacket.NewPacket(p.Bytes(), layers.LayerTypeEthernet, gopacket.Default)
+	if a, ok := pk.Layer(layers.LayerTypeARP).(*layers.ARP); !ok || a.Operation != layers.ARPReply || dataplane.MAC(a.SourceHwAddress) != natHost {
+		t.Errorf("ARP for 192.168.1.10: %v, want a reply with the uplink's MAC %s", pk, natHost)
+	}
+	p = r.expect("uplink", solicit(t, natRouter, "fd00:1::1", "fd00:1::10", 255), "uplink")
+	checkNA(t, p.Bytes(), natHost, natRouter, "fd00:1::10", "fd00:1::1", "fd00:1::10", false, true)
+	// Not for another address of the underlay.
+	r.expect("uplink", whoHas(t, natRouter, "192.168.1.1", "192.168.1.11"), "drop no-destination")
+}
