@@ -52,6 +52,10 @@ const (
 	DropUnknownProvider
 	DropMTUExceeded
 	DropNATExhausted
+	// DropNoBackend: a new connection to a load balancer with no healthy
+	// backend. The switch answers it (TCP RST, ICMP unreachable) where it
+	// can: see Reject.
+	DropNoBackend
 
 	numDropReasons
 )
@@ -93,6 +97,7 @@ var dropNames = [numDropReasons]string{
 	DropUnknownProvider:      "unknown-provider-address",
 	DropMTUExceeded:          "mtu-exceeded",
 	DropNATExhausted:         "nat-ports-exhausted",
+	DropNoBackend:            "lb-no-backends",
 }
 
 // NumDropReasons is the number of distinct drop reasons, for sizing arrays.

@@ -51,6 +51,12 @@ type Decision struct {
 	// another router may answer); otherwise only from the MAC the packet
 	// went to.
 	ReplyAnySrcMAC bool
+	// Reject: the packet is dropped (Drop says why), and its sender is
+	// answered as Reject does (a TCP RST, an ICMP unreachable) where an
+	// answer is due.
+	Reject bool
+	// Now is the pipeline's clock when the decision is made.
+	Now int64
 	// MTU is the largest IP packet the output port takes (0: no limit);
 	// ReplyMTU is the input port's, for the reply direction of a
 	// stateful decision. Larger packets are dropped (DropMTUExceeded).
@@ -414,7 +420,7 @@ func (w *Worker) slowPath(p *Packet, key *FlowKey, hash uint32, f *Flow, gen uin
 	v.FromParsed(p.Bytes(), pr, p.InPort)
 	*orig = *v
 	d := &w.dec // not a local: passed to an interface method, it would escape
-	*d = Decision{}
+	*d = Decision{Now: now}
 	w.pl.slow.Decide(v, w.Trace, d)
 	if d.Gen != 0 {
 		gen = d.Gen
@@ -426,6 +432,10 @@ func (w *Worker) slowPath(p *Packet, key *FlowKey, hash uint32, f *Flow, gen uin
 	if err != nil {
 		w.Trace.Addf("transposition rejected: %v", err)
 		w.drop(p, DropTransposition)
+		return
+	}
+	if d.Reject && d.Drop != NotDropped {
+		w.reject(p, pr, d.Drop)
 		return
 	}
 	if d.NoCache || once || w.noCache {
@@ -477,6 +487,20 @@ func (w *Worker) slowPath(p *Packet, key *FlowKey, hash uint32, f *Flow, gen uin
 	n := p.Len()
 	w.apply(p, pr, a, hash)
 	f.Account(n, pr.Tenant().TCPFlags, now)
+}
+
+// reject drops p for reason r and, where an answer is due, turns it into
+// the answer to its sender (Reject), sent back by the port it came in by.
+// The drop is counted either way; a rejected packet is never cached, so
+// every retry is answered.
+func (w *Worker) reject(p *Packet, pr *Parsed, r DropReason) {
+	w.pl.Drops.Add(r)
+	if !Reject(p, pr) {
+		p.Drop, p.OutPort = r, NoPort
+		return
+	}
+	w.Trace.Addf("rejected (%s): answered to the sender", r)
+	p.OutPort = p.InPort
 }
 
 // settle releases state st (a decision's Decision.State) unless the
@@ -578,7 +602,7 @@ func (w *Worker) revalidate(p *Packet, f *Flow, c *Conn, hash uint32, gen uint64
 	v.FromFlow(fwd, c)
 	*orig = *v
 	d := &w.dec
-	*d = Decision{State: c.State, Revalidating: true}
+	*d = Decision{State: c.State, Revalidating: true, Now: now}
 	if w.Trace.On() {
 		w.Trace.Addf("revalidate connection %s (generation %d -> %d)", fwd.key, old, gen)
 	}
