@@ -283,6 +283,15 @@ type Action struct {
 	// NAT pool for the connection, after HT. Only stateful rules SNAT:
 	// replies are translated back by the connection's reply flow.
 	SNAT netip.Addr
+	// LB, when set, names the load balancer that chooses the packet's
+	// backend and translates the destination to it, after HT. Only
+	// stateful rules balance: a connection keeps its backend, and replies
+	// are translated back. LBRoute also steers the frame to the backend
+	// (its MACs and, for a remote backend, its tunnel) where later layers
+	// and the switching decision would not: on the uplink, or when the
+	// destination address is preserved.
+	LB      string
+	LBRoute bool
 }
 
 // DropReason is the reason packets a block drops are counted under.
@@ -300,6 +309,12 @@ func (a Action) String() string {
 	snat := ""
 	if a.SNAT.IsValid() {
 		snat = " snat " + a.SNAT.String()
+	}
+	if a.LB != "" {
+		snat += " lb " + a.LB
+		if a.LBRoute {
+			snat += " (routed)"
+		}
 	}
 	if a.Verb == Block || a.HT.IsIdentity() && a.HT.Outer == dataplane.OuterIgnore {
 		return a.Verb.String() + snat
@@ -377,11 +392,14 @@ func (l *Layer) Compile() error {
 			if err := r.Match.Validate(); err != nil {
 				return fmt.Errorf("groups[%d].rules[%d].match.%w", gi, ri, err)
 			}
-			if r.Action.Verb == Block && (!r.Action.HT.IsIdentity() || r.Action.SNAT.IsValid()) {
+			if r.Action.Verb == Block && (!r.Action.HT.IsIdentity() || r.Action.SNAT.IsValid() || r.Action.LB != "") {
 				return fmt.Errorf("groups[%d].rules[%d].action: a block action cannot transpose headers", gi, ri)
 			}
 			if r.Action.SNAT.IsValid() && !r.Stateful {
 				return fmt.Errorf("groups[%d].rules[%d].stateful: a rule that translates the source (snat) must be stateful, or replies could not be translated back", gi, ri)
+			}
+			if r.Action.LB != "" && !r.Stateful {
+				return fmt.Errorf("groups[%d].rules[%d].stateful: a rule that load-balances (lb) must be stateful, or connections could not keep their backend", gi, ri)
 			}
 		}
 		l.classifiers[gi] = newClassifier(g.Rules)

@@ -32,6 +32,8 @@ type Config struct {
 	Uplink    *UplinkConfig    `json:"Uplink,omitempty"`
 	Networks  []NetworkConfig  `json:"Networks,omitempty"`
 	Endpoints []EndpointConfig `json:"Endpoints,omitempty"`
+	// LoadBalancers are the Services' load balancers (hnslb.go).
+	LoadBalancers []LoadBalancerConfig `json:"LoadBalancers,omitempty"`
 }
 
 // SwitchConfig holds switch-wide settings.
@@ -52,6 +54,9 @@ type SwitchConfig struct {
 	// each with its port range. Pools outlive policy changes: a
 	// connection keeps its mapping while its pool's address stays.
 	NATPools []NATPoolConfig `json:"natPools,omitempty"`
+	// LoadBalancers are the Services' load balancers that lb actions
+	// name (lb.go).
+	LoadBalancers []BalancerConfig `json:"loadBalancers,omitempty"`
 }
 
 // NATPoolConfig is one source NAT address and the ports it hands out.
@@ -212,6 +217,13 @@ type ActionConfig struct {
 	// switch.natPools, with a port (or ICMP echo identifier) from its
 	// pool; the rule must be stateful.
 	SNAT string `json:"snat,omitempty"`
+	// LB names a load balancer of switch.loadBalancers: it chooses the
+	// connection's backend and translates the destination to it. The
+	// rule must be stateful. LBRoute also sets the frame's MACs (and
+	// tunnel) toward the backend, as its route says: for rules on the
+	// uplink and for load balancers that preserve the destination.
+	LB      string `json:"lb,omitempty"`
+	LBRoute bool   `json:"lbRoute,omitempty"`
 }
 
 // ModifyConfig rewrites tenant header fields.
@@ -426,6 +438,7 @@ type compiled struct {
 	ftable dataplane.FlowTableConfig
 	vxlan  uint16
 	pools  []nat.PoolConfig
+	lbs    map[string]*loadBalancer
 	// hostIPs are the uplink's addresses: the host's on the underlay.
 	hostIPs map[netip.Addr]bool
 	byID    []*Port // by stable port ID, set when installed
@@ -615,6 +628,9 @@ func (c *Config) compileVFP() (*compiled, error) {
 		return nil, err
 	}
 	if err := p.checkSNAT(); err != nil {
+		return nil, err
+	}
+	if err := p.compileLBs(c.Switch.LoadBalancers); err != nil {
 		return nil, err
 	}
 	// Gateways serve ports by name.
@@ -846,59 +862,8 @@ func (ac *ActionConfig) compile(at string) (rules.Action, error) {
 	default:
 		return a, fmt.Errorf("%s.outer: unknown operation %q (want pop or not-present)", at, ac.Outer)
 	}
-	if m := ac.Modify; m != nil {
-		if m.SrcMAC != "" {
-			if t.SrcMAC, err = parseMAC(at+".modify.srcMAC", m.SrcMAC); err != nil {
-				return a, err
-			}
-			t.Set |= dataplane.FieldSrcMAC
-		}
-		if m.DstMAC != "" {
-			if t.DstMAC, err = parseMAC(at+".modify.dstMAC", m.DstMAC); err != nil {
-				return a, err
-			}
-			t.Set |= dataplane.FieldDstMAC
-		}
-		if m.SrcIP != "" {
-			if t.SrcIP, err = parseAddr(at+".modify.srcIP", m.SrcIP); err != nil {
-				return a, err
-			}
-			t.Set |= dataplane.FieldSrcIP
-		}
-		if m.DstIP != "" {
-			if t.DstIP, err = parseAddr(at+".modify.dstIP", m.DstIP); err != nil {
-				return a, err
-			}
-			t.Set |= dataplane.FieldDstIP
-		}
-		if m.SrcPort != nil {
-			t.SrcPort, t.Set = *m.SrcPort, t.Set|dataplane.FieldSrcPort
-		}
-		if m.DstPort != nil {
-			t.DstPort, t.Set = *m.DstPort, t.Set|dataplane.FieldDstPort
-		}
-		if t.Set == 0 {
-			return a, fmt.Errorf("%s.modify: names no field to modify", at)
-		}
-	}
-	if pc := ac.Push; pc != nil {
-		o := &dataplane.Outer{VNI: pc.VNI, DstPort: pc.DstPort, TTL: pc.TTL, DontFragment: pc.DontFragment, ZeroUDPChecksum: pc.ZeroUDPChecksum}
-		if o.SrcMAC, err = parseMAC(at+".push.srcMAC", pc.SrcMAC); err != nil {
-			return a, err
-		}
-		if o.DstMAC, err = parseMAC(at+".push.dstMAC", pc.DstMAC); err != nil {
-			return a, err
-		}
-		if o.Src, err = parseAddr(at+".push.srcIP", pc.SrcIP); err != nil {
-			return a, err
-		}
-		if o.Dst, err = parseAddr(at+".push.dstIP", pc.DstIP); err != nil {
-			return a, err
-		}
-		if err := o.Validate(); err != nil {
-			return a, fmt.Errorf("%s.push: %w", at, err)
-		}
-		t.Push = o
+	if err := compileHT(at, ac.Modify, ac.Push, t); err != nil {
+		return a, err
 	}
 	if a.Verb == rules.Block && (!t.IsIdentity() || t.Outer != dataplane.OuterIgnore) {
 		return a, fmt.Errorf("%s: a block action cannot modify, pop or push headers", at)
@@ -924,7 +889,81 @@ func (ac *ActionConfig) compile(at string) (rules.Action, error) {
 			return a, fmt.Errorf("%s.snat: the action also sets modify.srcIP", at)
 		}
 	}
+	if ac.LB != "" {
+		switch {
+		case a.Verb == rules.Block:
+			return a, fmt.Errorf("%s.lb: a block action does not balance", at)
+		case a.SNAT.IsValid():
+			return a, fmt.Errorf("%s.lb: an action that balances does not also snat (the load balancer's sourceVIP does)", at)
+		case t.Set&(dataplane.FieldDstIP|dataplane.FieldDstPort) != 0 || t.Push != nil:
+			return a, fmt.Errorf("%s.lb: the load balancer translates the destination; the action may not also modify it or push", at)
+		}
+		a.LB, a.LBRoute = ac.LB, ac.LBRoute
+	} else if ac.LBRoute {
+		return a, fmt.Errorf("%s.lbRoute: only an action that balances (lb) routes to a backend", at)
+	}
 	return a, nil
+}
+
+// compileHT compiles the modify and push of an action (or of a backend's
+// route) at path at into t.
+func compileHT(at string, modify *ModifyConfig, push *PushConfig, t *dataplane.Transposition) error {
+	var err error
+	if m := modify; m != nil {
+		if m.SrcMAC != "" {
+			if t.SrcMAC, err = parseMAC(at+".modify.srcMAC", m.SrcMAC); err != nil {
+				return err
+			}
+			t.Set |= dataplane.FieldSrcMAC
+		}
+		if m.DstMAC != "" {
+			if t.DstMAC, err = parseMAC(at+".modify.dstMAC", m.DstMAC); err != nil {
+				return err
+			}
+			t.Set |= dataplane.FieldDstMAC
+		}
+		if m.SrcIP != "" {
+			if t.SrcIP, err = parseAddr(at+".modify.srcIP", m.SrcIP); err != nil {
+				return err
+			}
+			t.Set |= dataplane.FieldSrcIP
+		}
+		if m.DstIP != "" {
+			if t.DstIP, err = parseAddr(at+".modify.dstIP", m.DstIP); err != nil {
+				return err
+			}
+			t.Set |= dataplane.FieldDstIP
+		}
+		if m.SrcPort != nil {
+			t.SrcPort, t.Set = *m.SrcPort, t.Set|dataplane.FieldSrcPort
+		}
+		if m.DstPort != nil {
+			t.DstPort, t.Set = *m.DstPort, t.Set|dataplane.FieldDstPort
+		}
+		if t.Set == 0 {
+			return fmt.Errorf("%s.modify: names no field to modify", at)
+		}
+	}
+	if pc := push; pc != nil {
+		o := &dataplane.Outer{VNI: pc.VNI, DstPort: pc.DstPort, TTL: pc.TTL, DontFragment: pc.DontFragment, ZeroUDPChecksum: pc.ZeroUDPChecksum}
+		if o.SrcMAC, err = parseMAC(at+".push.srcMAC", pc.SrcMAC); err != nil {
+			return err
+		}
+		if o.DstMAC, err = parseMAC(at+".push.dstMAC", pc.DstMAC); err != nil {
+			return err
+		}
+		if o.Src, err = parseAddr(at+".push.srcIP", pc.SrcIP); err != nil {
+			return err
+		}
+		if o.Dst, err = parseAddr(at+".push.dstIP", pc.DstIP); err != nil {
+			return err
+		}
+		if err := o.Validate(); err != nil {
+			return fmt.Errorf("%s.push: %w", at, err)
+		}
+		t.Push = o
+	}
+	return nil
 }
 
 // compilePools validates switch.natPools.

@@ -98,6 +98,12 @@ type EndpointConfig struct {
 	MacAddress         string           `json:"MacAddress"`
 	IpConfigurations   []IpConfigConfig `json:"IpConfigurations"`
 	Policies           []PolicyConfig   `json:"Policies,omitempty"`
+	// Flags: 1 (RemoteEndpoint) is an endpoint on another host, a load
+	// balancer backend with no port here (its MacAddress is optional).
+	Flags uint32 `json:"Flags,omitempty"`
+	// Unhealthy (ufp) takes a local endpoint out of every load balancer
+	// for new connections; its established ones go on.
+	Unhealthy bool `json:"Unhealthy,omitempty"`
 }
 
 // IpConfigConfig is one address of an endpoint.
@@ -188,7 +194,7 @@ const MaxVNI = 1<<24 - 1
 
 // IsHNS reports whether c is written at the HNS level.
 func (c *Config) IsHNS() bool {
-	return c.Uplink != nil || len(c.Networks) > 0 || len(c.Endpoints) > 0
+	return c.Uplink != nil || len(c.Networks) > 0 || len(c.Endpoints) > 0 || len(c.LoadBalancers) > 0
 }
 
 // compactSettings stores every policy's Settings compactly, so that a
@@ -290,6 +296,8 @@ type hnsLowering struct {
 	hostIPs   map[bool]netip.Addr // Uplink.IpAddresses by is-IPv4
 	defaultGW map[bool]netip.Addr // Uplink.DefaultGateway(V6) by is-IPv4
 	nat       hnsNAT
+	remotes   map[string]*hnsRemote // remote endpoints by name
+	lbs       []*hnsLB
 	vxlanPort uint16
 	vxlanAt   string
 }
@@ -314,8 +322,11 @@ func (c *Config) Lower() (*Config, error) {
 	if len(c.Switch.NATPools) > 0 {
 		return nil, fmt.Errorf("switch.natPools: at the HNS level OutBoundNAT and PortMapping policies make them")
 	}
+	if len(c.Switch.LoadBalancers) > 0 {
+		return nil, fmt.Errorf("switch.loadBalancers: at the HNS level LoadBalancers make them")
+	}
 	l := &hnsLowering{c: c, byName: map[string]*hnsNet{}, neighbors: map[netip.Addr]dataplane.MAC{},
-		hostIPs: map[bool]netip.Addr{}, defaultGW: map[bool]netip.Addr{}}
+		hostIPs: map[bool]netip.Addr{}, defaultGW: map[bool]netip.Addr{}, remotes: map[string]*hnsRemote{}}
 	if err := l.uplinkConfig(); err != nil {
 		return nil, err
 	}
@@ -332,6 +343,9 @@ func (c *Config) Lower() (*Config, error) {
 	}
 	eps, err := l.endpoints()
 	if err != nil {
+		return nil, err
+	}
+	if err := l.loadBalancers(eps); err != nil {
 		return nil, err
 	}
 	if err := l.checkNAT(eps); err != nil {
@@ -748,6 +762,15 @@ func (l *hnsLowering) endpoints() ([]*hnsEP, error) {
 		if n == nil {
 			return nil, fmt.Errorf("%s.HostComputeNetwork: no network is named %q", at, ec.HostComputeNetwork)
 		}
+		if ec.Flags&^EndpointFlagRemote != 0 {
+			return nil, fmt.Errorf("%s.Flags: %d has bits ufp does not know (1 RemoteEndpoint)", at, ec.Flags)
+		}
+		if ec.Flags&EndpointFlagRemote != 0 {
+			if err := l.remoteEndpoint(ec, at, n, ips); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		ep := &hnsEP{cfg: ec, at: at, net: n, overhead: -1}
 		mac, err := parseUnicastMAC(at+".MacAddress", ec.MacAddress)
 		if err != nil {
@@ -998,6 +1021,7 @@ func (l *hnsLowering) emit(eps []*hnsEP) *Config {
 	}
 	out.Ports = append(out.Ports, up)
 	out.Switch.NATPools = l.natPools()
+	out.Switch.LoadBalancers = l.balancers()
 	return out
 }
 

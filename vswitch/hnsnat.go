@@ -151,7 +151,10 @@ func (l *hnsLowering) hostAddrs() []string {
 		add(n.pa[false])
 	}
 	for _, p := range l.nat.pools {
-		add(p.ip) // a VirtualIP or VIP is the host's too
+		add(p.ip) // a VirtualIP, VIP or SourceVIP is the host's too
+	}
+	for _, a := range l.externalVIPs() {
+		add(a)
 	}
 	return as
 }
@@ -354,7 +357,12 @@ func (l *hnsLowering) checkNAT(eps []*hnsEP) error {
 			}
 			for _, p := range l.nat.pools {
 				if p.ip == a {
-					return fmt.Errorf("%s.IpConfigurations[%d].IpAddress: %s is a NAT address (VirtualIP or VIP)", ep.at, j, a)
+					return fmt.Errorf("%s.IpConfigurations[%d].IpAddress: %s is a NAT address (VirtualIP, VIP or SourceVIP)", ep.at, j, a)
+				}
+			}
+			for _, b := range l.lbs {
+				if slices.Contains(b.frontends, a) {
+					return fmt.Errorf("%s.IpConfigurations[%d].IpAddress: %s is a frontend of %s", ep.at, j, a, b.at)
 				}
 			}
 		}
@@ -402,6 +410,9 @@ func (m *hnsPortMap) name() string {
 // OutBoundNAT.
 func (l *hnsLowering) natLayer(ep *hnsEP) *LayerConfig {
 	var groups []GroupConfig
+	if g := l.lbGroup(ep, false); g != nil {
+		groups = append(groups, *g)
+	}
 	hair := GroupConfig{Name: "port-mapping-hairpin"}
 	for _, m := range l.nat.maps {
 		if m.ep.net != ep.net {
@@ -477,18 +488,26 @@ func familyName(o *hnsOutNAT) string {
 	return "ipv4"
 }
 
-// portMapLayer is the uplink's NAT_LAYER: connections to a port mapping
-// are forwarded to its endpoint.
+// portMapLayer is the uplink's NAT_LAYER: connections to a load balancer
+// frontend reached from the network are balanced, and connections to a
+// port mapping forwarded to its endpoint.
 func (l *hnsLowering) portMapLayer() *LayerConfig {
-	if len(l.nat.maps) == 0 {
+	var groups []GroupConfig
+	if g := l.lbGroup(nil, true); g != nil {
+		groups = append(groups, *g)
+	}
+	if len(l.nat.maps) > 0 {
+		g := GroupConfig{Name: "port-mappings", Match: &MatchConfig{Direction: "out"}}
+		for _, m := range l.nat.maps {
+			g.Rules = append(g.Rules, RuleConfig{Name: m.name(), Priority: u32(uint32(100 + len(g.Rules))),
+				Match: m.match(""), Action: ActionConfig{Type: "allow", Modify: l.dnat(m)}, Terminating: true, Stateful: true})
+		}
+		groups = append(groups, g)
+	}
+	if len(groups) == 0 {
 		return nil
 	}
-	g := GroupConfig{Name: "port-mappings", Match: &MatchConfig{Direction: "out"}}
-	for _, m := range l.nat.maps {
-		g.Rules = append(g.Rules, RuleConfig{Name: m.name(), Priority: u32(uint32(100 + len(g.Rules))),
-			Match: m.match(""), Action: ActionConfig{Type: "allow", Modify: l.dnat(m)}, Terminating: true, Stateful: true})
-	}
-	return &LayerConfig{Name: LayerNAT, Groups: []GroupConfig{g}}
+	return &LayerConfig{Name: LayerNAT, Groups: groups}
 }
 
 // natPools lists the pools of every VirtualIP and VIP.

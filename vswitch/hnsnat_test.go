@@ -208,7 +208,7 @@ func TestHNSNATErrors(t *testing.T) {
 			natUplink(d)["IpAddresses"] = []any{"192.168.1.101", "fd00:1::10"}
 		}, want: l2B + ".IpConfigurations[0].IpAddress: 192.168.1.101 is the host's (Uplink.IpAddresses)"},
 		{name: "endpoint IP is a VirtualIP", edit: func(t *testing.T, d doc) { natEPPolicy(d, 1, 0)["VirtualIP"] = "10.244.0.10" },
-			want: epA + ".IpConfigurations[0].IpAddress: 10.244.0.10 is a NAT address (VirtualIP or VIP)"},
+			want: epA + ".IpConfigurations[0].IpAddress: 10.244.0.10 is a NAT address (VirtualIP, VIP or SourceVIP)"},
 		{name: "VirtualIP is the underlay's router", edit: func(t *testing.T, d doc) { natEPPolicy(d, 1, 0)["VirtualIP"] = "192.168.1.1" },
 			want: epB + ".Policies[0].Settings.VirtualIP: 192.168.1.1"},
 		{name: "VirtualIP is a subnet gateway", edit: func(t *testing.T, d doc) { natEPPolicy(d, 1, 0)["VirtualIP"] = "10.244.0.1" },
@@ -219,7 +219,7 @@ func TestHNSNATErrors(t *testing.T) {
 			hnsAdd(t, at(d, "Endpoints", 1), "Policies", `{"Type": "PortMapping", "Settings": {"Protocol": 17, "InternalPort": 4789, "ExternalPort": 4789}}`)
 		}, want: epB + ".Policies[1].Settings.ExternalPort: "},
 		{name: "endpoint IP is a port mapping VIP", edit: func(t *testing.T, d doc) { natEPPolicy(d, 0, 1)["VIP"] = "10.244.0.11" },
-			want: epB + ".IpConfigurations[0].IpAddress: 10.244.0.11 is a NAT address (VirtualIP or VIP)"},
+			want: epB + ".IpConfigurations[0].IpAddress: 10.244.0.11 is a NAT address (VirtualIP, VIP or SourceVIP)"},
 
 		// The uplink's addresses and gateways.
 		{name: "IpAddresses not an address", edit: func(t *testing.T, d doc) { natUplink(d)["IpAddresses"] = []any{"192.168.1.10/24"} },

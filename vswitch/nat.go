@@ -14,13 +14,16 @@ import (
 // source NAT binding this decision allocated, if any.
 type translation struct {
 	natted bool
+	prev   *connState   // the state of the connection being revalidated
 	bound  *nat.Binding // allocated by this decision (not a revalidated connection's)
 	kept   bool         // the revalidated connection's binding applies still
+	pick   *lbPick      // the backend this decision chose
+	keptLB bool         // the revalidated connection's backend applies still
 }
 
 // snat translates the source of the packet v describes to pool address ip
 // and a port (ICMP echo identifier) of that pool, and returns the
-// transposition. A connection being revalidated (d.State holds its binding)
+// transposition. A connection being revalidated (x.prev holds its binding)
 // keeps its mapping if the same pool still applies; it is never moved to a
 // new one, since its peer knows it by the old. It reports false, with
 // d.Drop set, when no translation is possible.
@@ -43,7 +46,8 @@ func (s *Switch) snat(v *dataplane.View, ip netip.Addr, x *translation, tr *data
 		return t, true
 	}
 	internal := netip.AddrPortFrom(v.Src, port)
-	if old, isNAT := d.State.(*nat.Binding); isNAT {
+	if x.prev != nil && x.prev.nat != nil {
+		old := x.prev.nat
 		if old.Pool().IP() == ip && old.Proto() == proto && old.Internal() == internal && x.bound == nil && !x.kept {
 			x.kept = true
 			t.Set |= dataplane.FieldSrcPort

@@ -653,8 +653,8 @@ func (s *natfState) checkTable(when string) map[natfExt]*nat.Binding {
 		if c == nil {
 			return true
 		}
-		b, ok := c.State.(*nat.Binding)
-		if !ok || conns[c] {
+		b := bindingOf(c.State)
+		if b == nil || conns[c] {
 			return true
 		}
 		conns[c] = true
@@ -765,7 +765,7 @@ func (s *natfState) dump() string {
 				dir = "origin"
 			}
 			fmt.Fprintf(&b, " (%s", dir)
-			if bd, ok := c.State.(*nat.Binding); ok {
+			if bd := bindingOf(c.State); bd != nil {
 				fmt.Fprintf(&b, ", binding %s %s -> %s refs %d", dataplane.ProtoName(bd.Proto()), bd.Internal(), bd.External(), bd.Refs())
 			}
 			b.WriteString(")")
@@ -901,4 +901,12 @@ func natfSeeds(tb testing.TB) []natfSeed {
 		seeds = append(seeds, natfSeed{join([]byte{natfOpRaw, 0, 0, 0}, []byte{natfOpRaw, 1, 0, 0}, step(9, true)), raws[i]})
 	}
 	return seeds
+}
+
+// bindingOf returns the source NAT binding in connection state st, or nil.
+func bindingOf(st any) *nat.Binding {
+	if cs, ok := st.(*connState); ok {
+		return cs.nat
+	}
+	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/lb"
 	"github.com/ufp-dev/ufp/nat"
 	"github.com/ufp-dev/ufp/rules"
 )
@@ -25,6 +26,9 @@ type Switch struct {
 	pol atomic.Pointer[compiled]
 	pl  *dataplane.Pipeline
 	nat *nat.Table // source NAT pools; they outlive policies
+	// affinity holds the load balancers' client affinity, by load
+	// balancer name; it outlives policies (guarded by mu).
+	affinity map[string]*lb.Affinity
 
 	mu     sync.Mutex // serialises Apply
 	ids    map[string]dataplane.PortID
@@ -99,6 +103,9 @@ func (s *Switch) install(pol *compiled) error {
 	if left := len(s.freeID) + int(dataplane.NoPort-s.nextID); need > left {
 		return fmt.Errorf("ports: %d new ports, but only %d port IDs are free until the removed ports' flows are purged; apply in two steps", need, left)
 	}
+	if err := s.buildTables(pol); err != nil {
+		return err
+	}
 	if err := s.nat.Configure(pol.pools); err != nil {
 		return fmt.Errorf("switch.natPools: %w", err)
 	}
@@ -128,6 +135,7 @@ func (s *Switch) install(pol *compiled) error {
 	for _, p := range pol.ports {
 		pol.byID[p.ID] = p
 	}
+	s.installAffinity(pol)
 	s.gen++
 	pol.gen = s.gen
 	s.pol.Store(pol)
@@ -190,19 +198,23 @@ func (s *Switch) Decapsulates(id dataplane.PortID) bool {
 }
 
 // Decide implements dataplane.SlowPath: the source port's layers outbound,
-// the switching decision, the destination port's layers inbound. A source
-// NAT binding the decision allocates becomes d.State, which the pipeline
-// keeps on the connection (and releases with it); a dropped decision keeps
-// none.
+// the switching decision, the destination port's layers inbound. What a
+// new connection's decision allocates (a source NAT binding, a backend)
+// becomes d.State, a *connState the pipeline keeps on the connection (and
+// releases with it); a dropped decision keeps none. A connection being
+// revalidated keeps the state it has.
 func (s *Switch) Decide(v *dataplane.View, tr *dataplane.Trace, d *dataplane.Decision) {
 	var x translation
+	x.prev, _ = d.State.(*connState)
 	s.decide(v, tr, d, &x)
-	if x.bound != nil {
-		if d.Drop != dataplane.NotDropped {
+	if d.Drop != dataplane.NotDropped || d.Revalidating {
+		if x.bound != nil {
 			x.bound.Release()
-		} else {
-			d.State = x.bound
 		}
+		return
+	}
+	if x.bound != nil || x.pick != nil {
+		d.State = &connState{nat: x.bound, lb: x.pick}
 	}
 }
 
@@ -223,7 +235,7 @@ func (s *Switch) decide(v *dataplane.View, tr *dataplane.Trace, d *dataplane.Dec
 	var ht dataplane.Transposition
 	stateful := false
 	tunneled := v.Encap
-	if !s.crossLayers(in, v, rules.Out, &ht, &stateful, x, tr, d) {
+	if !s.crossLayers(pol, in, v, rules.Out, &ht, &stateful, x, tr, d) {
 		return
 	}
 	out, fwd, how := pol.forward(v)
@@ -248,7 +260,7 @@ func (s *Switch) decide(v *dataplane.View, tr *dataplane.Trace, d *dataplane.Dec
 		d.Drop = dataplane.DropNoDestination
 		return
 	}
-	if out == in && in.Uplink {
+	if out == in && in.Uplink && !x.natted {
 		// Nothing is switched back to the wire it came from.
 		if tr.On() {
 			why := "not sent back to the underlay it came from"
@@ -273,7 +285,7 @@ func (s *Switch) decide(v *dataplane.View, tr *dataplane.Trace, d *dataplane.Dec
 	if !fwd.IsIdentity() && !s.transpose(v, &ht, fwd, tr, d) {
 		return
 	}
-	if !s.crossLayers(out, v, rules.In, &ht, &stateful, x, tr, d) {
+	if !s.crossLayers(pol, out, v, rules.In, &ht, &stateful, x, tr, d) {
 		return
 	}
 	d.Out, d.HT, d.Stateful = out.ID, ht, stateful
@@ -285,7 +297,7 @@ func (s *Switch) decide(v *dataplane.View, tr *dataplane.Trace, d *dataplane.Dec
 
 // crossLayers runs v through port p's layers in direction dir, composing
 // their transpositions into ht. It reports false if the packet is dropped.
-func (s *Switch) crossLayers(p *Port, v *dataplane.View, dir rules.Direction, ht *dataplane.Transposition,
+func (s *Switch) crossLayers(pol *compiled, p *Port, v *dataplane.View, dir rules.Direction, ht *dataplane.Transposition,
 	stateful *bool, x *translation, tr *dataplane.Trace, d *dataplane.Decision) bool {
 	n := len(p.Layers)
 	for i := range n {
@@ -314,6 +326,9 @@ func (s *Switch) crossLayers(p *Port, v *dataplane.View, dir rules.Direction, ht
 				return false
 			}
 			x.natted = true
+		}
+		if vd.Action.LB != "" && !s.balance(pol, p, &vd.Action, v, ht, x, tr, d) {
+			return false
 		}
 		*stateful = *stateful || vd.Stateful()
 	}

@@ -94,9 +94,10 @@ func ulRegression(t *testing.T, ok bool, format string, args ...any) {
 // ulRig is a switch and one worker, so that flows persist from packet to
 // packet.
 type ulRig struct {
-	t  *testing.T
-	sw *Switch
-	w  *dataplane.Worker
+	t   *testing.T
+	sw  *Switch
+	w   *dataplane.Worker
+	now int64 // the pipeline clock packets run at
 }
 
 func ulNewRig(t *testing.T, c *Config) *ulRig {
@@ -121,7 +122,7 @@ func (r *ulRig) run(in string, frame []byte, off dataplane.Offload) (*dataplane.
 	r.w.Trace = tr
 	p := packet(r.t, port.ID, frame)
 	p.Offload = off
-	r.w.Process([]*dataplane.Packet{p}, 0)
+	r.w.Process([]*dataplane.Packet{p}, r.now)
 	if (p.Drop == dataplane.NotDropped) == (p.OutPort == dataplane.NoPort) {
 		r.t.Errorf("drop %s with out port %d", p.Drop, p.OutPort)
 	}

@@ -1,0 +1,468 @@
+package vswitch
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/ufp-dev/ufp/dataplane"
+)
+
+// Service load balancing at the HNS level: LoadBalancers (HNS's
+// HostComputeLoadBalancer, one per Service port and address as kube-proxy
+// programs them), lowered into switch.loadBalancers, a load-balancers
+// group at the head of every endpoint's NAT_LAYER (the client's own port
+// balances: VFP's SLB_NAT_LAYER), and one in the uplink's NAT_LAYER for
+// connections arriving from the network.
+
+// LoadBalancerConfig is an HNS load balancer.
+type LoadBalancerConfig struct {
+	Name string `json:"Name"`
+	// HostComputeEndpoints are the backends, by endpoint Name: local
+	// endpoints, and remote ones (Flags 1, RemoteEndpoint).
+	HostComputeEndpoints []string `json:"HostComputeEndpoints"`
+	// SourceVIP is the host's address connections to remote backends
+	// (without DSR, or arriving from the network) and a client's
+	// connections to itself are translated to.
+	SourceVIP string `json:"SourceVIP,omitempty"`
+	// FrontendVIPs are the Service's addresses (ClusterIP, external or
+	// load balancer IPs); none means the host's own (a NodePort).
+	FrontendVIPs []string                        `json:"FrontendVIPs,omitempty"`
+	PortMappings []LoadBalancerPortMappingConfig `json:"PortMappings"`
+	// Flags: 1 DSR, 2 IPv6 (the load balancer's family).
+	Flags uint32 `json:"Flags,omitempty"`
+}
+
+// LoadBalancerPortMappingConfig is one port of a load balancer.
+type LoadBalancerPortMappingConfig struct {
+	// Protocol is 6 (TCP) or 17 (UDP).
+	Protocol     uint32 `json:"Protocol"`
+	InternalPort uint16 `json:"InternalPort"`
+	ExternalPort uint16 `json:"ExternalPort"`
+	// DistributionType: 0 per connection, 1 client IP and protocol,
+	// 2 client IP (kube-proxy's ClientIP session affinity).
+	DistributionType uint32 `json:"DistributionType,omitempty"`
+	// Flags: 1 ILB, 2 LocalRoutedVIP, 4 UseMux, 8 PreserveDIP,
+	// 16 VipExternalIP.
+	Flags uint32 `json:"Flags,omitempty"`
+	// AffinityTimeoutSeconds (ufp; Windows has none) remembers each
+	// client's backend for this long after its last new connection,
+	// across backend changes. It needs DistributionType 1 or 2.
+	AffinityTimeoutSeconds uint32 `json:"AffinityTimeoutSeconds,omitempty"`
+}
+
+// Load balancer flags, as HNS numbers them.
+const (
+	LBFlagDSR  = 1
+	LBFlagIPv6 = 2
+
+	LBPortILB            = 1
+	LBPortLocalRoutedVIP = 2
+	LBPortUseMux         = 4
+	LBPortPreserveDIP    = 8
+	LBPortVipExternalIP  = 16
+
+	// EndpointFlagRemote marks an endpoint on another host: a load
+	// balancer backend only, with no port on this switch.
+	EndpointFlagRemote = 1
+)
+
+// hnsRemote is a remote endpoint.
+type hnsRemote struct {
+	cfg *EndpointConfig
+	at  string
+	net *hnsNet
+	ips []netip.Addr
+	mac dataplane.MAC // zero: not given
+	pa  netip.Addr    // Overlay: the ProviderAddress policy's, if any
+}
+
+// hnsLB is one port mapping of a load balancer, lowered.
+type hnsLB struct {
+	at        string
+	name      string // the switch.loadBalancers entry
+	proto     string
+	external  uint16
+	flags     uint32
+	frontends []netip.Addr // empty FrontendVIPs: the host's address
+	nodePort  bool
+	cfg       BalancerConfig
+}
+
+// remoteEndpoint validates remote endpoint ec (Flags 1) of network n.
+func (l *hnsLowering) remoteEndpoint(ec *EndpointConfig, at string, n *hnsNet, ips map[netip.Addr]string) error {
+	r := &hnsRemote{cfg: ec, at: at, net: n}
+	if ec.MacAddress != "" {
+		m, err := parseUnicastMAC(at+".MacAddress", ec.MacAddress)
+		if err != nil {
+			return err
+		}
+		r.mac = m
+	}
+	if len(ec.IpConfigurations) == 0 {
+		return fmt.Errorf("%s.IpConfigurations: an endpoint needs at least one address", at)
+	}
+	for j, ic := range ec.IpConfigurations {
+		iat := fmt.Sprintf("%s.IpConfigurations[%d].IpAddress", at, j)
+		a, err := parseAddr(iat, ic.IpAddress)
+		if err != nil {
+			return err
+		}
+		if !a.IsGlobalUnicast() {
+			return fmt.Errorf("%s: %s is not a unicast address", iat, a)
+		}
+		if slices.ContainsFunc(n.subnets, func(p netip.Prefix) bool { return p.Contains(a) }) {
+			return fmt.Errorf("%s: %s is in network %q's local subnets: a remote endpoint is on another host", iat, a, n.cfg.Name)
+		}
+		if o, dup := ips[a]; dup {
+			return fmt.Errorf("%s: %s is already used by %s", iat, a, o)
+		}
+		if slices.ContainsFunc(r.ips, func(b netip.Addr) bool { return b.Is4() == a.Is4() }) {
+			return fmt.Errorf("%s: the endpoint has an %s address already", iat, family(a))
+		}
+		if n.cfg.Type == TypeOverlay && n.routeFor(a) == nil {
+			return fmt.Errorf("%s: %s is in no RemoteSubnetRoute of network %q, so its host is unknown", iat, a, n.cfg.Name)
+		}
+		ips[a] = at
+		r.ips = append(r.ips, a)
+	}
+	for pi, pc := range ec.Policies {
+		pat := fmt.Sprintf("%s.Policies[%d]", at, pi)
+		if pc.Type != "ProviderAddress" {
+			return fmt.Errorf("%s.Type: a remote endpoint takes only a ProviderAddress policy, not %q", pat, pc.Type)
+		}
+		if n.cfg.Type != TypeOverlay {
+			return fmt.Errorf("%s: only remote endpoints of Overlay networks have a provider address", pat)
+		}
+		var s ProviderAddressSettings
+		if err := decodeSettings(pat+".Settings", pc.Settings, &s); err != nil {
+			return err
+		}
+		pa, err := parseAddr(pat+".Settings.ProviderAddress", s.ProviderAddress)
+		if err != nil {
+			return err
+		}
+		for _, a := range r.ips {
+			if rt := n.routeFor(a); rt.pa != pa {
+				return fmt.Errorf("%s.Settings.ProviderAddress: %s, but %s routes %s to %s", pat, pa, rt.at, a, rt.pa)
+			}
+		}
+		r.pa = pa
+	}
+	if ec.Unhealthy {
+		return fmt.Errorf("%s.Unhealthy: remote endpoints are taken out of a load balancer by removing them from it", at)
+	}
+	l.remotes[ec.Name] = r
+	return nil
+}
+
+// routeFor returns the longest remote subnet route that holds a.
+func (n *hnsNet) routeFor(a netip.Addr) *hnsRoute {
+	var best *hnsRoute
+	for i := range n.routes {
+		r := &n.routes[i]
+		if r.prefix.Contains(a) && (best == nil || r.prefix.Bits() > best.prefix.Bits()) {
+			best = r
+		}
+	}
+	return best
+}
+
+// loadBalancers validates LoadBalancers and lowers each port mapping into
+// a switch load balancer.
+func (l *hnsLowering) loadBalancers(eps []*hnsEP) error {
+	local := map[string]*hnsEP{}
+	for _, ep := range eps {
+		local[ep.cfg.Name] = ep
+	}
+	names := map[string]int{}
+	type fkey struct {
+		vip   netip.Addr
+		proto string
+		port  uint16
+	}
+	taken := map[fkey]string{}
+	for _, m := range l.nat.maps {
+		taken[fkey{m.vip, m.proto, m.external}] = m.at
+	}
+	for i := range l.c.LoadBalancers {
+		c := &l.c.LoadBalancers[i]
+		at := fmt.Sprintf("LoadBalancers[%d]", i)
+		if c.Name == "" {
+			return fmt.Errorf("%s.Name: a load balancer needs a name", at)
+		}
+		at = fmt.Sprintf("LoadBalancers[%d] %q", i, c.Name)
+		if j, dup := names[c.Name]; dup {
+			return fmt.Errorf("%s.Name: LoadBalancers[%d] has this name", at, j)
+		}
+		names[c.Name] = i
+		if c.Flags&^(LBFlagDSR|LBFlagIPv6) != 0 {
+			return fmt.Errorf("%s.Flags: %d has bits ufp does not know (1 DSR, 2 IPv6)", at, c.Flags)
+		}
+		v4 := c.Flags&LBFlagIPv6 == 0
+		fam := familyOf(v4)
+		checkFamily := func(fat string, a netip.Addr) error {
+			if a.Is4() != v4 {
+				return fmt.Errorf("%s: %s is not %s: the load balancer is %s (Flags bit 2 is IPv6)", fat, a, fam, fam)
+			}
+			return nil
+		}
+		var sourceVIP netip.Addr
+		if c.SourceVIP != "" {
+			a, err := parseAddr(at+".SourceVIP", c.SourceVIP)
+			if err != nil {
+				return err
+			}
+			if err := checkFamily(at+".SourceVIP", a); err != nil {
+				return err
+			}
+			if !a.IsGlobalUnicast() {
+				return fmt.Errorf("%s.SourceVIP: %s is not a unicast address", at, a)
+			}
+			if err := l.checkNATAddr(at+".SourceVIP", a); err != nil {
+				return err
+			}
+			sourceVIP = a
+			l.pool(a)
+		}
+		var frontends []netip.Addr
+		for j, s := range c.FrontendVIPs {
+			fat := fmt.Sprintf("%s.FrontendVIPs[%d]", at, j)
+			a, err := parseAddr(fat, s)
+			if err != nil {
+				return err
+			}
+			if err := checkFamily(fat, a); err != nil {
+				return err
+			}
+			if !a.IsGlobalUnicast() {
+				return fmt.Errorf("%s: %s is not a unicast address", fat, a)
+			}
+			if err := l.checkNATAddr(fat, a); err != nil {
+				return err
+			}
+			if slices.Contains(frontends, a) {
+				return fmt.Errorf("%s: %s is listed twice", fat, a)
+			}
+			frontends = append(frontends, a)
+		}
+		nodePort := len(frontends) == 0
+		if nodePort {
+			a, ok := l.hostIPs[v4]
+			if !ok {
+				return fmt.Errorf("%s.FrontendVIPs: none given, so the Service is on the host's %s address (a NodePort), but Uplink.IpAddresses has none", at, fam)
+			}
+			frontends = []netip.Addr{a}
+		}
+		var backends []BackendConfig
+		seen := map[string]int{}
+		for j, name := range c.HostComputeEndpoints {
+			eat := fmt.Sprintf("%s.HostComputeEndpoints[%d]", at, j)
+			if k, dup := seen[name]; dup {
+				return fmt.Errorf("%s: %q is listed twice (also HostComputeEndpoints[%d])", eat, name, k)
+			}
+			seen[name] = j
+			be, err := l.backend(eat, name, local[name], v4)
+			if err != nil {
+				return err
+			}
+			backends = append(backends, be)
+		}
+		if len(c.PortMappings) == 0 {
+			return fmt.Errorf("%s.PortMappings: a load balancer needs at least one port mapping", at)
+		}
+		for j := range c.PortMappings {
+			pm := &c.PortMappings[j]
+			pat := fmt.Sprintf("%s.PortMappings[%d]", at, j)
+			var proto string
+			switch pm.Protocol {
+			case dataplane.ProtoTCP:
+				proto = "tcp"
+			case dataplane.ProtoUDP:
+				proto = "udp"
+			default:
+				return fmt.Errorf("%s.Protocol: %d is not 6 (TCP) or 17 (UDP)", pat, pm.Protocol)
+			}
+			if pm.ExternalPort == 0 {
+				return fmt.Errorf("%s.ExternalPort: a port mapping needs the Service's port", pat)
+			}
+			if pm.InternalPort == 0 {
+				return fmt.Errorf("%s.InternalPort: a port mapping needs the backends' port", pat)
+			}
+			if pm.Flags&^(LBPortILB|LBPortLocalRoutedVIP|LBPortUseMux|LBPortPreserveDIP|LBPortVipExternalIP) != 0 {
+				return fmt.Errorf("%s.Flags: %d has bits ufp does not know (1 ILB, 2 LocalRoutedVIP, 4 UseMux, 8 PreserveDIP, 16 VipExternalIP)", pat, pm.Flags)
+			}
+			if pm.DistributionType > 2 {
+				return fmt.Errorf("%s.DistributionType: %d is not 0 (per connection), 1 (client IP and protocol) or 2 (client IP)", pat, pm.DistributionType)
+			}
+			if pm.AffinityTimeoutSeconds > 0 && pm.DistributionType == 0 {
+				return fmt.Errorf("%s.AffinityTimeoutSeconds: affinity is by client: set DistributionType 2 (client IP) or 1", pat)
+			}
+			if vx := l.vxlanPortOr(); proto == "udp" && pm.ExternalPort == vx && nodePort {
+				return fmt.Errorf("%s.ExternalPort: udp/%d on the host is the VXLAN port: the uplink decapsulates what arrives there", pat, vx)
+			}
+			for _, f := range frontends {
+				k := fkey{f, proto, pm.ExternalPort}
+				if o, dup := taken[k]; dup {
+					return fmt.Errorf("%s.ExternalPort: %s/%d on %s is taken by %s", pat, proto, pm.ExternalPort, f, o)
+				}
+				taken[k] = pat
+				if nodePort || pm.Flags&LBPortVipExternalIP != 0 {
+					// The host's port: source NAT must never hand it out.
+					p := l.pool(f)
+					p.reserved = append(p.reserved, proto+"/"+strconv.Itoa(int(pm.ExternalPort)))
+				}
+			}
+			dist := [...]string{"connection", "source-ip-protocol", "source-ip"}[pm.DistributionType]
+			cfg := BalancerConfig{
+				Name:         fmt.Sprintf("%s/%s/%d", c.Name, proto, pm.ExternalPort),
+				Backends:     backends,
+				TargetPort:   pm.InternalPort,
+				PreserveDst:  pm.Flags&LBPortPreserveDIP != 0,
+				Distribution: dist,
+				SourceVIP:    c.SourceVIP,
+				DSR:          c.Flags&LBFlagDSR != 0,
+			}
+			if sourceVIP.IsValid() {
+				cfg.SourceVIP = sourceVIP.String()
+			}
+			if pm.AffinityTimeoutSeconds > 0 {
+				cfg.AffinityTimeout = Duration(time.Duration(pm.AffinityTimeoutSeconds) * time.Second)
+			}
+			remote := slices.ContainsFunc(backends, func(b BackendConfig) bool { return b.Remote })
+			if remote && !sourceVIP.IsValid() && (c.Flags&LBFlagDSR == 0 || pm.Flags&LBPortILB == 0) {
+				why := "without DSR their replies would not come back through this host"
+				if c.Flags&LBFlagDSR != 0 {
+					why = "connections from the network (the port mapping is not ILB) reach them translated to it"
+				}
+				return fmt.Errorf("%s.SourceVIP: the load balancer has remote endpoints, and %s", at, why)
+			}
+			l.lbs = append(l.lbs, &hnsLB{at: pat, name: cfg.Name, proto: proto, external: pm.ExternalPort,
+				flags: pm.Flags, frontends: frontends, nodePort: nodePort, cfg: cfg})
+		}
+	}
+	return nil
+}
+
+// vxlanPortOr is the VXLAN port in use.
+func (l *hnsLowering) vxlanPortOr() uint16 {
+	if l.vxlanPort != 0 {
+		return l.vxlanPort
+	}
+	return dataplane.VXLANPort
+}
+
+// backend lowers the endpoint named name (ep if it is local) into a
+// backend of family v4, with the route to it from the uplink.
+func (l *hnsLowering) backend(at, name string, ep *hnsEP, v4 bool) (BackendConfig, error) {
+	pick := func(ips []netip.Addr) (netip.Addr, error) {
+		i := slices.IndexFunc(ips, func(a netip.Addr) bool { return a.Is4() == v4 })
+		if i < 0 {
+			return netip.Addr{}, fmt.Errorf("%s: endpoint %q has no %s address", at, name, familyOf(v4))
+		}
+		return ips[i], nil
+	}
+	if ep != nil {
+		ip, err := pick(ep.ips)
+		if err != nil {
+			return BackendConfig{}, err
+		}
+		mod := &ModifyConfig{DstMAC: ep.mac.String()}
+		if r := l.routerMAC(ep.net); !r.IsZero() {
+			mod.SrcMAC = r.String()
+		}
+		return BackendConfig{IP: ip.String(), Unhealthy: ep.cfg.Unhealthy, Modify: mod}, nil
+	}
+	r := l.remotes[name]
+	if r == nil {
+		return BackendConfig{}, fmt.Errorf("%s: no endpoint is named %q", at, name)
+	}
+	ip, err := pick(r.ips)
+	if err != nil {
+		return BackendConfig{}, err
+	}
+	be := BackendConfig{IP: ip.String(), Remote: true}
+	n := r.net
+	switch n.cfg.Type {
+	case TypeOverlay:
+		rt := n.routeFor(ip)
+		if _, ok := n.pa[rt.pa.Is4()]; !ok {
+			return be, fmt.Errorf("%s: endpoint %q's host %s is %s, but network %q has no %s ProviderAddress to send from", at, name, rt.pa, family(rt.pa), n.cfg.Name, family(rt.pa))
+		}
+		be.Modify = &ModifyConfig{DstMAC: rt.drMAC.String()}
+		if !n.drMAC.IsZero() {
+			be.Modify.SrcMAC = n.drMAC.String()
+		}
+		be.Push = l.push(n, rt, rt.pa, l.vxlanPort)
+	default:
+		// On the underlay: to the endpoint's MAC (its host's), else to
+		// the subnet's router.
+		mac := r.mac
+		if mac.IsZero() {
+			for _, g := range n.gws {
+				if m, ok := l.neighbors[g]; ok && g.IsValid() && g.Is4() == v4 {
+					mac = m
+					break
+				}
+			}
+		}
+		if mac.IsZero() {
+			return be, fmt.Errorf("%s: remote endpoint %q has no MacAddress, and no router of network %q is in Uplink.Neighbors to send to", at, name, n.cfg.Name)
+		}
+		be.Modify = &ModifyConfig{SrcMAC: l.hostMAC.String(), DstMAC: mac.String()}
+	}
+	return be, nil
+}
+
+// lbGroup is the load-balancers group of a port's NAT_LAYER: for an
+// endpoint (uplink false), every frontend pods reach; for the uplink,
+// every frontend the network reaches.
+func (l *hnsLowering) lbGroup(ep *hnsEP, uplink bool) *GroupConfig {
+	g := GroupConfig{Name: "load-balancers", Match: &MatchConfig{Direction: "out"}}
+	for _, b := range l.lbs {
+		switch {
+		case uplink && b.flags&LBPortILB != 0:
+			continue // internal only
+		case !uplink && b.nodePort && b.flags&LBPortLocalRoutedVIP == 0:
+			continue // the host's port, from the network only
+		}
+		route := uplink || b.cfg.PreserveDst || ep.net.cfg.Type == TypeL2Bridge
+		for _, f := range b.frontends {
+			g.Rules = append(g.Rules, RuleConfig{
+				Name:     fmt.Sprintf("lb-%s-%s-%d", f, b.proto, b.external),
+				Priority: u32(uint32(100 + len(g.Rules))),
+				Match: &MatchConfig{Protocols: []string{b.proto}, DstIPs: []string{f.String()},
+					DstPorts: []string{strconv.Itoa(int(b.external))}},
+				Action:      ActionConfig{Type: "allow", LB: b.name, LBRoute: route},
+				Terminating: true, Stateful: true,
+			})
+		}
+	}
+	if len(g.Rules) == 0 {
+		return nil
+	}
+	return &g
+}
+
+// balancers lists the switch's load balancers.
+func (l *hnsLowering) balancers() []BalancerConfig {
+	var bs []BalancerConfig
+	for _, b := range l.lbs {
+		bs = append(bs, b.cfg)
+	}
+	return bs
+}
+
+// externalVIPs lists the frontends the host answers for on the uplink:
+// those flagged VipExternalIP.
+func (l *hnsLowering) externalVIPs() []netip.Addr {
+	var as []netip.Addr
+	for _, b := range l.lbs {
+		if b.flags&LBPortVipExternalIP != 0 && !b.nodePort {
+			as = append(as, b.frontends...)
+		}
+	}
+	return as
+}
