@@ -659,6 +659,11 @@ func (w *Worker) related(p *Packet, pr *Parsed, h *Headers, gen uint64, now int6
 	// way the error came in; the error travels as a reply to it.
 	qv := q.View(p.InPort)
 	rv := qv.Reversed()
+	if pr.Encap {
+		// Arrived in a tunnel, as the connection's replies do: their
+		// flow is keyed with the tunnel's VNI.
+		rv.Encap, rv.VNI = true, pr.VNI
+	}
 	k := rv.Key(p.InPort)
 	uft := w.pl.uft
 	f := uft.Lookup(&k, k.Hash())

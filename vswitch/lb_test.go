@@ -229,6 +229,15 @@ func TestLBRemoteBackend(t *testing.T) {
 			back.smac, back.dmac, back.src, back.sport, back.dst, back.dport = lbDR, lbOvA, c.vip, 80, "10.244.0.10", 4000
 			r.out("uplink", ptVXLANFrom(t, "02:00:00:00:01:fe", "02:00:00:00:00:fe", "192.168.1.20", "192.168.1.10", 4096, natFrame(t, rep)),
 				"ov-a", natFrame(t, back))
+
+			// The backend's host refuses a datagram of the connection's
+			// kind: its ICMP error, arriving in the tunnel, reaches the
+			// pod from the VIP, quoting what the pod sent.
+			sent := natPkt{smac: lbRDR, dmac: lbDR, src: src.Addr().String(), sport: src.Port(), dst: "10.244.1.5", dport: 8080, proto: "tcp", flags: "A"}
+			errIn := natError(t, lbRDR, lbDR, "10.244.1.5", src.Addr().String(), 3, 3, 0, natFrame(t, sent))
+			podSent := natPkt{smac: lbDR, dmac: lbOvA, src: "10.244.0.10", sport: 4000, dst: c.vip, dport: 80, proto: "tcp", flags: "A"}
+			errOut := natError(t, lbDR, lbOvA, c.vip, "10.244.0.10", 3, 3, 0, natFrame(t, podSent))
+			r.out("uplink", ptVXLANFrom(t, "02:00:00:00:01:fe", "02:00:00:00:00:fe", "192.168.1.20", "192.168.1.10", 4096, errIn), "ov-a", errOut)
 		})
 	}
 }
