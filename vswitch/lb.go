@@ -1,10 +1,12 @@
 package vswitch
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"net/netip"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/ufp-dev/ufp/dataplane"
@@ -90,6 +92,68 @@ type backend struct {
 type lbPick struct {
 	lb      string
 	backend netip.Addr
+	// srcPort, when not 0, is the source port the connection was moved
+	// to because another balanced connection had its own already.
+	srcPort uint16
+	tuple   lbTuple
+	reg     *lbTuples // where tuple is registered, until release
+}
+
+// lbTuple is a balanced connection as its backend sees it.
+type lbTuple struct {
+	proto           uint8
+	client, backend netip.AddrPort
+}
+
+// lbTuples are the live balanced connections as their backends see them.
+// Two connections from one client port to two Services that choose the
+// same backend would look alike there: the second is given another source
+// port (as Linux conntrack does), found here.
+type lbTuples struct {
+	mu sync.Mutex
+	m  map[lbTuple]netip.AddrPort // the frontend each connection went to
+}
+
+// claim registers t, made for a connection to frontend, and returns its
+// client port, and whether it registered it. If another frontend's
+// connection has t, it registers the first free tuple with another client
+// port (from a fixed sequence, so that replays are reproducible) and
+// returns that port; 0 if none is free. A connection to the same frontend
+// with t is this same connection decided again (a packet decided on its
+// own): t is returned, unregistered.
+func (r *lbTuples) claim(t lbTuple, frontend netip.AddrPort) (uint16, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if f, taken := r.m[t]; !taken {
+		r.m[t] = frontend
+		return t.client.Port(), true
+	} else if f == frontend {
+		return t.client.Port(), false
+	}
+	port := t.client.Port()
+	for range 1 << 16 {
+		port = port*5 + 0x5555 // odd increment, multiplier 1 mod 4: a full cycle mod 2^16
+		if port < 1024 {
+			continue
+		}
+		c := t
+		c.client = netip.AddrPortFrom(t.client.Addr(), port)
+		if _, taken := r.m[c]; !taken {
+			r.m[c] = frontend
+			return port, true
+		}
+	}
+	return 0, false
+}
+
+// release unregisters p's tuple; once only.
+func (p *lbPick) release() {
+	if r := p.reg; r != nil {
+		p.reg = nil
+		r.mu.Lock()
+		delete(r.m, p.tuple)
+		r.mu.Unlock()
+	}
 }
 
 // compileLBs validates switch.loadBalancers and checks that every lb
@@ -249,6 +313,9 @@ func (c *connState) Release() {
 	if c.nat != nil {
 		c.nat.Release()
 	}
+	if c.lb != nil {
+		c.lb.release()
+	}
 }
 
 // balance chooses the backend of the connection v opens, through port at's
@@ -299,8 +366,40 @@ func (s *Switch) balance(pol *compiled, at *Port, act *rules.Action, v *dataplan
 	if !b.preserveDst {
 		t.Set, t.DstIP = dataplane.FieldDstIP, be.ip
 	}
-	if b.targetPort != 0 && (v.Proto == dataplane.ProtoTCP || v.Proto == dataplane.ProtoUDP) && !v.LaterFragment {
+	ported := (v.Proto == dataplane.ProtoTCP || v.Proto == dataplane.ProtoUDP) && !v.LaterFragment
+	if b.targetPort != 0 && ported {
 		t.Set, t.DstPort = t.Set|dataplane.FieldDstPort, b.targetPort
+	}
+	if pk := x.pick; pk != nil && ported {
+		dport := cmp.Or(b.targetPort, v.DstPort)
+		dst := be.ip
+		if b.preserveDst {
+			dst = v.Dst
+		}
+		pk.tuple = lbTuple{proto: v.Proto, client: netip.AddrPortFrom(v.Src, v.SrcPort), backend: netip.AddrPortFrom(dst, dport)}
+		port, mine := s.lbTuples.claim(pk.tuple, netip.AddrPortFrom(v.Dst, v.DstPort))
+		if port == 0 {
+			tr.Addf("  lb %s: every source port of %s to %s is in use", b.name, v.Src, pk.tuple.backend)
+			d.Drop = dataplane.DropNATExhausted
+			return false
+		}
+		pk.tuple.client = netip.AddrPortFrom(v.Src, port)
+		if mine {
+			pk.reg = &s.lbTuples
+		}
+		if port != v.SrcPort {
+			pk.srcPort = port
+			if tr.On() {
+				tr.Addf("  lb %s: %s -> %s is another connection's already: source port %d", b.name, netip.AddrPortFrom(v.Src, v.SrcPort), pk.tuple.backend, port)
+			}
+		}
+	}
+	if x.prev != nil && x.prev.lb != nil && x.keptLB {
+		if p := x.prev.lb.srcPort; p != 0 {
+			t.Set, t.SrcPort = t.Set|dataplane.FieldSrcPort, p
+		}
+	} else if pk := x.pick; pk != nil && pk.srcPort != 0 {
+		t.Set, t.SrcPort = t.Set|dataplane.FieldSrcPort, pk.srcPort
 	}
 	if act.LBRoute {
 		r := &be.route

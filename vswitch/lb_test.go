@@ -418,3 +418,36 @@ func (s *Switch) affinityOf(ep string, now int64) (netip.Addr, bool) {
 	}
 	return a.Lookup(addr(lbIPOf[ep]), now)
 }
+
+// TestLBSameClientPortTwoServices: one client port with live connections
+// to two Services that choose the same backend. The backend would see one
+// connection twice; the second is given another source port, as Linux
+// conntrack does, and each connection's replies come back from its own
+// Service.
+func TestLBSameClientPortTwoServices(t *testing.T) {
+	r := ulNewRig(t, mustParse(t, lbDoc))
+	for sport := uint16(1000); sport < 1100; sport++ {
+		to1 := r.lbConnect("ov-a", sport, "10.96.0.10", 80, 8080)
+		syn := natPkt{smac: lbOvA, dmac: lbDR, src: "10.244.0.10", sport: sport, dst: "10.96.0.40", dport: 80, proto: "tcp", flags: "S"}
+		p, trace := r.run("ov-a", natFrame(t, syn), dataplane.Offload{})
+		if outName(r.sw, p) != to1 {
+			continue
+		}
+		pk := gopacket.NewPacket(p.Bytes(), layers.LayerTypeEthernet, gopacket.Default)
+		tc := pk.Layer(layers.LayerTypeTCP).(*layers.TCP)
+		moved := uint16(tc.SrcPort)
+		if moved == sport {
+			t.Fatalf("the second connection from port %d to backend %s kept its port\n%s", sport, to1, trace)
+		}
+		for _, c := range []struct {
+			port uint16
+			vip  string
+		}{{sport, "10.96.0.10"}, {moved, "10.96.0.40"}} {
+			rep := natPkt{smac: lbMACOf[to1], dmac: lbDR, src: lbIPOf[to1], sport: 8080, dst: "10.244.0.10", dport: c.port, proto: "tcp", flags: "A"}
+			back := natPkt{smac: lbDR, dmac: lbOvA, src: c.vip, sport: 80, dst: "10.244.0.10", dport: sport, proto: "tcp", flags: "A"}
+			r.out(to1, natFrame(t, rep), "ov-a", natFrame(t, back))
+		}
+		return
+	}
+	t.Fatal("no client port had both Services choose the same backend in 100 tries")
+}

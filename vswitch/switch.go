@@ -29,6 +29,7 @@ type Switch struct {
 	// affinity holds the load balancers' client affinity, by load
 	// balancer name; it outlives policies (guarded by mu).
 	affinity map[string]*lb.Affinity
+	lbTuples lbTuples // live balanced connections as backends see them
 
 	mu     sync.Mutex // serialises Apply
 	ids    map[string]dataplane.PortID
@@ -51,6 +52,7 @@ func New(cfg *Config) (*Switch, error) {
 		return nil, err
 	}
 	s := &Switch{ids: map[string]dataplane.PortID{}, epoch: time.Now(), nat: nat.NewTable(nil)}
+	s.lbTuples.m = map[lbTuple]netip.AddrPort{}
 	pl, err := dataplane.NewPipeline(dataplane.PipelineConfig{FlowTable: pol.ftable, VXLANPort: pol.vxlan}, s)
 	if err != nil {
 		return nil, err
@@ -210,6 +212,9 @@ func (s *Switch) Decide(v *dataplane.View, tr *dataplane.Trace, d *dataplane.Dec
 	if d.Drop != dataplane.NotDropped || d.Revalidating {
 		if x.bound != nil {
 			x.bound.Release()
+		}
+		if x.pick != nil {
+			x.pick.release()
 		}
 		return
 	}
