@@ -309,7 +309,7 @@ func (l *hnsLowering) loadBalancers(eps []*hnsEP) error {
 					return fmt.Errorf("%s.ExternalPort: %s/%d on %s is taken by %s", pat, proto, pm.ExternalPort, f, o)
 				}
 				taken[k] = pat
-				if nodePort || pm.Flags&LBPortVipExternalIP != 0 {
+				if nodePort || pm.Flags&LBPortVipExternalIP != 0 || f == l.hostIPs[f.Is4()] {
 					// The host's port: source NAT must never hand it out.
 					p := l.pool(f)
 					p.reserved = append(p.reserved, proto+"/"+strconv.Itoa(int(pm.ExternalPort)))

@@ -799,9 +799,9 @@ func TestLBApplyKeepsPolicy(t *testing.T) {
 	r.expect("ov-a", natFrame(t, ack), to)
 }
 
-// knownLBBug skips t, reporting a defect found in the load-balancing code
-// (see the report of the tests' author); once the defect is fixed, the
-// test that calls it passes instead.
+// knownLBBug skips t for a defect of the load-balancing code that t
+// reproduces (reported, not fixed along with the tests): the test fails
+// no build while the defect stays, and passes once it is fixed.
 func knownLBBug(t *testing.T, what string, args ...any) {
 	t.Helper()
 	t.Skipf("known defect, reported, not fixed here: "+what, args...)
@@ -823,7 +823,7 @@ func TestHNSLBDoubtfulAccepted(t *testing.T) {
 					"PortMappings": [{"Protocol": 17, "InternalPort": 53, "ExternalPort": 4789}]}`)
 			},
 			want: `LoadBalancers[8] "vx".PortMappings[0].ExternalPort: udp/4789 on the host is the VXLAN port`,
-			why:  "the NodePort check (hnslb.go) is keyed on FrontendVIPs being empty, not on the frontend being the host's address: the uplink decapsulates udp/4789, so the Service is unreachable"},
+			why:  "the NodePort check (hnslb.go) is keyed on FrontendVIPs being empty, not on the frontend being the host's address: the uplink decapsulates udp/4789: from the network the Service's datagrams are dropped as bad-vxlan"},
 		{name: "a remote endpoint's address as a frontend",
 			edit: func(t *testing.T, d doc) { hlbLB(d, 6)["FrontendVIPs"] = []any{"10.244.1.5"} },
 			want: `10.244.1.5`,

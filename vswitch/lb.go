@@ -118,19 +118,20 @@ type lbTuples struct {
 // client port, and whether it registered it. If another frontend's
 // connection has t, it registers the first free tuple with another client
 // port (from a fixed sequence, so that replays are reproducible) and
-// returns that port; 0 if none is free. A connection to the same frontend
+// returns that port; ok is false if none is free. Source port 0 is a
+// port like any other here. A connection to the same frontend
 // with t is this same connection decided again (a packet decided on its
 // own): t is returned, unregistered.
-func (r *lbTuples) claim(t lbTuple, frontend netip.AddrPort) (uint16, bool) {
+func (r *lbTuples) claim(t lbTuple, frontend netip.AddrPort) (port uint16, mine, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if f, taken := r.m[t]; !taken {
 		r.m[t] = frontend
-		return t.client.Port(), true
+		return t.client.Port(), true, true
 	} else if f == frontend {
-		return t.client.Port(), false
+		return t.client.Port(), false, true
 	}
-	port := t.client.Port()
+	port = t.client.Port()
 	for range 1 << 16 {
 		port = port*5 + 0x5555 // odd increment, multiplier 1 mod 4: a full cycle mod 2^16
 		if port < 1024 {
@@ -140,10 +141,10 @@ func (r *lbTuples) claim(t lbTuple, frontend netip.AddrPort) (uint16, bool) {
 		c.client = netip.AddrPortFrom(t.client.Addr(), port)
 		if _, taken := r.m[c]; !taken {
 			r.m[c] = frontend
-			return port, true
+			return port, true, true
 		}
 	}
-	return 0, false
+	return 0, false, false
 }
 
 // release unregisters p's tuple; once only.
@@ -377,8 +378,8 @@ func (s *Switch) balance(pol *compiled, at *Port, act *rules.Action, v *dataplan
 			dst = v.Dst
 		}
 		pk.tuple = lbTuple{proto: v.Proto, client: netip.AddrPortFrom(v.Src, v.SrcPort), backend: netip.AddrPortFrom(dst, dport)}
-		port, mine := s.lbTuples.claim(pk.tuple, netip.AddrPortFrom(v.Dst, v.DstPort))
-		if port == 0 {
+		port, mine, ok := s.lbTuples.claim(pk.tuple, netip.AddrPortFrom(v.Dst, v.DstPort))
+		if !ok {
 			tr.Addf("  lb %s: every source port of %s to %s is in use", b.name, v.Src, pk.tuple.backend)
 			d.Drop = dataplane.DropNATExhausted
 			return false

@@ -159,8 +159,8 @@ func lbbSetup(tb testing.TB, c lbbCase) (w *dataplane.Worker, tmpl []byte, in, o
 		w.Process([]*dataplane.Packet{p}, 1e9)
 		// The SYN takes the slow path; the SYN-ACK, the reply flow it
 		// installed.
-		if want := []dataplane.Path{dataplane.PathSlow, dataplane.PathFast}[i]; p.Drop != dataplane.NotDropped || p.Path != want {
-			tb.Fatalf("%s: set-up packet %d from %s: drop %s, path %s, want %s", c.name, i, port, p.Drop, p.Path, want)
+		if path := []dataplane.Path{dataplane.PathSlow, dataplane.PathFast}[i]; p.Drop != dataplane.NotDropped || p.Path != path {
+			tb.Fatalf("%s: set-up packet %d from %s: drop %s, path %s, want %s", c.name, i, port, p.Drop, p.Path, path)
 		}
 		if i > 0 {
 			continue
@@ -178,13 +178,13 @@ func lbbSetup(tb testing.TB, c lbbCase) (w *dataplane.Worker, tmpl []byte, in, o
 		h := pr.Tenant()
 		st.seen = netip.AddrPortFrom(h.SrcAddr(), h.SrcPort)
 	}
-	inName, frame, outName, want := c.pkt(tb, st)
-	in, out = sw.Port(inName).ID, sw.Port(outName).ID
+	inName, frame, outPort, want := c.pkt(tb, st)
+	in, out = sw.Port(inName).ID, sw.Port(outPort).ID
 	if want == nil {
 		p := packet(tb, in, frame)
 		w.Process([]*dataplane.Packet{p}, 1e9)
 		if p.Drop != dataplane.NotDropped || p.OutPort != out || p.Path != dataplane.PathFast {
-			tb.Fatalf("%s: first packet: drop %s, out %d, path %s; want the fast path to %s", c.name, p.Drop, p.OutPort, p.Path, outName)
+			tb.Fatalf("%s: first packet: drop %s, out %d, path %s; want the fast path to %s", c.name, p.Drop, p.OutPort, p.Path, outPort)
 		}
 		c.check(tb, st, p.Bytes())
 		want = append([]byte(nil), p.Bytes()...)
