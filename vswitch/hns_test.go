@@ -469,17 +469,24 @@ func TestHNSParseErrors(t *testing.T) {
 				base = hnsOverlayPolicy
 			}
 			b := editJSON(t, base, func(d doc) { tt.edit(t, d) })
-			c, err := ParseConfig(b)
-			if err == nil {
-				t.Fatalf("ParseConfig accepted the document (%d ports after lowering), want an error containing %q\n%s", hnsPortCount(c), tt.want, b)
-			}
-			if !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("ParseConfig error\n  %v\nwant it to contain\n  %s", err, tt.want)
-			}
-			if strings.Contains(err.Error(), "a bug in ufp") {
-				t.Errorf("the lowered document was invalid, not the input: %v", err)
-			}
+			hnsWantRejected(t, b, tt.want)
 		})
+	}
+}
+
+// hnsWantRejected checks that ParseConfig rejects document b with an
+// error containing want, an error of the input, not of its lowering.
+func hnsWantRejected(t *testing.T, b []byte, want string) {
+	t.Helper()
+	c, err := ParseConfig(b)
+	if err == nil {
+		t.Fatalf("ParseConfig accepted the document (%d ports after lowering), want an error containing %q\n%s", hnsPortCount(c), want, b)
+	}
+	if !strings.Contains(err.Error(), want) {
+		t.Errorf("ParseConfig error\n  %v\nwant it to contain\n  %s", err, want)
+	}
+	if strings.Contains(err.Error(), "a bug in ufp") {
+		t.Errorf("the lowered document was invalid, not the input: %v", err)
 	}
 }
 

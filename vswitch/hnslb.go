@@ -1,6 +1,7 @@
 package vswitch
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -300,7 +301,7 @@ func (l *hnsLowering) loadBalancers(eps []*hnsEP) error {
 			if pm.AffinityTimeoutSeconds > 0 && pm.DistributionType == 0 {
 				return fmt.Errorf("%s.AffinityTimeoutSeconds: affinity is by client: set DistributionType 2 (client IP) or 1", pat)
 			}
-			if vx := l.vxlanPortOr(); proto == "udp" && pm.ExternalPort == vx && nodePort {
+			if vx := cmp.Or(l.vxlanPort, dataplane.VXLANPort); proto == "udp" && pm.ExternalPort == vx && nodePort {
 				return fmt.Errorf("%s.ExternalPort: udp/%d on the host is the VXLAN port: the uplink decapsulates what arrives there", pat, vx)
 			}
 			for _, f := range frontends {
@@ -322,7 +323,6 @@ func (l *hnsLowering) loadBalancers(eps []*hnsEP) error {
 				TargetPort:   pm.InternalPort,
 				PreserveDst:  pm.Flags&LBPortPreserveDIP != 0,
 				Distribution: dist,
-				SourceVIP:    c.SourceVIP,
 				DSR:          c.Flags&LBFlagDSR != 0,
 			}
 			if sourceVIP.IsValid() {
@@ -344,14 +344,6 @@ func (l *hnsLowering) loadBalancers(eps []*hnsEP) error {
 		}
 	}
 	return nil
-}
-
-// vxlanPortOr is the VXLAN port in use.
-func (l *hnsLowering) vxlanPortOr() uint16 {
-	if l.vxlanPort != 0 {
-		return l.vxlanPort
-	}
-	return dataplane.VXLANPort
 }
 
 // backend lowers the endpoint named name (ep if it is local) into a
@@ -388,9 +380,6 @@ func (l *hnsLowering) backend(at, name string, ep *hnsEP, v4 bool) (BackendConfi
 	switch n.cfg.Type {
 	case TypeOverlay:
 		rt := n.routeFor(ip)
-		if _, ok := n.pa[rt.pa.Is4()]; !ok {
-			return be, fmt.Errorf("%s: endpoint %q's host %s is %s, but network %q has no %s ProviderAddress to send from", at, name, rt.pa, family(rt.pa), n.cfg.Name, family(rt.pa))
-		}
 		be.Modify = &ModifyConfig{DstMAC: rt.drMAC.String()}
 		if !n.drMAC.IsZero() {
 			be.Modify.SrcMAC = n.drMAC.String()

@@ -302,16 +302,7 @@ func TestHNSNATErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			b := editJSON(t, hnsOr(tt.base, natDoc), func(d doc) { tt.edit(t, d) })
-			c, err := ParseConfig(b)
-			if err == nil {
-				t.Fatalf("ParseConfig accepted the document (%d ports after lowering), want an error containing %q\n%s", hnsPortCount(c), tt.want, b)
-			}
-			if !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("ParseConfig error\n  %v\nwant it to contain\n  %s", err, tt.want)
-			}
-			if strings.Contains(err.Error(), "a bug in ufp") {
-				t.Errorf("the lowered document was invalid, not the input: %v", err)
-			}
+			hnsWantRejected(t, b, tt.want)
 		})
 	}
 }

@@ -204,14 +204,7 @@ func BenchmarkLBFastPath(b *testing.B) {
 	for _, c := range lbbCases {
 		b.Run(c.name, func(b *testing.B) {
 			w, tmpl, in, out, _ := lbbSetup(b, c)
-			bench := newFPBench(b, w, tmpl, in, out)
-			b.ReportAllocs()
-			b.SetBytes(int64(len(tmpl)))
-			for b.Loop() {
-				if !bench.next(b) {
-					b.FailNow()
-				}
-			}
+			newFPBench(b, w, tmpl, in, out).run(b, len(tmpl))
 		})
 	}
 }

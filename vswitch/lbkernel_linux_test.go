@@ -279,29 +279,9 @@ func lkUFPTopo(t *testing.T, prefix string, sys *nkTopo, cfg *Config, clients, b
 			t.Fatal(err)
 		}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- sw.Serve(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Serve: %v", err)
-			}
-		case <-time.After(5 * time.Second):
-			t.Errorf("Serve did not return after cancel")
-		}
-		for _, d := range taps {
-			if n := d.TxOffloadDropped.Load(); n > 0 {
-				t.Errorf("the switch wrote %d frames with offload metadata to %s", n, d.name)
-			}
-		}
+	serveTAPs(t, sw, taps, func() {
 		if n := sw.TxNoDevice(); n > 0 {
 			t.Errorf("the switch forwarded %d frames to the uplink (which has no device here): every flow is between pods", n)
-		}
-		if t.Failed() {
-			t.Logf("switch drops: %s", sw.Pipeline().Drops.String())
 		}
 	})
 	return tp

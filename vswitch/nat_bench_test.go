@@ -104,14 +104,7 @@ func BenchmarkNATFastPath(b *testing.B) {
 	for _, c := range natbCases {
 		b.Run(c.name(), func(b *testing.B) {
 			w, tmpl, in, out, _ := natbSetup(b, c)
-			bench := newFPBench(b, w, tmpl, in, out)
-			b.ReportAllocs()
-			b.SetBytes(int64(len(tmpl)))
-			for b.Loop() {
-				if !bench.next(b) {
-					b.FailNow()
-				}
-			}
+			newFPBench(b, w, tmpl, in, out).run(b, len(tmpl))
 		})
 	}
 }

@@ -591,28 +591,7 @@ func nkUFPTopo(t *testing.T, prefix, exe string) *nkTopo {
 	if err := sw.Attach("uplink", upTap); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- sw.Serve(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Serve: %v", err)
-			}
-		case <-time.After(5 * time.Second):
-			t.Errorf("Serve did not return after cancel")
-		}
-		for _, d := range []*tapDevice{podTap, upTap} {
-			if n := d.TxOffloadDropped.Load(); n > 0 {
-				t.Errorf("the switch wrote %d frames with offload metadata to %s", n, d.name)
-			}
-		}
-		if t.Failed() {
-			t.Logf("switch drops: %s", sw.Pipeline().Drops.String())
-		}
-	})
+	serveTAPs(t, sw, []*tapDevice{podTap, upTap}, nil)
 	return tp
 }
 

@@ -120,6 +120,18 @@ func (b *fpBench) next(tb testing.TB) bool {
 	return true
 }
 
+// run measures packets of the benchmark's flow until b stops it,
+// reporting allocations and bytes (per packet) as b.SetBytes does.
+func (fb *fpBench) run(b *testing.B, bytes int) {
+	b.ReportAllocs()
+	b.SetBytes(int64(bytes))
+	for b.Loop() {
+		if !fb.next(b) {
+			b.FailNow()
+		}
+	}
+}
+
 // BenchmarkOverlay measures a packet of a cached overlay flow through the
 // whole pipeline (refill of the packet's headers, parse, key, hash, flow
 // lookup, guard, the DR MAC rewrite and the VXLAN push with its IPv4
@@ -130,14 +142,7 @@ func BenchmarkOverlay(b *testing.B) {
 	for _, c := range vxbCases {
 		b.Run(c.name(), func(b *testing.B) {
 			w, tmpl, in, out, _ := vxbSetup(b, c)
-			bench := newFPBench(b, w, tmpl, in, out)
-			b.ReportAllocs()
-			b.SetBytes(int64(c.innerLen))
-			for b.Loop() {
-				if !bench.next(b) {
-					b.FailNow()
-				}
-			}
+			newFPBench(b, w, tmpl, in, out).run(b, c.innerLen)
 		})
 	}
 }

@@ -267,3 +267,34 @@ wait:
 		}
 	}
 }
+
+// serveTAPs runs sw.Serve until t ends, then checks that it stopped
+// cleanly and wrote no frame with offload metadata to taps, runs check
+// (if any) on the stopped switch, and logs the drops if t failed.
+func serveTAPs(t *testing.T, sw *Switch, taps []*tapDevice, check func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sw.Serve(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Serve: %v", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Errorf("Serve did not return after cancel")
+		}
+		for _, d := range taps {
+			if n := d.TxOffloadDropped.Load(); n > 0 {
+				t.Errorf("the switch wrote %d frames with offload metadata to %s", n, d.name)
+			}
+		}
+		if check != nil {
+			check()
+		}
+		if t.Failed() {
+			t.Logf("switch drops: %s", sw.Pipeline().Drops.String())
+		}
+	})
+}
