@@ -41,7 +41,9 @@ type Decision struct {
 	// State is connection state for stateful actions, kept on the Conn.
 	State any
 	// Revalidating: the pipeline is re-deciding an established
-	// connection from its origin (State holds its state).
+	// connection from its origin, or deciding a packet of the origin's
+	// direction on its own (State holds the connection's state). A
+	// decision dropped as DropRevalidated ends the connection.
 	Revalidating bool
 	// Gen is the policy generation the decision was made under (0: the
 	// generation the pipeline read at the start of the batch).
@@ -384,6 +386,10 @@ func (w *Worker) slowPath(p *Packet, key *FlowKey, hash uint32, f *Flow, gen uin
 	uft := w.pl.uft
 	pr := &w.parsed
 	once := false // decide this packet without touching the table
+	// held: the stateful connection p opens, decided alone: its state
+	// (backend, NAT mapping) holds for p as for the connection's own
+	// packets.
+	var held *Conn
 	if f != nil {
 		switch {
 		case uft.Expired(f, now) || restarts(f, pr.Tenant().TCPFlags):
@@ -402,12 +408,12 @@ func (w *Worker) slowPath(p *Packet, key *FlowKey, hash uint32, f *Flow, gen uin
 		case f.GuardMatches(src, dst, &outerSrc, &outerDst):
 			// Cached under a policy newer than this batch started with:
 			// another worker has decided it; decide this packet alone.
-			once = true
+			once, held = true, f.origin()
 		default:
 			if c := f.conn.Load(); c != nil && c.Stateful {
 				// The connection stays; this packet is decided alone.
 				w.Trace.Addf("flow %s is cached for other MACs or outer source: this packet decided on its own", f.key)
-				once = true
+				once, held = true, f.origin()
 				break
 			}
 			// A stateless flow: this packet's decision replaces it.
@@ -421,9 +427,22 @@ func (w *Worker) slowPath(p *Packet, key *FlowKey, hash uint32, f *Flow, gen uin
 	*orig = *v
 	d := &w.dec // not a local: passed to an interface method, it would escape
 	*d = Decision{Now: now}
+	if held != nil {
+		d.State, d.Revalidating = held.State, true
+	}
 	w.pl.slow.Decide(v, w.Trace, d)
 	if d.Gen != 0 {
 		gen = d.Gen
+	}
+	if held != nil {
+		w.kept = held
+		if d.Drop == DropRevalidated {
+			w.settle(d.State)
+			if !w.end(p, held) {
+				w.slowPath(p, key, hash, nil, gen, now, src, dst, outerSrc, outerDst)
+			}
+			return
+		}
 	}
 	// State the decision allocated is given back unless a connection
 	// took it.
@@ -595,9 +614,28 @@ func (w *Worker) installReverse(f *Flow, orig, final *View, d *Decision, gen uin
 // policy change, then handles packet p (of flow f) with the new decision.
 // It reports false if p must take the slow path as a new flow.
 func (w *Worker) revalidate(p *Packet, f *Flow, c *Conn, hash uint32, gen uint64, now int64) bool {
+	if !w.redecide(c, gen, now) {
+		return w.end(p, c)
+	}
+	if f != c.fwd.Load() && (f.Removed() || c.rev.Load() != f) {
+		return false
+	}
+	w.Flow = f
+	n := p.Len()
+	w.apply(p, &w.parsed, f.action.Load(), hash)
+	f.Account(n, w.parsed.Tenant().TCPFlags, now)
+	return true
+}
+
+// redecide re-decides stateful connection c from its origin under the
+// running policy and installs the new decision on its flows. It reports
+// false if the connection's state no longer holds (the slow path dropped
+// it as DropRevalidated: its backend is gone, its NAT mapping no longer
+// applies): the caller ends it (end).
+func (w *Worker) redecide(c *Conn, gen uint64, now int64) bool {
 	uft := w.pl.uft
 	fwd := c.fwd.Load()
-	old := f.action.Load().Gen
+	old := fwd.action.Load().Gen
 	v, orig := &w.view, &w.orig
 	v.FromFlow(fwd, c)
 	*orig = *v
@@ -614,9 +652,13 @@ func (w *Worker) revalidate(p *Packet, f *Flow, c *Conn, hash uint32, gen uint64
 	// allocated beside it is given back.
 	w.kept = c
 	w.settle(d.State)
+	if d.Drop == DropRevalidated {
+		return false
+	}
 	a, err := w.pl.action(d.Out, d.MTU, d.Drop, d.HT, gen)
 	if err != nil {
-		a, _ = w.pl.action(NoPort, 0, DropRevalidated, Transposition{}, gen)
+		w.Trace.Addf("transposition rejected: %v", err)
+		return false
 	}
 	fwd.SetAction(a)
 	if a.Drop == NotDropped && d.Stateful {
@@ -627,14 +669,33 @@ func (w *Worker) revalidate(p *Packet, f *Flow, c *Conn, hash uint32, gen uint64
 		c.rev.Store(nil)
 		uft.Remove(r)
 	}
-	if f != fwd && (f.Removed() || c.rev.Load() != f) {
-		return false
-	}
-	w.Flow = f
-	n := p.Len()
-	w.apply(p, &w.parsed, f.action.Load(), hash)
-	f.Account(n, w.parsed.Tenant().TCPFlags, now)
 	return true
+}
+
+// end ends connection c, whose state no longer holds under the running
+// policy: it leaves the flow table (releasing its state), so that its next
+// packet opens a new connection, balanced or translated afresh, rather
+// than each packet refreshing a cached drop for as long as the peers keep
+// sending. Packet p of it is answered with a reset if it is a TCP segment
+// other than a SYN, so that its sender learns at once (as a Service with
+// no backends answers, ARCHITECTURE.md); end reports true then. Any other
+// packet (a UDP datagram, an echo, a SYN) is the first of a new connection:
+// end reports false and p takes the slow path as a new flow.
+func (w *Worker) end(p *Packet, c *Conn) bool {
+	fwd := c.fwd.Load()
+	w.pl.uft.RemoveConn(fwd)
+	pr := &w.parsed
+	if h := pr.Tenant(); h.Proto == ProtoTCP && h.TCPFlags&(TCPSyn|TCPAck) != TCPSyn {
+		if w.Trace.On() {
+			w.Trace.Addf("connection %s ended: its state no longer holds", fwd.key)
+		}
+		w.reject(p, pr, DropRevalidated)
+		return true
+	}
+	if w.Trace.On() {
+		w.Trace.Addf("connection %s ended: its state no longer holds; this packet opens a new one", fwd.key)
+	}
+	return false
 }
 
 // fmtNanos formats a time on the pipeline's clock for traces.
@@ -671,8 +732,25 @@ func (w *Worker) related(p *Packet, pr *Parsed, h *Headers, gen uint64, now int6
 		return false
 	}
 	c := f.conn.Load()
+	if c == nil || !c.Stateful {
+		return false
+	}
+	if f.action.Load().Gen < gen {
+		// The policy changed since the connection's last packet: it is
+		// revalidated first, as that packet would be.
+		rev := f != c.fwd.Load()
+		if !w.redecide(c, gen, now) {
+			uft.RemoveConn(c.fwd.Load())
+			return false
+		}
+		if rev {
+			if f = c.rev.Load(); f == nil {
+				return false
+			}
+		}
+	}
 	a := f.action.Load()
-	if c == nil || !c.Stateful || a.Drop != NotDropped || a.Gen < gen || pr.Encap && a.HT.Outer != OuterPop {
+	if a.Drop != NotDropped || pr.Encap && a.HT.Outer != OuterPop {
 		// (An error forwarded still in its tunnel would need the outer
 		// UDP checksum updated for the quote too: not translated.)
 		return false

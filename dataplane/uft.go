@@ -543,6 +543,14 @@ func (t *FlowTable) Remove(f *Flow) bool {
 	return ok
 }
 
+// origin returns the stateful connection f is the origin of, or nil.
+func (f *Flow) origin() *Conn {
+	if c := f.conn.Load(); c != nil && c.Stateful && c.fwd.Load() == f {
+		return c
+	}
+	return nil
+}
+
 // RemoveConn removes f and the other direction of its connection.
 func (t *FlowTable) RemoveConn(f *Flow) {
 	t.Remove(f)

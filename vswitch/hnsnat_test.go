@@ -881,8 +881,8 @@ func TestNATApplyKeepsPolicy(t *testing.T) {
 // TestNATRevalidation changes the policy in the middle of connections: a
 // connection keeps its mapping while its pool's address still applies to
 // it, is left untranslated (its binding held until it ends) when its
-// destination becomes an exception, and is dropped rather than moved when
-// its address changes.
+// destination becomes an exception, and ends when its address changes:
+// never moved to another address mid-connection.
 func TestNATRevalidation(t *testing.T) {
 	podA := func(sport uint16) natPkt {
 		return natPkt{smac: natL2A, dmac: natRouter, src: "192.168.1.100", sport: sport, dst: "203.0.113.5", dport: 53, proto: "udp"}
@@ -965,32 +965,46 @@ func TestNATRevalidation(t *testing.T) {
 		expireAll(t, r.sw)
 	})
 
-	t.Run("VirtualIP changes: the connection is dropped, not moved", func(t *testing.T) {
+	t.Run("VirtualIP changes: the connection ends; UDP starts anew on the new address, TCP is reset", func(t *testing.T) {
 		r := ulNewRig(t, mustParse(t, natL2Doc))
 		k := podA(7000)
 		ext := natOut(r, sec, "pod-a", k)
 		natReply(r, sec, k, ext, "", "pod-a")
+		syn := k
+		syn.proto, syn.sport, syn.dport, syn.flags = "tcp", 7010, 80, "S"
+		tcpExt := natOut(r, sec, "pod-a", syn)
+		natReply(r, sec, syn, tcpExt, "SA", "pod-a")
 		drops := r.sw.Pipeline().Drops.Get(dataplane.DropRevalidated)
 
 		apply(t, r.sw, func(d doc) { natEPPolicy(d, 0, 0)["VirtualIP"] = "192.168.1.50" })
-		natGo(r, 2*sec, "pod-a", k, "drop "+dataplane.DropRevalidated.String())
-		natGo(r, 3*sec, "pod-a", k, "drop "+dataplane.DropRevalidated.String())
-		if n := r.sw.Pipeline().Drops.Get(dataplane.DropRevalidated) - drops; n != 2 {
-			t.Errorf("%d packets counted as %s, want 2", n, dataplane.DropRevalidated)
+		// The datagram after the change is the first of a new
+		// connection, on the new address; the old mapping is released.
+		if got := natOut(r, 2*sec, "pod-a", k); got != netip.MustParseAddrPort("192.168.1.50:7000") {
+			t.Errorf("after the change pod-a's datagram left as %s, want 192.168.1.50:7000", got)
 		}
-		// Its replies are not translated any more either.
-		natReply(r, 3*sec, k, ext, "", "drop "+dataplane.DropNoDestination.String())
-		// A new connection uses the new address.
-		k2 := podA(7001)
-		if got := natOut(r, 3*sec, "pod-a", k2); got != netip.MustParseAddrPort("192.168.1.50:7001") {
-			t.Errorf("a new connection left as %s, want 192.168.1.50:7001", got)
+		natReply(r, 2*sec, k, netip.MustParseAddrPort("192.168.1.50:7000"), "", "pod-a")
+		natReply(r, 2*sec, k, ext, "", "drop "+dataplane.DropNoDestination.String())
+		// The TCP segment after it is answered with a reset from the
+		// peer's address, so the pod's socket fails at once.
+		ack := syn
+		ack.flags = "A"
+		p := natGo(r, 2*sec, "pod-a", ack, "pod-a")
+		if src, dst := natEnds(t, p.Bytes()); src != netip.MustParseAddrPort("203.0.113.5:80") || dst != netip.MustParseAddrPort("192.168.1.100:7010") {
+			t.Errorf("the reset went %s -> %s, want 203.0.113.5:80 -> 192.168.1.100:7010", src, dst)
 		}
+		if fl := p.Bytes()[14+20+13]; fl&dataplane.TCPRst == 0 {
+			t.Errorf("the answer has TCP flags %#x, want a reset", fl)
+		}
+		if n := r.sw.Pipeline().Drops.Get(dataplane.DropRevalidated) - drops; n != 1 {
+			t.Errorf("%d packets counted as %s, want 1 (the reset segment)", n, dataplane.DropRevalidated)
+		}
+		natReply(r, 2*sec, syn, tcpExt, "A", "drop "+dataplane.DropNoDestination.String())
 		// pod-b's policy did not change: it still translates to the host.
 		if got := natOut(r, 3*sec, "pod-b", podB(7002)); got != netip.MustParseAddrPort("192.168.1.10:7002") {
 			t.Errorf("pod-b left as %s, want 192.168.1.10:7002", got)
 		}
-		if n := r.sw.NAT().Bindings(); n != 3 {
-			t.Errorf("NAT bindings = %d, want 3 (the dropped connection holds its own until it ends)", n)
+		if n := r.sw.NAT().Bindings(); n != 2 {
+			t.Errorf("NAT bindings = %d, want 2 (pod-a's new connection, pod-b's; the ended ones released theirs)", n)
 		}
 		expireAll(t, r.sw)
 	})
@@ -1007,9 +1021,14 @@ func TestNATRevalidation(t *testing.T) {
 		if r.sw.NAT().Pool(addr("192.168.1.50")) != nil {
 			t.Errorf("the pool of 192.168.1.50 is still configured")
 		}
-		natGo(r, 2*sec, "pod-a", k, "drop "+dataplane.DropRevalidated.String())
+		// The retired pool drains while its connection lives (reply
+		// flows of it still cached elsewhere would otherwise lead to a
+		// port handed to another), and retires with it.
 		if n := r.sw.NAT().Bindings(); n != 1 {
 			t.Errorf("NAT bindings = %d, want 1 (the retired pool drains)", n)
+		}
+		if got := natOut(r, 2*sec, "pod-a", k); got != netip.MustParseAddrPort("192.168.1.10:7100") {
+			t.Errorf("after the change pod-a left as %s, want a new connection from 192.168.1.10:7100", got)
 		}
 		expireAll(t, r.sw)
 		for _, st := range r.sw.NAT().Stats() {

@@ -72,9 +72,10 @@ import (
 //   - after time passes every timeout and Expire runs, the flow table is
 //     empty, and neither the pools nor the tuple registry hold anything.
 //
-// FuzzLB (and random programs run through lbfRun) found defects that are
-// not fixed here; the checks tolerate them, each where its reproducing
-// test says: TestLBICMPErrorAfterApply, TestLBPacketFromAnotherRouterKeepsBackend.
+// FuzzLB found the defects TestLBICMPErrorAfterApply,
+// TestLBPacketFromAnotherRouterKeepsBackend and
+// TestLBUDPClientOfRemovedBackendRecovers reproduce; the checks tolerate
+// none of them.
 func FuzzLB(f *testing.F) {
 	for _, s := range lbfSeeds(f) {
 		f.Add(s.prog, s.raw)
@@ -919,14 +920,8 @@ func (s *lbfState) checkPacket(in []byte, p *dataplane.Packet, pre lbfPre, alone
 		if s.direct[[2]netip.AddrPort{qsrc, qdst}] {
 			return
 		}
-		gen := s.sw.Generation()
 		for _, c := range s.order {
 			if c.proto == q.Proto && qsrc == c.seenAs && qdst == c.backend && c.backend != c.front && s.live(c, s.now-int64(time.Microsecond)) {
-				if r := c.c.Rev(); r != nil && r.Action().Gen < gen {
-					// A known defect (TestLBICMPErrorAfterApply): not
-					// translated until the connection revalidates.
-					continue
-				}
 				t.Fatalf("ICMP error %x delivered by %s as %x quotes %s -> %s, the backend of the live connection %s -> %s:\n%s",
 					in, out.Name, got, qsrc, qdst, c.client, c.front, s.dump())
 			}
@@ -943,7 +938,18 @@ func (s *lbfState) checkBalanced(svc *lbfSvc, in []byte, ih *dataplane.Headers, 
 	isrc, idst := lbfEnds(ih)
 	osrc, odst := netip.AddrPortFrom(oh.SrcAddr(), oh.SrcPort), netip.AddrPortFrom(oh.DstAddr(), oh.DstPort)
 	if p.OutPort == p.InPort && oh.DstAddr() == ih.SrcAddr() && oh.SrcAddr() == ih.DstAddr() {
-		// Refused, answered from the frontend.
+		// Refused, answered from the frontend: the Service has no
+		// healthy backend, or the packet is a segment of a connection
+		// whose backend is gone (reset).
+		if pc := pre.conn; pc != nil && pc.c.Fwd() == pre.flow && oh.Proto == dataplane.ProtoTCP && ih.TCPFlags&(dataplane.TCPSyn|dataplane.TCPAck) != dataplane.TCPSyn {
+			if _, listed := svc.backends[pc.backend.Addr()]; !listed {
+				if oh.TCPFlags&dataplane.TCPRst == 0 || osrc != idst || odst != isrc {
+					t.Fatalf("frame %x of %s -> %s, whose backend %s is gone, answered %s -> %s flags %#x, want a reset from the frontend", in, isrc, idst, pc.backend, osrc, odst, oh.TCPFlags)
+				}
+				s.verdicts["reset: the backend is gone"]++
+				return
+			}
+		}
 		if n := svc.healthy(); n != 0 {
 			t.Fatalf("frame %x to %s (%s, %d healthy backends in document %d) was refused:\n%s", in, idst, svc.name, n, s.doc, s.dump())
 		}
@@ -975,8 +981,7 @@ func (s *lbfState) checkBalanced(svc *lbfSvc, in []byte, ih *dataplane.Headers, 
 	case !need && osrc.Addr() != isrc.Addr():
 		t.Fatalf("frame %x from %s to %s left to the backend %s from %s, want the client's own address:\n%s", in, isrc, idst, odst, osrc, s.dump())
 	}
-	// (From the network, a known defect: TestLBPacketFromAnotherRouterKeepsBackend.)
-	if pc := pre.conn; pc != nil && !pre.flow.Removed() && pc.c.Fwd() == pre.flow && pc.backend.Addr() != be && !fromUp {
+	if pc := pre.conn; pc != nil && !pre.flow.Removed() && pc.c.Fwd() == pre.flow && pc.backend.Addr() != be {
 		t.Fatalf("frame %x of the live connection %s -> %s (backend %s) went to %s:\n%s", in, isrc, idst, pc.backend, odst, s.dump())
 	}
 	if !alone {
@@ -1301,7 +1306,7 @@ func TestLBFuzzSeedsReachEveryMode(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"ov-a -> ov-a (slow)", "uplink -> ov-a (fast)", "ov-a -> uplink (fast)", "ov-b -> ov-b (slow)",
-		"ov-a -> drop revalidation-failed (slow)"} {
+		"reset: the backend is gone"} {
 		if verdicts[want] == 0 {
 			t.Errorf("no seed has a packet %s; verdicts: %v", want, verdicts)
 		}
@@ -1339,7 +1344,7 @@ func TestLBICMPErrorAfterApply(t *testing.T) {
 		qdst := netip.AddrPortFrom(q.DstAddr(), q.DstPort)
 		if want := netip.MustParseAddrPort("10.96.0.10:80"); qdst != want {
 			if apply {
-				knownLBBug(t, "after Apply the error reaches the client quoting %s, the backend, not %s: Worker.related does not translate errors of connections not yet revalidated\n%s", qdst, want, trace)
+				t.Fatalf("after Apply the error reaches the client quoting %s, the backend, not %s: Worker.related does not translate errors of connections not yet revalidated\n%s", qdst, want, trace)
 			}
 			t.Fatalf("the error reaches the client quoting %s, want %s\n%s", qdst, want, trace)
 		}
@@ -1379,7 +1384,7 @@ func TestLBPacketFromAnotherRouterKeepsBackend(t *testing.T) {
 	ack.smac = lbPeer
 	p, trace = r.run("uplink", natFrame(t, ack), dataplane.Offload{})
 	if got := outName(r.sw, p); got != to {
-		knownLBBug(t, "a packet of the connection through another router went to %s, the connection's backend is %s\n%s", got, to, trace)
+		t.Errorf("a packet of the connection through another router went to %s, the connection's backend is %s\n%s", got, to, trace)
 	}
 }
 
@@ -1413,7 +1418,7 @@ func TestLBUDPClientOfRemovedBackendRecovers(t *testing.T) {
 			return
 		}
 	}
-	knownLBBug(t, "5 minutes after its backend %s was removed, the client's queries still go to %q, not to %s: the connection's cached drop never expires while the client sends\n%s",
+	t.Errorf("5 minutes after its backend %s was removed, the client's queries still go to %q, not to %s: the connection's cached drop never expires while the client sends\n%s",
 		to, got, other, trace)
 }
 

@@ -363,17 +363,36 @@ func TestLBBackendRemovedAndUnhealthy(t *testing.T) {
 			}
 		}
 		// Established ones: to ov-c they go on while it is in the load
-		// balancer (unhealthy), and stop when it is removed; to ov-b they
-		// go on.
+		// balancer (unhealthy), and are reset when it is removed (from
+		// the frontend: the client learns at once); to ov-b they go on.
 		for sport, to := range conns {
 			ack := natPkt{smac: lbOvA, dmac: lbDR, src: "10.244.0.10", sport: sport, dst: "10.96.0.10", dport: 80, proto: "tcp", flags: "A"}
 			p, trace := r.run("ov-a", natFrame(t, ack), dataplane.Offload{})
-			got, want := outName(r.sw, p), to
 			if to == "ov-c" && c.name == "removed" {
-				want = "drop revalidation-failed"
+				// RFC 9293 3.10.7.1: the reset's sequence number is the
+				// segment's acknowledgment (natPkt's is 2000).
+				pk := gopacket.NewPacket(p.Bytes(), layers.LayerTypeEthernet, gopacket.Default)
+				tc, _ := pk.Layer(layers.LayerTypeTCP).(*layers.TCP)
+				ip, _ := pk.Layer(layers.LayerTypeIPv4).(*layers.IPv4)
+				if got := outName(r.sw, p); got != "ov-a" || tc == nil || ip == nil || !tc.RST || tc.ACK || tc.Seq != 2000 ||
+					tc.SrcPort != 80 || tc.DstPort != layers.TCPPort(sport) || ip.SrcIP.String() != "10.96.0.10" {
+					t.Fatalf("%s: established connection from port %d to the removed %s: %s %v, want a reset from 10.96.0.10:80\n%s", c.name, sport, to, got, pk, trace)
+				}
+				continue
 			}
-			if got != want {
-				t.Fatalf("%s: established connection from port %d to %s: %s, want %s\n%s", c.name, sport, to, got, want, trace)
+			if got := outName(r.sw, p); got != to {
+				t.Fatalf("%s: established connection from port %d to %s: %s\n%s", c.name, sport, to, got, trace)
+			}
+		}
+	}
+	if n := r.sw.Pipeline().Drops.Get(dataplane.DropRevalidated); n == 0 {
+		t.Error("the connections reset are not counted as revalidation-failed")
+	}
+	// Their next SYN (the client reconnects) reaches the remaining backend.
+	for sport, to := range conns {
+		if to == "ov-c" {
+			if got := r.lbConnect("ov-a", sport, "10.96.0.10", 80, 8080); got != "ov-b" {
+				t.Fatalf("reconnection from port %d went to %s", sport, got)
 			}
 		}
 	}

@@ -713,6 +713,14 @@ func (s *natfState) checkTranslation(live map[natfExt]*nat.Binding, inPort datap
 	isrc := netip.AddrPortFrom(ih.SrcAddr(), ih.SrcPort)
 	osrc := netip.AddrPortFrom(oh.SrcAddr(), oh.SrcPort)
 	idst, odst := netip.AddrPortFrom(ih.DstAddr(), ih.DstPort), netip.AddrPortFrom(oh.DstAddr(), oh.DstPort)
+	if out.ID == inPort && osrc == idst && odst == isrc {
+		// Answered by the switch: a segment of a connection whose
+		// mapping no longer holds gets a reset from its peer's address.
+		if cl != nat.ClassTCP || oh.TCPFlags&dataplane.TCPRst == 0 {
+			t.Fatalf("frame %x from %s to %s was answered to its sender by %x, which is no reset", in, isrc, idst, got)
+		}
+		return
+	}
 	if cl == nat.ClassICMP {
 		idst, odst = netip.AddrPortFrom(ih.DstAddr(), ih.SrcPort), netip.AddrPortFrom(oh.DstAddr(), oh.SrcPort)
 	}

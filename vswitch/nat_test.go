@@ -240,6 +240,13 @@ func TestNATFragmentationNeeded(t *testing.T) {
 	errIn := natError(t, natRouter, natHost, "192.168.1.1", "192.168.1.10", 3, 4, 1000, quote)
 	errOut := natError(t, natDR, natOvA, "192.168.1.1", "10.244.0.10", 3, 4, 1000, natFrame(t, pod)[:14+20+8+100])
 	r.out("uplink", errIn, "ov-a", errOut)
+	// After a policy change (the same one again) the error comes before
+	// any packet of the connection: it revalidates the connection first,
+	// and is translated all the same.
+	if err := r.sw.Apply(mustParse(t, natDoc)); err != nil {
+		t.Fatal(err)
+	}
+	r.out("uplink", errIn, "ov-a", errOut)
 }
 
 func TestNATPortMappingAndHairpin(t *testing.T) {
