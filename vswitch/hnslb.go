@@ -90,6 +90,8 @@ type hnsLB struct {
 	frontends []netip.Addr // empty FrontendVIPs: the host's address
 	nodePort  bool
 	cfg       BalancerConfig
+	sourceVIP netip.Addr // invalid: none
+	lbAt      string     // the load balancer's path (at is the port mapping's)
 }
 
 // remoteEndpoint validates remote endpoint ec (Flags 1) of network n.
@@ -225,6 +227,14 @@ func (l *hnsLowering) loadBalancers(eps []*hnsEP) error {
 			if err := l.checkNATAddr(at+".SourceVIP", a); err != nil {
 				return err
 			}
+			if o := l.remoteOwner(a); o != "" {
+				return fmt.Errorf("%s.SourceVIP: %s is the address of %s, a remote endpoint: the backends' replies to it would go to that endpoint's host", at, a, o)
+			}
+			for _, n := range l.nets {
+				if rt := n.routeFor(a); rt != nil {
+					return fmt.Errorf("%s.SourceVIP: %s is in %s (%s), another host's pods: the backends' replies to it would go to that host, not this one", at, a, rt.at, rt.prefix)
+				}
+			}
 			sourceVIP = a
 			l.pool(a)
 		}
@@ -243,6 +253,9 @@ func (l *hnsLowering) loadBalancers(eps []*hnsEP) error {
 			}
 			if err := l.checkNATAddr(fat, a); err != nil {
 				return err
+			}
+			if o := l.remoteOwner(a); o != "" {
+				return fmt.Errorf("%s: %s is the address of %s, a remote endpoint", fat, a, o)
 			}
 			if slices.Contains(frontends, a) {
 				return fmt.Errorf("%s: %s is listed twice", fat, a)
@@ -301,16 +314,26 @@ func (l *hnsLowering) loadBalancers(eps []*hnsEP) error {
 			if pm.AffinityTimeoutSeconds > 0 && pm.DistributionType == 0 {
 				return fmt.Errorf("%s.AffinityTimeoutSeconds: affinity is by client: set DistributionType 2 (client IP) or 1", pat)
 			}
-			if vx := cmp.Or(l.vxlanPort, dataplane.VXLANPort); proto == "udp" && pm.ExternalPort == vx && nodePort {
-				return fmt.Errorf("%s.ExternalPort: udp/%d on the host is the VXLAN port: the uplink decapsulates what arrives there", pat, vx)
-			}
 			for _, f := range frontends {
+				// The uplink decapsulates whatever arrives on the VXLAN
+				// port: from the network, a frontend there is reached
+				// only if it is the host's or one the switch answers ARP
+				// and neighbour discovery for.
+				host := f == l.hostIPs[f.Is4()]
+				if vx := cmp.Or(l.vxlanPort, dataplane.VXLANPort); proto == "udp" && pm.ExternalPort == vx &&
+					(host || pm.Flags&(LBPortVipExternalIP|LBPortILB) == LBPortVipExternalIP) {
+					where := "the host"
+					if !host {
+						where = f.String() + " (VipExternalIP)"
+					}
+					return fmt.Errorf("%s.ExternalPort: udp/%d on %s is the VXLAN port: the uplink decapsulates what arrives there", pat, vx, where)
+				}
 				k := fkey{f, proto, pm.ExternalPort}
 				if o, dup := taken[k]; dup {
 					return fmt.Errorf("%s.ExternalPort: %s/%d on %s is taken by %s", pat, proto, pm.ExternalPort, f, o)
 				}
 				taken[k] = pat
-				if nodePort || pm.Flags&LBPortVipExternalIP != 0 || f == l.hostIPs[f.Is4()] {
+				if nodePort || pm.Flags&LBPortVipExternalIP != 0 || host {
 					// The host's port: source NAT must never hand it out.
 					p := l.pool(f)
 					p.reserved = append(p.reserved, proto+"/"+strconv.Itoa(int(pm.ExternalPort)))
@@ -340,10 +363,34 @@ func (l *hnsLowering) loadBalancers(eps []*hnsEP) error {
 				return fmt.Errorf("%s.SourceVIP: the load balancer has remote endpoints, and %s", at, why)
 			}
 			l.lbs = append(l.lbs, &hnsLB{at: pat, name: cfg.Name, proto: proto, external: pm.ExternalPort,
-				flags: pm.Flags, frontends: frontends, nodePort: nodePort, cfg: cfg})
+				flags: pm.Flags, frontends: frontends, nodePort: nodePort, cfg: cfg, sourceVIP: sourceVIP, lbAt: at})
+		}
+	}
+	// Connections translated to a SourceVIP come from it: no Service may
+	// have it as a frontend (but the host's address, whose frontends'
+	// ports the host's pool reserves), or the backends' replies to it
+	// would be balanced.
+	for _, b := range l.lbs {
+		if sv := b.sourceVIP; sv.IsValid() && sv != l.hostIPs[sv.Is4()] {
+			for _, o := range l.lbs {
+				if slices.Contains(o.frontends, sv) {
+					return fmt.Errorf("%s.SourceVIP: %s is a frontend of %s: the backends' replies to it would be balanced", b.lbAt, sv, o.at)
+				}
+			}
 		}
 	}
 	return nil
+}
+
+// remoteOwner returns the path of the remote endpoint that has address a,
+// or "".
+func (l *hnsLowering) remoteOwner(a netip.Addr) string {
+	for _, r := range l.remotes {
+		if slices.Contains(r.ips, a) {
+			return r.at
+		}
+	}
+	return ""
 }
 
 // backend lowers the endpoint named name (ep if it is local) into a
