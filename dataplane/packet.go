@@ -79,6 +79,10 @@ type Packet struct {
 	OutPort PortID
 	Drop    DropReason
 	Path    Path
+	// Rejected: the packet was dropped for this reason and rewritten
+	// into the answer to its sender (a TCP reset, an ICMP unreachable),
+	// which leaves by OutPort.
+	Rejected DropReason
 }
 
 // NewPacket returns a packet with a buffer of size bytes (Headroom included)
@@ -96,7 +100,7 @@ func NewPacket(size int) *Packet {
 func (p *Packet) Reset() []byte {
 	p.off, p.n = Headroom, 0
 	p.Offload = Offload{}
-	p.InPort, p.OutPort, p.Drop, p.Path = NoPort, NoPort, NotDropped, PathNone
+	p.InPort, p.OutPort, p.Drop, p.Path, p.Rejected = NoPort, NoPort, NotDropped, PathNone, NotDropped
 	return p.buf[Headroom:]
 }
 

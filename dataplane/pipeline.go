@@ -221,7 +221,7 @@ func (w *Worker) drop(p *Packet, r DropReason) {
 }
 
 func (w *Worker) process(p *Packet, gen uint64, now int64) {
-	p.OutPort, p.Drop, p.Path = NoPort, NotDropped, PathNone
+	p.OutPort, p.Drop, p.Path, p.Rejected = NoPort, NotDropped, PathNone, NotDropped
 	w.Flow = nil
 	pr := &w.parsed
 	if r := pr.Decode(p.Bytes()); r != NotDropped && !w.decodePlain(p) {
@@ -519,7 +519,7 @@ func (w *Worker) reject(p *Packet, pr *Parsed, r DropReason) {
 		return
 	}
 	w.Trace.Addf("rejected (%s): answered to the sender", r)
-	p.OutPort = p.InPort
+	p.OutPort, p.Rejected = p.InPort, r
 }
 
 // settle releases state st (a decision's Decision.State) unless the

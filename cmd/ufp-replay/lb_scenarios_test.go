@@ -327,6 +327,53 @@ var lbScenarios = map[string]func() []Frame{
 		conn(ms(17000), 40005, after)                                                     // #13-14: by affinity, to pod-d
 		return s.frames
 	},
+	// A backend removed under live connections (policy@N.json takes pod-c
+	// out of web, leaving pod-b). Before: a TCP connection and a UDP
+	// flow from pod-a to each backend. After: the first packet after the
+	// change is a port-unreachable from pod-b about its UDP flow: it
+	// revalidates that flow and reaches pod-a from the VIP. pod-b's TCP
+	// connection goes on; pod-c's gets a reset from the VIP at its next
+	// segment, and pod-a's new SYN from the same port reaches pod-b.
+	// pod-c's UDP flow ends too: its next query is balanced afresh, to
+	// pod-b, and nothing is lost; pod-b's answer comes from the VIP.
+	"lb-backend-removed": func() []Frame {
+		var s seq
+		a, vip := lbPodA, "10.96.0.10"
+		t := newLBTable(lb.PerConnection, lbPodB.ip4, lbPodC.ip4)
+		first := func(proto uint8, from, dport int, be lbPod) int {
+			for sport := from; ; sport++ {
+				if lbPodAt(t.pick(proto, a.ip4, sport, vip, dport)) == be {
+					return sport
+				}
+			}
+		}
+		tb, tc := first(6, 40000, 80, lbPodB), first(6, 40000, 80, lbPodC)
+		ub, uc := first(17, 41000, 53, lbPodB), first(17, 41000, 53, lbPodC)
+		for _, c := range []struct {
+			sport int
+			be    lbPod
+		}{{tb, lbPodB}, {tc, lbPodC}} {
+			s.add(a.port, tcp(a.mac, macDR, a.ip4, c.sport, vip, 80, "S", ""))
+			s.add(c.be.port, tcp(c.be.mac, macDR, c.be.ip4, 8080, a.ip4, c.sport, "SA", ""))
+		}
+		for _, c := range []struct {
+			sport int
+			be    lbPod
+		}{{ub, lbPodB}, {uc, lbPodC}} {
+			s.add(a.port, udp(a.mac, macDR, a.ip4, c.sport, vip, 53, "query"))
+			s.add(c.be.port, udp(c.be.mac, macDR, c.be.ip4, 5353, a.ip4, c.sport, "answer"))
+		}
+		// policy@9.json: pod-c removed.
+		sent := udp(macDR, lbPodB.mac, a.ip4, ub, lbPodB.ip4, 5353, "query") // as pod-b got it
+		s.add(lbPodB.port, icmpError(lbPodB.mac, macDR, lbPodB.ip4, a.ip4, uint8(layers.ICMPv4TypeDestinationUnreachable), uint8(layers.ICMPv4CodePort), 0, sent, 0))
+		s.add(a.port, tcp(a.mac, macDR, a.ip4, tb, vip, 80, "PA", "to pod-b")) // goes on
+		s.add(a.port, tcp(a.mac, macDR, a.ip4, tc, vip, 80, "PA", "to pod-c")) // reset from the VIP
+		s.add(a.port, tcp(a.mac, macDR, a.ip4, tc, vip, 80, "S", ""))          // reconnects: to pod-b
+		s.add(lbPodB.port, tcp(lbPodB.mac, macDR, lbPodB.ip4, 8080, a.ip4, tc, "SA", ""))
+		s.add(a.port, udp(a.mac, macDR, a.ip4, uc, vip, 53, "query")) // balanced afresh: to pod-b
+		s.add(lbPodB.port, udp(lbPodB.mac, macDR, lbPodB.ip4, 5353, a.ip4, uc, "answer"))
+		return s.frames
+	},
 	// A Service without a backend answers for itself, from the VIP: TCP
 	// with a RST, UDP with ICMP port-unreachable, IPv4 and IPv6; nothing
 	// is cached, so a retry is answered again. "down" has one backend,

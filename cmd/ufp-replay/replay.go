@@ -136,7 +136,7 @@ func Run(sc *Scenario) (*Result, error) {
 	batch := []*dataplane.Packet{pkt}
 	var t0 time.Time
 	outBy := map[string]int{}
-	var nOut, nDrop int
+	var nOut, nDrop, nRejected int
 	for i, f := range in {
 		n := i + 1
 		for _, c := range sc.Changes {
@@ -201,6 +201,9 @@ func Run(sc *Scenario) (*Result, error) {
 			fmt.Fprintf(&out, "  ht: %s\n", w.Flow.Action().HT)
 		}
 		data := slices.Clone(pkt.Bytes())
+		if pkt.Rejected != dataplane.NotDropped {
+			nRejected++
+		}
 		fmt.Fprintf(&out, "  => out %s %dB %s\n", op.Name, len(data), vswitch.Describe(data, vx))
 		res.Out = append(res.Out, Frame{Port: op.Name, Time: f.Time, Data: data})
 		outBy[op.Name]++
@@ -212,7 +215,12 @@ func Run(sc *Scenario) (*Result, error) {
 		}
 	}
 	st := pl.Stats()
-	fmt.Fprintf(&out, "summary: %d in, %d out, %d dropped; fast path %d, slow path %d\n", len(in), nOut, nDrop, st.Fast, st.Slow)
+	rejected := ""
+	if nRejected > 0 {
+		// Dropped (counted by reason below) and answered (counted out).
+		rejected = fmt.Sprintf(" (%d of them answers to packets rejected)", nRejected)
+	}
+	fmt.Fprintf(&out, "summary: %d in, %d out%s, %d dropped; fast path %d, slow path %d\n", len(in), nOut, rejected, nDrop, st.Fast, st.Slow)
 	var ports []string
 	for _, p := range sw.Ports() {
 		if outBy[p.Name] > 0 {
