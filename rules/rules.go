@@ -32,11 +32,11 @@
 package rules
 
 import (
-	"cmp"
 	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/ufp-dev/ufp/dataplane"
 )
@@ -330,7 +330,23 @@ type Rule struct {
 	Action      Action
 	Terminating bool
 	Stateful    bool
+
+	counters *Counters // set by Layer.Compile
 }
+
+// Counters are a compiled rule's: they count from the Compile of its
+// layer (a policy change starts them anew). Safe for concurrent use.
+type Counters struct {
+	// Hits counts the slow-path evaluations whose verdict the rule was.
+	Hits atomic.Uint64
+	// Packets and Bytes count the traffic of the flows the rule decided,
+	// credited when a flow leaves the flow table (the switch does: see
+	// vswitch's RuleCounters for the live total).
+	Packets, Bytes atomic.Uint64
+}
+
+// Counters returns r's counters, nil if its layer is not compiled.
+func (r *Rule) Counters() *Counters { return r.counters }
 
 // Group is a set of rules with conditions of its own: the unit of atomic
 // policy update within a layer.
@@ -402,6 +418,9 @@ func (l *Layer) Compile() error {
 				return fmt.Errorf("groups[%d].rules[%d].stateful: a rule that load-balances (lb) must be stateful, or connections could not keep their backend", gi, ri)
 			}
 		}
+		for ri := range g.Rules {
+			g.Rules[ri].counters = new(Counters)
+		}
 		l.classifiers[gi] = newClassifier(g.Rules)
 	}
 	return nil
@@ -449,7 +468,7 @@ func (l *Layer) Evaluate(v *dataplane.View, dir Direction) Verdict {
 		if r := l.classifiers[gi].find(v, dir); r != nil {
 			res = Verdict{Action: r.Action, Group: g, Rule: r}
 			if r.Terminating {
-				return res
+				break
 			}
 		}
 	}
@@ -458,31 +477,8 @@ func (l *Layer) Evaluate(v *dataplane.View, dir Direction) Verdict {
 		if dir == Out {
 			res.Action = l.DefaultOut
 		}
+	} else if c := res.Rule.counters; c != nil {
+		c.Hits.Add(1)
 	}
 	return res
-}
-
-// classifier finds the matching rule with the smallest priority in one
-// group. This one keeps the rules sorted by priority and scans them; the
-// first match is the answer.
-type classifier struct {
-	rules []*Rule
-}
-
-func newClassifier(rs []Rule) classifier {
-	c := classifier{rules: make([]*Rule, len(rs))}
-	for i := range rs {
-		c.rules[i] = &rs[i]
-	}
-	slices.SortFunc(c.rules, func(a, b *Rule) int { return cmp.Compare(a.Priority, b.Priority) })
-	return c
-}
-
-func (c *classifier) find(v *dataplane.View, dir Direction) *Rule {
-	for _, r := range c.rules {
-		if r.Match.Match(v, dir) {
-			return r
-		}
-	}
-	return nil
 }

@@ -622,3 +622,34 @@ func BenchmarkEvaluate(b *testing.B) {
 		})
 	}
 }
+
+// A rule's hits count the evaluations whose verdict it was: not a
+// non-terminating match a later group overrides, nor the default.
+func TestRuleHits(t *testing.T) {
+	l := &Layer{Name: "acl", Groups: []Group{
+		{Name: "soft", Rules: []Rule{{Name: "pass-all", Priority: 1, Action: Action{Verb: Allow}}}},
+		{Name: "hard", Rules: []Rule{
+			{Name: "block-udp", Priority: 1, Match: Condition{Protocols: []uint8{dataplane.ProtoUDP}}, Action: Action{Verb: Block}, Terminating: true},
+		}},
+		{Name: "never", Rules: []Rule{{Name: "icmp", Priority: 1, Match: Condition{Protocols: []uint8{dataplane.ProtoICMPv4}}, Terminating: true}}},
+	}}
+	if err := l.Compile(); err != nil {
+		t.Fatal(err)
+	}
+	udp := dataplane.View{Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("10.0.0.2"), Proto: dataplane.ProtoUDP}
+	tcp := udp
+	tcp.Proto = dataplane.ProtoTCP
+	for range 3 {
+		l.Evaluate(&udp, Out)
+	}
+	l.Evaluate(&tcp, In)
+	want := map[string]uint64{"pass-all": 1, "block-udp": 3, "icmp": 0}
+	for gi := range l.Groups {
+		for ri := range l.Groups[gi].Rules {
+			r := &l.Groups[gi].Rules[ri]
+			if got := r.Counters().Hits.Load(); got != want[r.Name] {
+				t.Errorf("rule %s: %d hits, want %d", r.Name, got, want[r.Name])
+			}
+		}
+	}
+}
