@@ -244,6 +244,10 @@ type Action struct {
 	Gen  uint64
 	// MTU is the largest IP packet Out takes, 0 for no limit.
 	MTU uint16
+	// Meter, if set, is credited with a flow's packets and bytes when the
+	// flow leaves the table with this action. The fast path never
+	// touches it.
+	Meter Meter
 
 	// Pushed outer header template (Ethernet, IP, UDP, VXLAN) with every
 	// field but lengths, checksums and the UDP source port filled in.
@@ -262,6 +266,22 @@ type Action struct {
 // NewAction compiles a forwarding (drop == NotDropped) or dropping action.
 func NewAction(out PortID, drop DropReason, ht Transposition, gen uint64) (*Action, error) {
 	return newAction(out, 0, drop, ht, gen)
+}
+
+// Meter counts the traffic of the flows whose actions carry it (the rules
+// that decided them). Retire is called once per flow, when the flow leaves
+// the table, from any goroutine; it must be quick and must not call back
+// into the flow table.
+type Meter interface {
+	Retire(packets, bytes uint64)
+}
+
+func newMeteredAction(out PortID, mtu uint16, drop DropReason, ht Transposition, gen uint64, m Meter) (*Action, error) {
+	a, err := newAction(out, mtu, drop, ht, gen)
+	if a != nil {
+		a.Meter = m
+	}
+	return a, err
 }
 
 func newAction(out PortID, mtu uint16, drop DropReason, ht Transposition, gen uint64) (*Action, error) {

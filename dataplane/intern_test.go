@@ -12,11 +12,11 @@ func TestActionInternsPushByValue(t *testing.T) {
 	mk := func() *Outer {
 		return &Outer{Src: netip.MustParseAddr("192.168.1.10"), Dst: netip.MustParseAddr("192.168.1.20"), VNI: 4096}
 	}
-	a1, err := pl.action(1, 0, NotDropped, Transposition{Outer: OuterPop, Push: mk()}, 7)
+	a1, err := pl.action(1, 0, NotDropped, Transposition{Outer: OuterPop, Push: mk()}, 7, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a2, err := pl.action(1, 0, NotDropped, Transposition{Outer: OuterPop, Push: mk()}, 7)
+	a2, err := pl.action(1, 0, NotDropped, Transposition{Outer: OuterPop, Push: mk()}, 7, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,10 +25,10 @@ func TestActionInternsPushByValue(t *testing.T) {
 	}
 	other := mk()
 	other.VNI = 4097
-	if a3, _ := pl.action(1, 0, NotDropped, Transposition{Outer: OuterPop, Push: other}, 7); a3 == a1 {
+	if a3, _ := pl.action(1, 0, NotDropped, Transposition{Outer: OuterPop, Push: other}, 7, nil); a3 == a1 {
 		t.Errorf("pushes of different VNIs share an action")
 	}
-	if a4, _ := pl.action(1, 0, NotDropped, Transposition{Outer: OuterPop, Push: mk()}, 8); a4 == a1 {
+	if a4, _ := pl.action(1, 0, NotDropped, Transposition{Outer: OuterPop, Push: mk()}, 8, nil); a4 == a1 {
 		t.Errorf("an action of generation 7 was reused in generation 8")
 	}
 }

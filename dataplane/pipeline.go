@@ -59,6 +59,10 @@ type Decision struct {
 	Reject bool
 	// Now is the pipeline's clock when the decision is made.
 	Now int64
+	// Meter, if set, is credited with the packets and bytes of the flows
+	// the decision installs (both directions of a connection), when they
+	// leave the table (Action.Meter).
+	Meter Meter
 	// MTU is the largest IP packet the output port takes (0: no limit);
 	// ReplyMTU is the input port's, for the reply direction of a
 	// stateful decision. Larger packets are dropped (DropMTUExceeded).
@@ -99,6 +103,7 @@ type actionKey struct {
 	ht    Transposition // with Push cleared
 	outer Outer
 	push  bool
+	meter Meter
 }
 
 // maxInterned bounds the table of shared actions; beyond it, flows get
@@ -126,8 +131,8 @@ func (pl *Pipeline) Stats() PipelineStats {
 }
 
 // action returns the shared action for a decision under generation gen.
-func (pl *Pipeline) action(out PortID, mtu uint16, drop DropReason, ht Transposition, gen uint64) (*Action, error) {
-	k := actionKey{out: out, mtu: mtu, drop: drop, ht: ht}
+func (pl *Pipeline) action(out PortID, mtu uint16, drop DropReason, ht Transposition, gen uint64, m Meter) (*Action, error) {
+	k := actionKey{out: out, mtu: mtu, drop: drop, ht: ht, meter: m}
 	if ht.Push != nil {
 		k.ht.Push, k.outer, k.push = nil, *ht.Push, true
 	}
@@ -139,12 +144,12 @@ func (pl *Pipeline) action(out PortID, mtu uint16, drop DropReason, ht Transposi
 	} else if gen < pl.actGen {
 		// A worker still deciding under an older policy: its actions
 		// are not shared.
-		return newAction(out, mtu, drop, ht, gen)
+		return newMeteredAction(out, mtu, drop, ht, gen, m)
 	}
 	if a := pl.actions[k]; a != nil {
 		return a, nil
 	}
-	a, err := newAction(out, mtu, drop, ht, gen)
+	a, err := newMeteredAction(out, mtu, drop, ht, gen, m)
 	if err != nil {
 		return nil, err
 	}
@@ -447,7 +452,7 @@ func (w *Worker) slowPath(p *Packet, key *FlowKey, hash uint32, f *Flow, gen uin
 	// State the decision allocated is given back unless a connection
 	// took it.
 	defer w.settle(d.State)
-	a, err := w.pl.action(d.Out, d.MTU, d.Drop, d.HT, gen)
+	a, err := w.pl.action(d.Out, d.MTU, d.Drop, d.HT, gen, d.Meter)
 	if err != nil {
 		w.Trace.Addf("transposition rejected: %v", err)
 		w.drop(p, DropTransposition)
@@ -553,7 +558,7 @@ func (w *Worker) installReverse(f *Flow, orig, final *View, d *Decision, gen uin
 		}
 		return true
 	}
-	ra, err := w.pl.action(orig.InPort, d.ReplyMTU, NotDropped, ReverseHT(orig, final), gen)
+	ra, err := w.pl.action(orig.InPort, d.ReplyMTU, NotDropped, ReverseHT(orig, final), gen, d.Meter)
 	if err != nil {
 		w.Trace.Addf("reverse transposition rejected: %v", err)
 		return true
@@ -655,7 +660,7 @@ func (w *Worker) redecide(c *Conn, gen uint64, now int64) bool {
 	if d.Drop == DropRevalidated {
 		return false
 	}
-	a, err := w.pl.action(d.Out, d.MTU, d.Drop, d.HT, gen)
+	a, err := w.pl.action(d.Out, d.MTU, d.Drop, d.HT, gen, d.Meter)
 	if err != nil {
 		w.Trace.Addf("transposition rejected: %v", err)
 		return false
@@ -776,7 +781,7 @@ func (w *Worker) related(p *Packet, pr *Parsed, h *Headers, gen uint64, now int6
 	if h.Src != q.Dst {
 		ht.Set &^= FieldSrcIP
 	}
-	oa, err := w.pl.action(a.Out, a.MTU, NotDropped, ht, a.Gen)
+	oa, err := w.pl.action(a.Out, a.MTU, NotDropped, ht, a.Gen, nil)
 	if err != nil {
 		return false
 	}

@@ -51,6 +51,7 @@ type plSlow struct {
 	// decideGen, when set, is the generation Decide says it decided
 	// under (a policy newer than the one a batch started with).
 	decideGen uint64
+	meter     Meter // Decision.Meter
 
 	decides atomic.Int64
 	locals  atomic.Int64
@@ -104,7 +105,7 @@ func (s *plSlow) Decide(v *View, tr *Trace, d *Decision) {
 		return
 	}
 	d.Out, d.HT, d.Stateful, d.NoCache = plServerPort, ht, s.stateful, s.noCache
-	d.Gen = s.decideGen
+	d.Gen, d.Meter = s.decideGen, s.meter
 }
 
 func (s *plSlow) lastView() View {

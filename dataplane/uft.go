@@ -512,6 +512,9 @@ func (t *FlowTable) deleteLocked(s *shard, f *Flow) {
 	f.next = nil
 	f.state.Or(flowRemoved)
 	t.count.Add(-1)
+	if m := f.action.Load().Meter; m != nil {
+		m.Retire(f.packets.Load(), f.bytes.Load())
+	}
 	if c := f.conn.Load(); c != nil && c.fwd.Load() == f {
 		c.release()
 	}

@@ -443,6 +443,7 @@ type compiled struct {
 	hostIPs map[netip.Addr]bool
 	byID    []*Port // by stable port ID, set when installed
 	gen     uint64
+	meters  meterSet // the rule combinations flows were decided by
 }
 
 // gateway is a router identity of the switch.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/ufp-dev/ufp/dataplane"
 	"github.com/ufp-dev/ufp/nat"
+	"github.com/ufp-dev/ufp/rules"
 )
 
 // translation is what a decision's layers did with addresses: whether any
@@ -19,6 +20,10 @@ type translation struct {
 	kept   bool         // the revalidated connection's binding applies still
 	pick   *lbPick      // the backend this decision chose
 	keptLB bool         // the revalidated connection's backend applies still
+	// The rules that were their layers' verdicts, in order (for counters).
+	pol      *compiled
+	verdicts [maxMetered]*rules.Rule
+	nv       int
 }
 
 // snat translates the source of the packet v describes to pool address ip

@@ -209,6 +209,9 @@ func (s *Switch) Decide(v *dataplane.View, tr *dataplane.Trace, d *dataplane.Dec
 	var x translation
 	x.prev, _ = d.State.(*connState)
 	s.decide(v, tr, d, &x)
+	if x.nv > 0 {
+		d.Meter = x.pol.meters.get(x.verdicts[:x.nv])
+	}
 	if d.Drop != dataplane.NotDropped || d.Revalidating {
 		if x.bound != nil {
 			x.bound.Release()
@@ -225,7 +228,7 @@ func (s *Switch) Decide(v *dataplane.View, tr *dataplane.Trace, d *dataplane.Dec
 
 func (s *Switch) decide(v *dataplane.View, tr *dataplane.Trace, d *dataplane.Decision, x *translation) {
 	pol := s.pol.Load()
-	d.Gen = pol.gen
+	d.Gen, x.pol = pol.gen, pol
 	in := pol.port(v.InPort)
 	if in == nil {
 		tr.Addf("port %d is not in the policy", v.InPort)
@@ -314,6 +317,10 @@ func (s *Switch) crossLayers(pol *compiled, p *Port, v *dataplane.View, dir rule
 		if tr.On() {
 			// Guarded: boxing the arguments allocates even when tr is nil.
 			tr.Addf("port %s %s: layer %s: %s", p.Name, dir, l.Name, vd)
+		}
+		if vd.Rule != nil && x.nv < maxMetered {
+			x.verdicts[x.nv] = vd.Rule
+			x.nv++
 		}
 		if vd.Action.Verb == rules.Block {
 			d.Drop = vd.Action.DropReason()

@@ -236,6 +236,12 @@ func Run(sc *Scenario) (*Result, error) {
 	fs := pl.FlowTable().Stats()
 	fmt.Fprintf(&out, "  flow table: %d flows (inserted %d, expired %d, evicted %d, refused %d)\n",
 		fs.Flows, fs.Inserted, fs.Expired, fs.Evicted, fs.Refused)
+	// The rules that decided something, with their counters.
+	for _, c := range sw.RuleCounters() {
+		if c.Hits > 0 || c.Packets > 0 {
+			fmt.Fprintf(&out, "  rule %s %s %s %s: hits %d, packets %d, bytes %d\n", c.Port, c.Layer, c.Group, c.Rule, c.Hits, c.Packets, c.Bytes)
+		}
+	}
 	res.Trace = out.String()
 	return res, nil
 }

@@ -1,0 +1,97 @@
+package vswitch
+
+import (
+	"sync"
+
+	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/rules"
+)
+
+// maxMetered bounds the rules a flow's traffic is credited to: the
+// verdicts of the first layers it crossed (a packet crosses the layers of
+// two ports; past this many rule verdicts the rest go uncounted).
+const maxMetered = 8
+
+// ruleMeter credits the rules that decided a flow (each layer's verdict,
+// in order) with the flow's packets and bytes when it leaves the table.
+type ruleMeter struct {
+	rules []*rules.Rule
+}
+
+// Retire implements dataplane.Meter.
+func (m *ruleMeter) Retire(packets, bytes uint64) {
+	for _, r := range m.rules {
+		c := r.Counters()
+		c.Packets.Add(packets)
+		c.Bytes.Add(bytes)
+	}
+}
+
+// meterSet interns a policy's meters: one per combination of verdicts, so
+// that flows decided alike share their actions. Safe for concurrent use.
+type meterSet struct {
+	mu sync.Mutex
+	m  map[[maxMetered]*rules.Rule]*ruleMeter
+}
+
+func (ms *meterSet) get(rs []*rules.Rule) *ruleMeter {
+	var k [maxMetered]*rules.Rule
+	copy(k[:], rs)
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	if m := ms.m[k]; m != nil {
+		return m
+	}
+	if ms.m == nil {
+		ms.m = map[[maxMetered]*rules.Rule]*ruleMeter{}
+	}
+	m := &ruleMeter{rules: append([]*rules.Rule(nil), rs...)}
+	ms.m[k] = m
+	return m
+}
+
+// RuleCount is a rule of the running policy with its counters.
+type RuleCount struct {
+	Port, Layer, Group, Rule string
+	// Hits counts the slow-path decisions the rule was its layer's
+	// verdict in; Packets and Bytes the traffic of the flows those
+	// decisions installed (both directions of a connection), live ones
+	// included. A packet decided on its own (not cached) counts as a hit
+	// only.
+	Hits, Packets, Bytes uint64
+}
+
+// RuleCounters returns the counters of every rule of the running policy,
+// in policy order (ports, their layers, groups, rules). They count from
+// the Apply that installed the policy; a flow decided under an older
+// policy counts for the new one's rules once it is revalidated.
+func (s *Switch) RuleCounters() []RuleCount {
+	pol := s.pol.Load()
+	live := map[*rules.Rule][2]uint64{}
+	s.pl.FlowTable().Range(func(f *dataplane.Flow) bool {
+		if m, ok := f.Action().Meter.(*ruleMeter); ok {
+			p, b := f.Packets(), f.Bytes()
+			for _, r := range m.rules {
+				t := live[r]
+				live[r] = [2]uint64{t[0] + p, t[1] + b}
+			}
+		}
+		return true
+	})
+	var out []RuleCount
+	for _, p := range pol.ports {
+		for _, l := range p.Layers {
+			for gi := range l.Groups {
+				g := &l.Groups[gi]
+				for ri := range g.Rules {
+					r := &g.Rules[ri]
+					c := r.Counters()
+					t := live[r]
+					out = append(out, RuleCount{Port: p.Name, Layer: l.Name, Group: g.Name, Rule: r.Name,
+						Hits: c.Hits.Load(), Packets: c.Packets.Load() + t[0], Bytes: c.Bytes.Load() + t[1]})
+				}
+			}
+		}
+	}
+	return out
+}
