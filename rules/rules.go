@@ -361,6 +361,10 @@ type Layer struct {
 	Name string
 	// DefaultOut and DefaultIn apply when no rule matches.
 	DefaultOut, DefaultIn Action
+	// DefaultStateful: a packet the default allows makes its connection
+	// stateful, as a stateful rule does (an ACL layer's replies then cross
+	// no layer, whichever way the connection was opened).
+	DefaultStateful bool
 	Groups                []Group
 
 	classifiers []classifier
@@ -432,14 +436,25 @@ type Verdict struct {
 	// Group and Rule are the matching rule, nil for the layer default.
 	Group *Group
 	Rule  *Rule
+	// DefaultStateful: the layer default applied, and it is stateful.
+	DefaultStateful bool
 }
 
-// Stateful reports whether the verdict's rule is stateful.
-func (v Verdict) Stateful() bool { return v.Rule != nil && v.Rule.Stateful }
+// Stateful reports whether the verdict makes the connection stateful: its
+// rule is stateful, or the layer's stateful default allowed the packet.
+func (v Verdict) Stateful() bool {
+	if v.Rule == nil {
+		return v.DefaultStateful && v.Action.Verb == Allow
+	}
+	return v.Rule.Stateful
+}
 
 // String describes the verdict for traces.
 func (v Verdict) String() string {
 	if v.Rule == nil {
+		if v.Stateful() {
+			return "no rule matched -> default " + v.Action.String() + " (stateful)"
+		}
 		return "no rule matched -> default " + v.Action.String()
 	}
 	var flags []string
@@ -473,7 +488,7 @@ func (l *Layer) Evaluate(v *dataplane.View, dir Direction) Verdict {
 		}
 	}
 	if res.Rule == nil {
-		res.Action = l.DefaultIn
+		res.Action, res.DefaultStateful = l.DefaultIn, l.DefaultStateful
 		if dir == Out {
 			res.Action = l.DefaultOut
 		}

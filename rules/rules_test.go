@@ -653,3 +653,22 @@ func TestRuleHits(t *testing.T) {
 		}
 	}
 }
+
+// A layer's stateful default makes the connections it allows stateful; a
+// block never is.
+func TestDefaultStateful(t *testing.T) {
+	v := dataplane.View{Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("10.0.0.2"), Proto: dataplane.ProtoUDP}
+	for _, c := range []struct {
+		stateful bool
+		verb     Verb
+		want     bool
+	}{{false, Allow, false}, {true, Allow, true}, {true, Block, false}} {
+		l := &Layer{Name: "acl", DefaultOut: Action{Verb: c.verb}, DefaultStateful: c.stateful}
+		if err := l.Compile(); err != nil {
+			t.Fatal(err)
+		}
+		if vd := l.Evaluate(&v, Out); vd.Stateful() != c.want || vd.Rule != nil {
+			t.Errorf("default %s, DefaultStateful %v: verdict %s, stateful %v; want %v", c.verb, c.stateful, vd, vd.Stateful(), c.want)
+		}
+	}
+}

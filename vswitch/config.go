@@ -160,10 +160,12 @@ type LayerConfig struct {
 }
 
 // DefaultsConfig gives a layer's action per direction when no rule
-// matches: "allow" (the default) or "block".
+// matches: "allow" (the default) or "block". Stateful makes a connection
+// the default allows stateful, as a stateful rule would.
 type DefaultsConfig struct {
-	Out string `json:"out,omitempty"`
-	In  string `json:"in,omitempty"`
+	Out      string `json:"out,omitempty"`
+	In       string `json:"in,omitempty"`
+	Stateful bool   `json:"stateful,omitempty"`
 }
 
 // GroupConfig is a group of rules with optional conditions of its own.
@@ -740,6 +742,7 @@ func (lc *LayerConfig) compile(at string) (*rules.Layer, error) {
 		if l.DefaultIn, err = parseVerb(at+".default.in", d.In); err != nil {
 			return nil, err
 		}
+		l.DefaultStateful = d.Stateful
 	}
 	for gi := range lc.Groups {
 		gc := &lc.Groups[gi]
