@@ -177,6 +177,9 @@ const (
 	LayerPARoute    = "VNET_PA_ROUTE_LAYER"
 	LayerRoute      = "VNET_ROUTE_LAYER"
 	LayerNAT        = "NAT_LAYER"
+	// LayerACL is an endpoint's first layer: its network's and its own
+	// ACLs (hnsacl.go).
+	LayerACL = "ACL_LAYER"
 )
 
 // Encapsulation overhead of VXLAN: outer Ethernet is not counted in an
@@ -254,6 +257,7 @@ type hnsNet struct {
 	drMAC   dataplane.MAC
 	routes  []hnsRoute
 	eps     []*hnsEP
+	acls    hnsACLs // NetworkACL policies (hnsacl.go)
 }
 
 type hnsRoute struct {
@@ -275,6 +279,7 @@ type hnsEP struct {
 	overhead   int // -1: not set
 	overheadAt string
 	outNAT     []*hnsOutNAT
+	acls       hnsACLs // ACL policies (hnsacl.go)
 }
 
 type hnsSDN struct {
@@ -508,12 +513,16 @@ func (l *hnsLowering) network(i int) error {
 			if s.NetworkAdapterName != l.uplink {
 				return fmt.Errorf("%s.NetworkAdapterName: %q is not the uplink %q (one switch has one uplink)", sat, s.NetworkAdapterName, l.uplink)
 			}
+		case "NetworkACL":
+			if err := l.networkACL(n, pat, pi, &pc); err != nil {
+				return err
+			}
 		case "HostRoute":
 			return fmt.Errorf("%s: HostRoute needs the host's own vNIC on the switch, which ufp does not have yet", pat)
 		case "":
 			return fmt.Errorf("%s.Type: a policy needs a type", pat)
 		default:
-			return fmt.Errorf("%s.Type: %q is not a network policy ufp knows (ProviderAddress, RemoteSubnetRoute, VxlanPort, DrMacAddress, NetAdapterName)", pat, pc.Type)
+			return fmt.Errorf("%s.Type: %q is not a network policy ufp knows (ProviderAddress, RemoteSubnetRoute, VxlanPort, DrMacAddress, NetAdapterName, NetworkACL)", pat, pc.Type)
 		}
 	}
 	if nc.Type == TypeOverlay {
@@ -811,7 +820,7 @@ func (l *hnsLowering) endpoints() ([]*hnsEP, error) {
 			ep.ips = append(ep.ips, a)
 		}
 		for pi, pc := range ec.Policies {
-			if err := l.endpointPolicy(ep, fmt.Sprintf("%s.Policies[%d]", at, pi), &pc); err != nil {
+			if err := l.endpointPolicy(ep, fmt.Sprintf("%s.Policies[%d]", at, pi), pi, &pc); err != nil {
 				return nil, err
 			}
 		}
@@ -839,7 +848,7 @@ func joinPrefixes(ps []netip.Prefix) string {
 	return strings.Join(s, ", ")
 }
 
-func (l *hnsLowering) endpointPolicy(ep *hnsEP, at string, pc *PolicyConfig) error {
+func (l *hnsLowering) endpointPolicy(ep *hnsEP, at string, index int, pc *PolicyConfig) error {
 	sat := at + ".Settings"
 	switch pc.Type {
 	case "SDNRoute":
@@ -889,6 +898,8 @@ func (l *hnsLowering) endpointPolicy(ep *hnsEP, at string, pc *PolicyConfig) err
 		return l.outboundNAT(ep, at, pc)
 	case "PortMapping":
 		return l.portMapping(ep, at, pc)
+	case "ACL":
+		return l.acl(ep, at, index, pc)
 	case "EncapOverhead":
 		var s EncapOverheadSettings
 		if err := decodeSettings(sat, pc.Settings, &s); err != nil {
@@ -901,7 +912,7 @@ func (l *hnsLowering) endpointPolicy(ep *hnsEP, at string, pc *PolicyConfig) err
 	case "":
 		return fmt.Errorf("%s.Type: a policy needs a type", at)
 	default:
-		return fmt.Errorf("%s.Type: %q is not an endpoint policy ufp knows (SDNRoute, EncapOverhead, OutBoundNAT, PortMapping)", at, pc.Type)
+		return fmt.Errorf("%s.Type: %q is not an endpoint policy ufp knows (SDNRoute, EncapOverhead, OutBoundNAT, PortMapping, ACL)", at, pc.Type)
 	}
 	return nil
 }
@@ -993,6 +1004,11 @@ func (l *hnsLowering) emit(eps []*hnsEP) *Config {
 		pc := PortConfig{Name: ep.cfg.Name, MAC: ep.mac.String(), MTU: uint16(l.mtu), Segment: ep.net.cfg.Name}
 		for _, a := range ep.ips {
 			pc.IPs = append(pc.IPs, a.String())
+		}
+		if layer := l.aclLayer(ep); layer != nil {
+			// First, so that ACLs see what the pod sends before any
+			// translation, and what it receives after every one.
+			pc.Layers = append(pc.Layers, *layer)
 		}
 		switch ep.net.cfg.Type {
 		case TypeL2Bridge:

@@ -231,7 +231,7 @@ func TestHNSParseErrors(t *testing.T) {
 		{name: "no IPAMs", edit: func(t *testing.T, d doc) { delete(hnsNet0(d), "Ipams") },
 			want: net0 + ".Ipams: a network needs at least one subnet"},
 		{name: "unknown network policy type", edit: func(t *testing.T, d doc) { at(d, "Networks", 0, "Policies", 2)["Type"] = "Bogus" },
-			want: net0 + `.Policies[2].Type: "Bogus" is not a network policy ufp knows`},
+			want: net0 + `.Policies[2].Type: "Bogus" is not a network policy ufp knows (ProviderAddress, RemoteSubnetRoute, VxlanPort, DrMacAddress, NetAdapterName, NetworkACL)`},
 		{name: "network policy without a type", edit: func(t *testing.T, d doc) { at(d, "Networks", 0, "Policies", 2)["Type"] = "" },
 			want: net0 + ".Policies[2].Type: a policy needs a type"},
 		{name: "HostRoute", base: hnsL2BridgePolicy, edit: func(t *testing.T, d doc) {
@@ -414,8 +414,8 @@ func TestHNSParseErrors(t *testing.T) {
 		{name: "endpoint MAC malformed", edit: func(t *testing.T, d doc) { hnsEndpoint(d, 1)["MacAddress"] = "02-00-00-00-00" },
 			want: epB + `.MacAddress: "02-00-00-00-00" is not a MAC address`},
 		{name: "unknown endpoint policy type", edit: func(t *testing.T, d doc) {
-			hnsAdd(t, hnsEndpoint(d, 0), "Policies", `{"Type": "ACL", "Settings": {}}`)
-		}, want: epA + `.Policies[0].Type: "ACL" is not an endpoint policy ufp knows (SDNRoute, EncapOverhead, OutBoundNAT, PortMapping)`},
+			hnsAdd(t, hnsEndpoint(d, 0), "Policies", `{"Type": "QOS", "Settings": {}}`)
+		}, want: epA + `.Policies[0].Type: "QOS" is not an endpoint policy ufp knows (SDNRoute, EncapOverhead, OutBoundNAT, PortMapping, ACL)`},
 		{name: "unknown field in an endpoint", edit: func(t *testing.T, d doc) { hnsEndpoint(d, 0)["VirtualNetwork"] = "x" },
 			want: `Endpoints[0].VirtualNetwork: unknown field "VirtualNetwork"`},
 
