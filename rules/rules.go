@@ -365,7 +365,7 @@ type Layer struct {
 	// stateful, as a stateful rule does (an ACL layer's replies then cross
 	// no layer, whichever way the connection was opened).
 	DefaultStateful bool
-	Groups                []Group
+	Groups          []Group
 
 	classifiers []classifier
 }
