@@ -645,6 +645,25 @@ func TestACLStatefulReplies(t *testing.T) {
 		aclSend(r, aclPkt{from: "pod-b", to: "pod-a", proto: "udp", sport: 53, dport: 5001}, aclBlocked,
 			aclRule("pod-b", "out", aclEndpointGroup, "not-to-a", 100, 0, ACLBlock))
 	})
+	t.Run("an answer opens no connection", func(t *testing.T) {
+		// pod-a answers first (a SYN-ACK, an echo reply, a mid-stream
+		// segment) what pod-b never asked: the default lets the answer
+		// out, but without a reply flow, so pod-b's packets back are
+		// still judged by pod-a's deny-in (which a reply flow would skip).
+		r := aclRig(t, aclDoc, func(d doc) {
+			aclEP(t, d, 0, `{"Id": "deny-in", "Action": "Block", "Direction": "In", "Priority": 65535}`)
+		})
+		deny := aclRule("pod-a", "in", aclEndpointGroup, "deny-in", 65535, 0, ACLBlock)
+		for _, c := range []struct{ answer, back aclPkt }{
+			{aclPkt{from: "pod-a", to: "pod-b", proto: "tcp", sport: 22, dport: 40001, flags: "SA"}, aclPkt{from: "pod-b", to: "pod-a", proto: "tcp", sport: 40001, dport: 22, flags: "S"}},
+			{aclPkt{from: "pod-a", to: "pod-b", proto: "tcp", sport: 22, dport: 40002, flags: "A"}, aclPkt{from: "pod-b", to: "pod-a", proto: "tcp", sport: 40002, dport: 22, flags: "A"}},
+			{aclPkt{from: "pod-a", to: "pod-b", proto: "echo-reply", sport: 7, dport: 7}, aclPkt{from: "pod-b", to: "pod-a", proto: "echo", sport: 7, dport: 7}},
+			{aclPkt{from: "pod-a", to: "pod-b", v6: true, proto: "echo-reply", sport: 8, dport: 8}, aclPkt{from: "pod-b", to: "pod-a", v6: true, proto: "echo", sport: 8, dport: 8}},
+		} {
+			aclSend(r, c.answer, "pod-b", aclDefault("pod-a", "out"), "stateful: not a connection's first packet: no reply flow")
+			aclSend(r, c.back, aclBlocked, deny)
+		}
+	})
 	t.Run("the default allow is stateful", func(t *testing.T) {
 		// Nothing matches pod-a's SYN: the layer's default lets it out
 		// and makes the connection stateful, so the reply passes pod-a's

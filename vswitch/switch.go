@@ -296,11 +296,39 @@ func (s *Switch) decide(v *dataplane.View, tr *dataplane.Trace, d *dataplane.Dec
 	if !s.crossLayers(pol, out, v, rules.In, &ht, &stateful, x, tr, d) {
 		return
 	}
+	if stateful && !x.natted && !d.Revalidating && !opens(v) {
+		// Only a translation needs state whatever the packet is (a
+		// connection picked up mid-stream keeps its mapping). Allowed by
+		// filtering alone, an answer (a SYN-ACK, a mid-stream segment,
+		// an echo reply) opens no connection: its reply direction would
+		// pass the layers unchecked, so a pod could open holes in its own
+		// or a peer's ACLs by answering first. Its flow is cached
+		// without state and the other direction is decided on its own.
+		if tr.On() {
+			tr.Addf("stateful: not a connection's first packet: no reply flow")
+		}
+		stateful = false
+	}
 	d.Out, d.HT, d.Stateful = out.ID, ht, stateful
 	d.MTU, d.ReplyMTU = out.MTU, in.MTU
 	// Replies from the underlay may come from any router; a vNIC's
 	// only from its own MAC.
 	d.ReplyAnySrcMAC = out.Uplink
+}
+
+// opens reports whether the packet v describes can open a connection: a
+// TCP SYN (without ACK), an ICMP or ICMPv6 echo request, or any packet of
+// another protocol (UDP and others have no handshake to follow).
+func opens(v *dataplane.View) bool {
+	switch v.Proto {
+	case dataplane.ProtoTCP:
+		return v.TCPFlags&(dataplane.TCPSyn|dataplane.TCPAck) == dataplane.TCPSyn || v.LaterFragment
+	case dataplane.ProtoICMPv4:
+		return v.ICMPType != dataplane.ICMPv4EchoReply
+	case dataplane.ProtoICMPv6:
+		return v.ICMPType != dataplane.ICMPv6EchoReply
+	}
+	return true
 }
 
 // crossLayers runs v through port p's layers in direction dir, composing
