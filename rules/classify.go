@@ -35,8 +35,9 @@ import (
 //     and the lookup stops at the first table that cannot beat the match it
 //     has.
 //
-// So a lookup costs one probe per table (at most 100 IPv4 level
-// combinations per direction, a few in practice) whatever the number of
+// So a lookup costs one probe per table (at most 450 IPv4 level
+// combinations per direction: 5 x 5 address levels, 3 x 3 port levels,
+// protocol keyed or not; a few dozen in practice) whatever the number of
 // rules, and a bucket holds only rules whose keys agree on every level: a
 // bucket grows only with rules that differ in no keyed field beyond the
 // rounding. Directions are compiled apart (a rule for both directions is in
@@ -284,23 +285,12 @@ func (x *expander) expand(r *Rule, emit func(*entry)) {
 		}
 	}
 	protoKeyed := len(c.Protocols) > 0
-	// Leave the longest lists out of the key until the combinations fit.
+	// Leave the longest lists out of the key until the combinations fit
+	// (the protocols, at most 256, always do).
 	lists := []*[]value{&x.src, &x.dst, &x.sport, &x.dport}
-	for {
-		n := len(x.proto)
-		for _, l := range lists {
-			n *= len(*l)
-		}
-		if n <= maxEntries {
-			break
-		}
+	for tooMany(len(x.proto), lists) {
 		longest := slices.MaxFunc(lists, func(a, b *[]value) int { return cmp.Compare(len(*a), len(*b)) })
-		if len(*longest) > 1 {
-			*longest = append((*longest)[:0], wildcardOf(*longest))
-			continue
-		}
-		x.proto, protoKeyed = x.proto[:1], false
-		x.proto[0] = 0
+		*longest = append((*longest)[:0], wildcardOf(*longest))
 	}
 	for _, s := range x.src {
 		for _, d := range x.dst {
@@ -333,6 +323,17 @@ func (x *expander) expand(r *Rule, emit func(*entry)) {
 	}
 }
 
+// tooMany reports whether n times the lengths of lists exceeds maxEntries
+// (without overflowing: it stops multiplying once past it).
+func tooMany(n int, lists []*[]value) bool {
+	for _, l := range lists {
+		if n *= len(*l); n > maxEntries {
+			return true
+		}
+	}
+	return n > maxEntries
+}
+
 // wildcardOf is the value that stands for every value of list l: the
 // family is kept if all of l has one.
 func wildcardOf(l []value) value {
@@ -345,12 +346,38 @@ func wildcardOf(l []value) value {
 	return w
 }
 
+// appendNew appends v to dst unless it is there; seen, when not nil,
+// holds dst's values (long lists: a scan would make expansion quadratic).
+func appendNew(dst []value, v value, seen map[value]bool) []value {
+	if seen != nil {
+		if seen[v] {
+			return dst
+		}
+		seen[v] = true
+		return append(dst, v)
+	}
+	if slices.Contains(dst, v) {
+		return dst
+	}
+	return append(dst, v)
+}
+
+// seenSet returns a set for deduplicating a list of n items, nil when a
+// scan is cheaper.
+func seenSet(n int) map[value]bool {
+	if n <= 32 {
+		return nil
+	}
+	return make(map[value]bool, n)
+}
+
 // addrValues appends the keyed values of prefixes ps (a wildcard if none),
 // each rounded down to its family's level, without repeats.
 func addrValues(dst []value, ps []netip.Prefix) []value {
 	if len(ps) == 0 {
 		return append(dst, value{})
 	}
+	seen := seenSet(len(ps))
 	for _, p := range ps {
 		a := p.Addr()
 		v := value{fam: 6}
@@ -368,9 +395,7 @@ func addrValues(dst []value, ps []netip.Prefix) []value {
 		b := a.As16()
 		hi, lo := mask128(v.bits)
 		v.hi, v.lo = binary.BigEndian.Uint64(b[:8])&hi, binary.BigEndian.Uint64(b[8:])&lo
-		if !slices.Contains(dst, v) {
-			dst = append(dst, v)
-		}
+		dst = appendNew(dst, v, seen)
 	}
 	return dst
 }
@@ -382,6 +407,7 @@ func portValues(dst []value, rs []PortRange) []value {
 	if len(rs) == 0 {
 		return append(dst, value{})
 	}
+	seen := seenSet(len(rs))
 	for _, r := range rs {
 		lo, hi := uint32(r.Lo), uint32(r.Hi)
 		for lo <= hi {
@@ -395,10 +421,7 @@ func portValues(dst []value, rs []PortRange) []value {
 				bits--
 			}
 			bits = bits / 8 * 8
-			v := value{bits: bits, lo: uint64(uint16(lo) & mask16(bits))}
-			if !slices.Contains(dst, v) {
-				dst = append(dst, v)
-			}
+			dst = appendNew(dst, value{bits: bits, lo: uint64(uint16(lo) & mask16(bits))}, seen)
 			lo += size
 		}
 	}
