@@ -640,6 +640,9 @@ func (w *Worker) revalidate(p *Packet, f *Flow, c *Conn, hash uint32, gen uint64
 func (w *Worker) redecide(c *Conn, gen uint64, now int64) bool {
 	uft := w.pl.uft
 	fwd := c.fwd.Load()
+	if fwd.Removed() {
+		return false // another worker ended it meanwhile
+	}
 	old := fwd.action.Load().Gen
 	v, orig := &w.view, &w.orig
 	v.FromFlow(fwd, c)
@@ -657,7 +660,7 @@ func (w *Worker) redecide(c *Conn, gen uint64, now int64) bool {
 	// allocated beside it is given back.
 	w.kept = c
 	w.settle(d.State)
-	if d.Drop == DropRevalidated {
+	if d.Drop == DropRevalidated || fwd.Removed() {
 		return false
 	}
 	a, err := w.pl.action(d.Out, d.MTU, d.Drop, d.HT, gen, d.Meter)

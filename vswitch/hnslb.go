@@ -316,12 +316,12 @@ func (l *hnsLowering) loadBalancers(eps []*hnsEP) error {
 			}
 			for _, f := range frontends {
 				// The uplink decapsulates whatever arrives on the VXLAN
-				// port: from the network, a frontend there is reached
-				// only if it is the host's or one the switch answers ARP
-				// and neighbour discovery for.
+				// port: a frontend reached from the network (not ILB:
+				// the host's, or one the switch answers ARP and
+				// neighbour discovery for) cannot use it.
 				host := f == l.hostIPs[f.Is4()]
 				if vx := cmp.Or(l.vxlanPort, dataplane.VXLANPort); proto == "udp" && pm.ExternalPort == vx &&
-					(host || pm.Flags&(LBPortVipExternalIP|LBPortILB) == LBPortVipExternalIP) {
+					pm.Flags&LBPortILB == 0 && (host || pm.Flags&LBPortVipExternalIP != 0) {
 					where := "the host"
 					if !host {
 						where = f.String() + " (VipExternalIP)"

@@ -904,3 +904,19 @@ func TestLBRemoteSourceVIPOutsideSubnets(t *testing.T) {
 		t.Fatalf("the backend's SYN-ACK to the SourceVIP %s went to %s, not to ov-a\n%s", src, name, trace)
 	}
 }
+
+// An ILB port mapping (pods only) may use the VXLAN port even on the
+// host's address: only frontends reached from the network are refused it,
+// since the uplink decapsulates what arrives there, and ILB mappings are
+// not balanced on the uplink.
+func TestHNSLBILBHostFrontendOnVXLANPort(t *testing.T) {
+	for _, port := range []string{"4790", "4789"} {
+		b := editJSON(t, lbDoc, func(d doc) {
+			hnsAdd(t, d, "LoadBalancers", `{"Name": "vx", "HostComputeEndpoints": ["ov-b"], "FrontendVIPs": ["192.168.1.10"],
+				"PortMappings": [{"Protocol": 17, "InternalPort": 53, "ExternalPort": `+port+`, "Flags": 1}]}`)
+		})
+		if _, err := ParseConfig(b); err != nil {
+			t.Errorf("an ILB (pods only) Service on the host's address, udp/%s: %v", port, err)
+		}
+	}
+}

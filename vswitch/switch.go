@@ -317,12 +317,13 @@ func (s *Switch) decide(v *dataplane.View, tr *dataplane.Trace, d *dataplane.Dec
 }
 
 // opens reports whether the packet v describes can open a connection: a
-// TCP SYN (without ACK), an ICMP or ICMPv6 echo request, or any packet of
-// another protocol (UDP and others have no handshake to follow).
+// TCP SYN (without ACK, RST or FIN; not a later fragment), an ICMP or
+// ICMPv6 echo request, or any packet of another protocol (UDP and others
+// have no handshake to follow).
 func opens(v *dataplane.View) bool {
 	switch v.Proto {
 	case dataplane.ProtoTCP:
-		return v.TCPFlags&(dataplane.TCPSyn|dataplane.TCPAck) == dataplane.TCPSyn || v.LaterFragment
+		return v.TCPFlags&(dataplane.TCPSyn|dataplane.TCPAck|dataplane.TCPRst|dataplane.TCPFin) == dataplane.TCPSyn && !v.LaterFragment
 	case dataplane.ProtoICMPv4:
 		return v.ICMPType != dataplane.ICMPv4EchoReply
 	case dataplane.ProtoICMPv6:
@@ -346,7 +347,7 @@ func (s *Switch) crossLayers(pol *compiled, p *Port, v *dataplane.View, dir rule
 			// Guarded: boxing the arguments allocates even when tr is nil.
 			tr.Addf("port %s %s: layer %s: %s", p.Name, dir, l.Name, vd)
 		}
-		if vd.Rule != nil && x.nv < maxMetered {
+		if vd.Rule != nil && x.nv < maxMetered && !slices.Contains(x.verdicts[:x.nv], vd.Rule) {
 			x.verdicts[x.nv] = vd.Rule
 			x.nv++
 		}
