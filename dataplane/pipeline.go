@@ -619,7 +619,10 @@ func (w *Worker) installReverse(f *Flow, orig, final *View, d *Decision, gen uin
 // policy change, then handles packet p (of flow f) with the new decision.
 // It reports false if p must take the slow path as a new flow.
 func (w *Worker) revalidate(p *Packet, f *Flow, c *Conn, hash uint32, gen uint64, now int64) bool {
-	if !w.redecide(c, gen, now) {
+	switch w.redecide(c, gen, now) {
+	case connGone:
+		return false
+	case stateGone:
 		return w.end(p, c)
 	}
 	if f != c.fwd.Load() && (f.Removed() || c.rev.Load() != f) {
@@ -632,16 +635,27 @@ func (w *Worker) revalidate(p *Packet, f *Flow, c *Conn, hash uint32, gen uint64
 	return true
 }
 
+// redecision is what redecide found.
+type redecision uint8
+
+const (
+	redecided redecision = iota // the new decision is installed
+	stateGone                   // the connection's state no longer holds: end it
+	connGone                    // the connection left the table meanwhile
+)
+
 // redecide re-decides stateful connection c from its origin under the
 // running policy and installs the new decision on its flows. It reports
-// false if the connection's state no longer holds (the slow path dropped
-// it as DropRevalidated: its backend is gone, its NAT mapping no longer
-// applies): the caller ends it (end).
-func (w *Worker) redecide(c *Conn, gen uint64, now int64) bool {
+// stateGone if the connection's state no longer holds (the slow path
+// dropped it as DropRevalidated: its backend is gone, its NAT mapping no
+// longer applies): the caller ends it (end); and connGone if another
+// worker removed the connection meanwhile (it expired, or ended): its
+// packet is then a new flow's.
+func (w *Worker) redecide(c *Conn, gen uint64, now int64) redecision {
 	uft := w.pl.uft
 	fwd := c.fwd.Load()
 	if fwd.Removed() {
-		return false // another worker ended it meanwhile
+		return connGone
 	}
 	old := fwd.action.Load().Gen
 	v, orig := &w.view, &w.orig
@@ -660,13 +674,16 @@ func (w *Worker) redecide(c *Conn, gen uint64, now int64) bool {
 	// allocated beside it is given back.
 	w.kept = c
 	w.settle(d.State)
-	if d.Drop == DropRevalidated || fwd.Removed() {
-		return false
+	switch {
+	case fwd.Removed():
+		return connGone
+	case d.Drop == DropRevalidated:
+		return stateGone
 	}
 	a, err := w.pl.action(d.Out, d.MTU, d.Drop, d.HT, gen, d.Meter)
 	if err != nil {
 		w.Trace.Addf("transposition rejected: %v", err)
-		return false
+		return stateGone
 	}
 	fwd.SetAction(a)
 	if a.Drop == NotDropped && d.Stateful {
@@ -677,7 +694,7 @@ func (w *Worker) redecide(c *Conn, gen uint64, now int64) bool {
 		c.rev.Store(nil)
 		uft.Remove(r)
 	}
-	return true
+	return redecided
 }
 
 // end ends connection c, whose state no longer holds under the running
@@ -747,7 +764,7 @@ func (w *Worker) related(p *Packet, pr *Parsed, h *Headers, gen uint64, now int6
 		// The policy changed since the connection's last packet: it is
 		// revalidated first, as that packet would be.
 		rev := f != c.fwd.Load()
-		if !w.redecide(c, gen, now) {
+		if w.redecide(c, gen, now) != redecided {
 			uft.RemoveConn(c.fwd.Load())
 			return false
 		}

@@ -786,6 +786,10 @@ func TestPipelineSwitchConcurrent(t *testing.T) {
 					default:
 						t.Errorf("%s: path %s", fl[i].name, p.Path)
 					}
+					if p.Rejected != dataplane.NotDropped {
+						// Dropped, counted, and answered.
+						tl.drops[p.Rejected]++
+					}
 					if p.Drop != dataplane.NotDropped {
 						tl.drops[p.Drop]++
 						if !slices.Contains(fl[i].drops, p.Drop) {
