@@ -657,6 +657,8 @@ func TestACLStatefulReplies(t *testing.T) {
 		for _, c := range []struct{ answer, back aclPkt }{
 			{aclPkt{from: "pod-a", to: "pod-b", proto: "tcp", sport: 22, dport: 40001, flags: "SA"}, aclPkt{from: "pod-b", to: "pod-a", proto: "tcp", sport: 40001, dport: 22, flags: "S"}},
 			{aclPkt{from: "pod-a", to: "pod-b", proto: "tcp", sport: 22, dport: 40002, flags: "A"}, aclPkt{from: "pod-b", to: "pod-a", proto: "tcp", sport: 40002, dport: 22, flags: "A"}},
+			{aclPkt{from: "pod-a", to: "pod-b", proto: "tcp", sport: 22, dport: 40003, flags: "SF"}, aclPkt{from: "pod-b", to: "pod-a", proto: "tcp", sport: 40003, dport: 22, flags: "S"}},
+			{aclPkt{from: "pod-a", to: "pod-b", proto: "tcp", sport: 22, dport: 40004, flags: "SR"}, aclPkt{from: "pod-b", to: "pod-a", proto: "tcp", sport: 40004, dport: 22, flags: "S"}},
 			{aclPkt{from: "pod-a", to: "pod-b", proto: "echo-reply", sport: 7, dport: 7}, aclPkt{from: "pod-b", to: "pod-a", proto: "echo", sport: 7, dport: 7}},
 			{aclPkt{from: "pod-a", to: "pod-b", v6: true, proto: "echo-reply", sport: 8, dport: 8}, aclPkt{from: "pod-b", to: "pod-a", v6: true, proto: "echo", sport: 8, dport: 8}},
 		} {

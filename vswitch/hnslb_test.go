@@ -318,32 +318,6 @@ func TestHNSLBErrors(t *testing.T) {
 	}
 }
 
-// hlbRuleLine summarises a lowered load-balancing rule: priority, name,
-// match, action (lb names the load balancer; route marks lbRoute) and
-// flags.
-func hlbRuleLine(r RuleConfig) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%d %s", *r.Priority, r.Name)
-	natMatchLine(&b, r.Match)
-	b.WriteString(" " + r.Action.Type)
-	if r.Action.LB != "" {
-		b.WriteString(" lb=" + r.Action.LB)
-	}
-	if r.Action.LBRoute {
-		b.WriteString(" route")
-	}
-	if r.Action.SNAT != "" || r.Action.Modify != nil || r.Action.Push != nil {
-		b.WriteString(" (and a rewrite)")
-	}
-	if r.Stateful {
-		b.WriteString(" stateful")
-	}
-	if !r.Terminating {
-		b.WriteString(" non-terminating")
-	}
-	return b.String()
-}
-
 // hlbGroups returns the lowered document's load-balancers groups, by
 // "port/layer", as their match and rule lines.
 func hlbGroups(c *Config) map[string][]string {
@@ -363,7 +337,7 @@ func hlbGroups(c *Config) map[string][]string {
 				natMatchLine(&m, g.Match)
 				gs[k] = append(gs[k], m.String())
 				for _, r := range g.Rules {
-					gs[k] = append(gs[k], hlbRuleLine(r))
+					gs[k] = append(gs[k], ruleLine(r))
 				}
 			}
 		}

@@ -307,13 +307,20 @@ func TestHNSNATErrors(t *testing.T) {
 	}
 }
 
-// natRuleLine summarises a lowered rule: priority, name, match, action and
-// flags (rules of NAT_LAYER are terminating, so only the exception says so).
-func natRuleLine(r RuleConfig) string {
+// ruleLine summarises a lowered rule: priority, name, match, action (lb
+// names the load balancer, route marks lbRoute) and flags (rules of
+// NAT_LAYER are terminating, so only the exception says so).
+func ruleLine(r RuleConfig) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d %s", *r.Priority, r.Name)
 	natMatchLine(&b, r.Match)
 	b.WriteString(" " + r.Action.Type)
+	if r.Action.LB != "" {
+		b.WriteString(" lb=" + r.Action.LB)
+	}
+	if r.Action.LBRoute {
+		b.WriteString(" route")
+	}
 	if r.Action.SNAT != "" {
 		b.WriteString(" snat=" + r.Action.SNAT)
 	}
@@ -364,7 +371,7 @@ func natMatchLine(b *strings.Builder, m *MatchConfig) {
 
 // natLayerDump summarises the lowered document's ports: their layers in
 // order, each layer's groups ("port/layer": "group dir=..."), and each
-// group's rules ("port/layer/group": natRuleLine).
+// group's rules ("port/layer/group": ruleLine).
 func natLayerDump(c *Config) (layers, groups, rules map[string][]string) {
 	layers, groups, rules = map[string][]string{}, map[string][]string{}, map[string][]string{}
 	for _, p := range c.Ports {
@@ -377,7 +384,7 @@ func natLayerDump(c *Config) (layers, groups, rules map[string][]string) {
 				natMatchLine(&b, g.Match)
 				groups[lk] = append(groups[lk], b.String())
 				for _, r := range g.Rules {
-					rules[lk+"/"+g.Name] = append(rules[lk+"/"+g.Name], natRuleLine(r))
+					rules[lk+"/"+g.Name] = append(rules[lk+"/"+g.Name], ruleLine(r))
 				}
 			}
 		}
