@@ -140,6 +140,11 @@ func (p *Packet) Resize(n int) bool {
 // the packet is next modified.
 func (p *Packet) Bytes() []byte { return p.buf[p.off : p.off+p.n : p.off+p.n] }
 
+// Buffer returns the packet's whole buffer and the offset of the frame in
+// it, for a device that writes the frame with the headroom in front (a TUN
+// that needs room for its own header). The frame is buf[off:off+Len()].
+func (p *Packet) Buffer() (buf []byte, off int) { return p.buf, p.off }
+
 // Len returns the frame length.
 func (p *Packet) Len() int { return p.n }
 

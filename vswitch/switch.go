@@ -5,8 +5,10 @@
 package vswitch
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"slices"
 	"sync"
@@ -37,10 +39,14 @@ type Switch struct {
 	nextID dataplane.PortID
 	gen    uint64
 
-	epoch      time.Time // the flow table's clock starts here (monotonic)
-	devMu      sync.Mutex
-	devs       map[string]Device // by port name
-	txNoDevice atomic.Uint64
+	epoch       time.Time // the flow table's clock starts here (monotonic)
+	devMu       sync.Mutex
+	devs        map[string]*attachment // by port name
+	serving     context.Context        // while Serve runs (guarded by devMu)
+	workers     sync.WaitGroup
+	devFailures atomic.Uint64
+	txNoDevice  atomic.Uint64
+	log         atomic.Pointer[slog.Logger]
 }
 
 var _ dataplane.SlowPath = (*Switch)(nil)

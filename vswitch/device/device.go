@@ -1,0 +1,71 @@
+// Package device holds the frame I/O of switch ports on real devices: TAP
+// interfaces for pods and the host's own vNIC, TUN and Wintun interfaces
+// for L3 ports (Ethernet synthesised and stripped at the port), and the
+// uplink on a real interface through an AF_PACKET socket. Each device
+// implements vswitch.Device: frames move a batch at a time in
+// dataplane.Packets.
+//
+// Linux-only devices (TAP, AF_PACKET, namespaces) are behind build tags;
+// the L3 port over golang.zx2c4.com/wireguard/tun builds everywhere, so
+// that Windows gets its Wintun port.
+package device
+
+import (
+	"errors"
+	"net/netip"
+	"sync/atomic"
+
+	"github.com/ufp-dev/ufp/dataplane"
+)
+
+// ErrClosed is returned by a device's reads and writes once it is closed.
+var ErrClosed = errors.New("device closed")
+
+// Link is how a device's interface appears to the network stack that uses
+// it (a pod's eth0, the host's vEthernet): where it lives, its name and
+// addresses, and the routes through it.
+type Link struct {
+	// Name is the interface's name in its namespace (at most 15 bytes).
+	Name string
+	// NetNS is the path of the network namespace the interface is moved
+	// into (/var/run/netns/NAME, /proc/PID/ns/net); "" leaves it in the
+	// caller's.
+	NetNS string
+	// MAC is the interface's own MAC (zero: the kernel's choice). For an
+	// L3 port it is the source MAC of the frames synthesised from it.
+	MAC dataplane.MAC
+	// GatewayMAC is, for an L3 port, the destination MAC of the frames
+	// synthesised from it: the router the switch answers for.
+	GatewayMAC dataplane.MAC
+	// MTU is the interface's MTU (0: the kernel's default).
+	MTU int
+	// Addrs are the interface's addresses with their prefix lengths.
+	Addrs []netip.Prefix
+	// Routes are installed through the interface once it is up.
+	Routes []Route
+}
+
+// Route is one route through a device's interface.
+type Route struct {
+	// Dst is the destination prefix (0.0.0.0/0 or ::/0 for a default).
+	Dst netip.Prefix
+	// Via is the next hop; the zero Addr makes the route direct.
+	Via netip.Addr
+	// OnLink says the next hop is reached on the interface even though
+	// no address of the interface covers it.
+	OnLink bool
+}
+
+// Counters are a device's frame counts. They are updated by the device's
+// reader and writers and may be read at any time.
+type Counters struct {
+	RxFrames, RxBytes atomic.Uint64
+	TxFrames, TxBytes atomic.Uint64
+	// RxErrors counts failed reads and frames that could not be taken
+	// (too large, truncated); TxErrors counts failed writes.
+	RxErrors, TxErrors atomic.Uint64
+	// TxDropped counts frames not written because the device cannot
+	// carry them (offload metadata it cannot express, not IP on an L3
+	// port, larger than the device takes).
+	TxDropped atomic.Uint64
+}

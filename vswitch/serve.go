@@ -1,0 +1,275 @@
+package vswitch
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/ufp-dev/ufp/dataplane"
+)
+
+// BatchSize is how many frames a port's worker reads and processes at once.
+const BatchSize = 64
+
+// attachment is a device bound to a port, and the worker that serves it.
+type attachment struct {
+	port string
+	dev  Device
+	// done is closed when the worker has returned (nil while the switch
+	// is not serving the device).
+	done chan struct{}
+	// failed holds the error that stopped the worker (a device that is
+	// gone); txFailing is set while writes to the device fail.
+	failed    atomic.Pointer[error]
+	txFailing atomic.Bool
+	rxFrames  atomic.Uint64
+	txFrames  atomic.Uint64
+	txErrors  atomic.Uint64
+}
+
+// DeviceStatus is the state of a port's device as the switch sees it.
+type DeviceStatus struct {
+	Port string
+	// Serving: a worker reads the device. False before Serve, and after
+	// the device failed (Err says why) or the switch stopped.
+	Serving bool
+	Err     error
+	// RxFrames counts frames read from the device, TxFrames frames
+	// written to it and TxErrors frames whose write failed.
+	RxFrames, TxFrames, TxErrors uint64
+}
+
+// SetLogger sets the logger the switch reports device events to (a device
+// that failed, writes that fail and recover). The default discards them.
+// Set it before Serve.
+func (s *Switch) SetLogger(l *slog.Logger) { s.log.Store(l) }
+
+func (s *Switch) logger() *slog.Logger {
+	if l := s.log.Load(); l != nil {
+		return l
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// Attach binds dev to the port named port. The binding lasts until Detach
+// or the end of Serve, while a port of that name is in the policy; frames
+// forwarded to a port with no device are counted by TxNoDevice. A device
+// attached while the switch serves is served at once.
+func (s *Switch) Attach(port string, dev Device) error {
+	if s.Port(port) == nil {
+		return fmt.Errorf("attach: no port %q in the policy", port)
+	}
+	s.devMu.Lock()
+	defer s.devMu.Unlock()
+	if s.devs == nil {
+		s.devs = map[string]*attachment{}
+	}
+	if _, dup := s.devs[port]; dup {
+		return fmt.Errorf("attach: port %q has a device already", port)
+	}
+	a := &attachment{port: port, dev: dev}
+	s.devs[port] = a
+	if s.serving != nil {
+		s.start(a)
+	}
+	return nil
+}
+
+// Detach unbinds the device of port, stops its worker and closes it. It
+// returns the device, or nil if the port had none. Frames in flight to
+// the port are counted by TxNoDevice.
+func (s *Switch) Detach(port string) Device {
+	s.devMu.Lock()
+	a := s.devs[port]
+	delete(s.devs, port)
+	s.devMu.Unlock()
+	if a == nil {
+		return nil
+	}
+	a.dev.Close()
+	if a.done != nil {
+		<-a.done
+	}
+	return a.dev
+}
+
+// Devices returns the status of every attached device, by port name.
+func (s *Switch) Devices() []DeviceStatus {
+	s.devMu.Lock()
+	defer s.devMu.Unlock()
+	out := make([]DeviceStatus, 0, len(s.devs))
+	for _, a := range s.devs {
+		st := DeviceStatus{Port: a.port, RxFrames: a.rxFrames.Load(), TxFrames: a.txFrames.Load(), TxErrors: a.txErrors.Load()}
+		if e := a.failed.Load(); e != nil {
+			st.Err = *e
+		}
+		st.Serving = s.serving != nil && a.done != nil && st.Err == nil
+		out = append(out, st)
+	}
+	slices.SortFunc(out, func(a, b DeviceStatus) int { return cmp.Compare(a.Port, b.Port) })
+	return out
+}
+
+// DeviceFailures counts devices whose worker stopped on an error.
+func (s *Switch) DeviceFailures() uint64 { return s.devFailures.Load() }
+
+func (s *Switch) attachment(port string) *attachment {
+	s.devMu.Lock()
+	defer s.devMu.Unlock()
+	return s.devs[port]
+}
+
+// start runs a's worker under the serving context (devMu held).
+func (s *Switch) start(a *attachment) {
+	ctx := s.serving
+	a.done = make(chan struct{})
+	s.workers.Add(1)
+	go func() {
+		defer s.workers.Done()
+		defer close(a.done)
+		if err := s.servePort(ctx, a); err != nil {
+			a.failed.Store(&err)
+			s.devFailures.Add(1)
+			s.logger().Error("port device failed; the port is no longer served", "port", a.port, "err", err)
+			a.dev.Close()
+		}
+	}()
+}
+
+// Serve runs a worker per attached device (and for each device attached
+// later) until ctx is done: each reads a batch, runs it through the
+// pipeline, and writes every forwarded frame to the device of the port it
+// leaves by, grouped by port. A device that fails stops only its own
+// worker: the failure is logged and counted (DeviceFailures, Devices) and
+// every other port goes on. When ctx ends, Serve closes every attached
+// device, waits for the workers and returns nil. A switch is served by one
+// Serve at a time.
+func (s *Switch) Serve(ctx context.Context) error {
+	s.devMu.Lock()
+	if s.serving != nil {
+		s.devMu.Unlock()
+		return errors.New("serve: the switch is being served already")
+	}
+	s.serving = ctx
+	for _, a := range s.devs {
+		s.start(a)
+	}
+	s.devMu.Unlock()
+	s.workers.Add(1)
+	go func() {
+		defer s.workers.Done()
+		s.expireLoop(ctx)
+	}()
+	<-ctx.Done()
+	s.devMu.Lock()
+	s.serving = nil
+	for _, a := range s.devs {
+		a.dev.Close() // unblock readers
+	}
+	s.devMu.Unlock()
+	s.workers.Wait()
+	return nil
+}
+
+// ExpireInterval is how often a serving switch removes idle flows.
+const ExpireInterval = time.Second
+
+func (s *Switch) expireLoop(ctx context.Context) {
+	t := time.NewTicker(ExpireInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.pl.FlowTable().Expire(s.Now())
+		}
+	}
+}
+
+// Now returns the switch's clock: monotonic nanoseconds since it was
+// created, the time base of its flow table.
+func (s *Switch) Now() int64 { return int64(time.Since(s.epoch)) }
+
+// TxNoDevice counts frames forwarded to a port that has no device.
+func (s *Switch) TxNoDevice() uint64 { return s.txNoDevice.Load() }
+
+// write sends pkts to the device of port id. A write that fails is
+// counted against the destination's device and logged when its writes
+// start and stop failing; it never stops the worker that forwards.
+func (s *Switch) write(id dataplane.PortID, pkts []*dataplane.Packet) {
+	port := s.PortByID(id)
+	var a *attachment
+	if port != nil {
+		a = s.attachment(port.Name)
+	}
+	if a == nil || a.failed.Load() != nil {
+		s.txNoDevice.Add(uint64(len(pkts)))
+		return
+	}
+	n, err := a.dev.WritePackets(pkts)
+	a.txFrames.Add(uint64(n))
+	switch {
+	case err == nil:
+		if a.txFailing.CompareAndSwap(true, false) {
+			s.logger().Info("port device writes succeed again", "port", a.port)
+		}
+	case errors.Is(err, ErrClosed):
+		s.txNoDevice.Add(uint64(len(pkts) - n))
+	default:
+		a.txErrors.Add(uint64(len(pkts) - n))
+		if a.txFailing.CompareAndSwap(false, true) {
+			s.logger().Warn("port device write failed", "port", a.port, "err", err)
+		}
+	}
+}
+
+func (s *Switch) servePort(ctx context.Context, a *attachment) error {
+	w := s.pl.NewWorker()
+	pkts := make([]*dataplane.Packet, BatchSize)
+	for i := range pkts {
+		pkts[i] = dataplane.NewPacket(dataplane.BufferSize)
+	}
+	out := make([]*dataplane.Packet, 0, BatchSize)
+	for {
+		n, err := a.dev.ReadPackets(pkts)
+		if err != nil {
+			if errors.Is(err, ErrClosed) || ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("port %s: %w", a.port, err)
+		}
+		a.rxFrames.Add(uint64(n))
+		in := s.Port(a.port)
+		if in == nil {
+			continue // the port left the policy: its frames go nowhere
+		}
+		batch := pkts[:n]
+		for _, p := range batch {
+			p.InPort = in.ID
+		}
+		w.Process(batch, s.Now())
+		// The forwarded packets, grouped by output port (a stable sort
+		// keeps each port's frames in order), one write per port.
+		out = out[:0]
+		for _, p := range batch {
+			if p.Drop == dataplane.NotDropped && p.OutPort != dataplane.NoPort {
+				out = append(out, p)
+			}
+		}
+		slices.SortStableFunc(out, func(a, b *dataplane.Packet) int { return cmp.Compare(a.OutPort, b.OutPort) })
+		for i := 0; i < len(out); {
+			j := i + 1
+			for j < len(out) && out[j].OutPort == out[i].OutPort {
+				j++
+			}
+			s.write(out[i].OutPort, out[i:j])
+			i = j
+		}
+	}
+}
