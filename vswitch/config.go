@@ -19,6 +19,7 @@ import (
 	"github.com/ufp-dev/ufp/dataplane"
 	"github.com/ufp-dev/ufp/nat"
 	"github.com/ufp-dev/ufp/rules"
+	"github.com/ufp-dev/ufp/vswitch/device"
 )
 
 // Config is a policy document: the switch, its ports, and each port's
@@ -150,6 +151,40 @@ type PortConfig struct {
 	// is a segment). The uplink reaches every segment.
 	Segment string        `json:"segment,omitempty"`
 	Layers  []LayerConfig `json:"layers,omitempty"`
+	// Host marks the host's own vNIC (HNS's vEthernet adapter): the
+	// node's network stack on the switch, with the uplink's MAC and some
+	// of its addresses (ips, each an address of the uplink). Frames from
+	// the underlay for the uplink's MAC that no layer claims go to it,
+	// and pods reach it at its addresses. At most one port is the host's.
+	Host bool `json:"host,omitempty"`
+	// Link is how the port's interface is set up when a daemon creates
+	// its device: addresses with prefix lengths, routes, and for an L3
+	// port the gateway MAC its frames are addressed to. The switch itself
+	// does not use it.
+	Link *LinkConfig `json:"link,omitempty"`
+}
+
+// LinkConfig is the network setup of a port's interface (see
+// PortConfig.Link).
+type LinkConfig struct {
+	// Addresses are the interface's addresses with prefix lengths
+	// ("10.0.0.10/24"), each one of the port's ips.
+	Addresses []string `json:"addresses,omitempty"`
+	// Routes are installed through the interface.
+	Routes []LinkRouteConfig `json:"routes,omitempty"`
+	// GatewayMAC is the MAC an L3 port's frames are sent to (the router
+	// the switch answers for); an Ethernet port learns it by ARP.
+	GatewayMAC string `json:"gatewayMac,omitempty"`
+}
+
+// LinkRouteConfig is one route through a port's interface.
+type LinkRouteConfig struct {
+	// Destination is a prefix ("0.0.0.0/0" for a default route).
+	Destination string `json:"destination"`
+	// NextHop is the router (empty: the destination is on the link).
+	NextHop string `json:"nextHop,omitempty"`
+	// OnLink: the next hop is on the link though no address covers it.
+	OnLink bool `json:"onLink,omitempty"`
 }
 
 // LayerConfig is one layer of a port.
@@ -435,6 +470,7 @@ type compiled struct {
 	byMAC  map[dataplane.MAC]*Port
 	byIP   map[netip.Addr]*Port
 	uplink *Port
+	host   *Port // the host's vNIC, or nil
 	gwMACs map[dataplane.MAC]*gateway
 	gwIPs  map[netip.Addr]*gateway
 	ftable dataplane.FlowTableConfig
@@ -470,6 +506,10 @@ type Port struct {
 	Underlay Underlay
 	Segment  string
 	Layers   []*rules.Layer
+	// Host marks the host's own vNIC (PortConfig.Host).
+	Host bool
+	// Link is the set-up of the port's interface (PortConfig.Link).
+	Link device.Link
 }
 
 // reaches reports whether frames may be switched between ports p and q:
@@ -582,6 +622,7 @@ func (c *Config) compileVFP() (*compiled, error) {
 	if len(c.Ports) >= int(dataplane.NoPort) {
 		return nil, fmt.Errorf("ports: %d ports is more than %d", len(c.Ports), dataplane.NoPort-1)
 	}
+	hostAt := ""
 	for i := range c.Ports {
 		pc := &c.Ports[i]
 		at := fmt.Sprintf("ports[%d]", i)
@@ -592,6 +633,15 @@ func (c *Config) compileVFP() (*compiled, error) {
 		port.ID = dataplane.PortID(i)
 		if q := p.byName[port.Name]; q != nil {
 			return nil, fmt.Errorf("%s.name: %q is also the name of another port", at, port.Name)
+		}
+		if port.Host {
+			if p.host != nil {
+				return nil, fmt.Errorf("%s.host: port %q is the host's vNIC already", at, p.host.Name)
+			}
+			p.host, hostAt = port, at
+			p.byName[port.Name] = port
+			p.ports = append(p.ports, port)
+			continue // checked against the uplink below
 		}
 		if q := p.byMAC[port.MAC]; q != nil || p.gwMACs[port.MAC] != nil {
 			return nil, fmt.Errorf("%s.mac: %s is already used by %s", at, port.MAC, macOwner(q))
@@ -626,6 +676,9 @@ func (c *Config) compileVFP() (*compiled, error) {
 		p.byName[port.Name] = port
 		p.byMAC[port.MAC] = port
 		p.ports = append(p.ports, port)
+	}
+	if err := p.compileHost(hostAt); err != nil {
+		return nil, err
 	}
 	if p.pools, err = c.compilePools(); err != nil {
 		return nil, err
@@ -685,7 +738,13 @@ func (pc *PortConfig) compile(at string) (*Port, error) {
 	if pc.Name == "" {
 		return nil, fmt.Errorf("%s.name: a port needs a name", at)
 	}
-	port := &Port{Name: pc.Name, Uplink: pc.Uplink, MTU: pc.MTU, Segment: pc.Segment}
+	port := &Port{Name: pc.Name, Uplink: pc.Uplink, MTU: pc.MTU, Segment: pc.Segment, Host: pc.Host}
+	if pc.Host && pc.Uplink {
+		return nil, fmt.Errorf("%s.host: the uplink cannot be the host's vNIC too", at)
+	}
+	if pc.Host && pc.Segment != "" {
+		return nil, fmt.Errorf("%s.segment: the host's vNIC reaches every segment", at)
+	}
 	switch pc.Underlay {
 	case "", "bridged":
 	case "rewrite":
@@ -716,6 +775,12 @@ func (pc *PortConfig) compile(at string) (*Port, error) {
 		}
 		port.IPs = append(port.IPs, a)
 	}
+	if pc.Link != nil {
+		if port.Link, err = pc.Link.compile(at+".link", port); err != nil {
+			return nil, err
+		}
+	}
+	port.Link.MAC, port.Link.MTU = port.MAC, int(port.MTU)
 	names := map[string]int{}
 	for i := range pc.Layers {
 		lat := fmt.Sprintf("%s.layers[%d]", at, i)

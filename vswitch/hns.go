@@ -44,6 +44,16 @@ type UplinkConfig struct {
 	// from Neighbors). L2Bridge endpoints use their own subnet gateway.
 	DefaultGateway   string `json:"DefaultGateway,omitempty"`
 	DefaultGatewayV6 string `json:"DefaultGatewayV6,omitempty"`
+	// HostPort (ufp) names a port for the host's own vNIC, as HNS's
+	// vEthernet adapter is: the node's network stack on the switch, with
+	// MacAddress and IpAddresses (an address may be written with its
+	// underlay prefix length, "192.168.50.1/24", which the vNIC's link
+	// set-up uses). Pods reach the host at its addresses without NAT, the
+	// host reaches the pods through routes to the networks' subnets, and
+	// traffic of the host's own to the underlay passes unchanged. A host
+	// address used for NAT then keeps to ports 1024-32767 unless
+	// PortRange says otherwise, clear of Linux's ephemeral ports.
+	HostPort string `json:"HostPort,omitempty"`
 }
 
 // NeighborConfig is one underlay address and its MAC.
@@ -298,8 +308,9 @@ type hnsLowering struct {
 	neighbors map[netip.Addr]dataplane.MAC
 	nets      []*hnsNet
 	byName    map[string]*hnsNet
-	hostIPs   map[bool]netip.Addr // Uplink.IpAddresses by is-IPv4
-	defaultGW map[bool]netip.Addr // Uplink.DefaultGateway(V6) by is-IPv4
+	hostIPs   map[bool]netip.Addr   // Uplink.IpAddresses by is-IPv4
+	hostNets  map[bool]netip.Prefix // their underlay prefixes, when given
+	defaultGW map[bool]netip.Addr   // Uplink.DefaultGateway(V6) by is-IPv4
 	nat       hnsNAT
 	remotes   map[string]*hnsRemote // remote endpoints by name
 	lbs       []*hnsLB
@@ -331,7 +342,7 @@ func (c *Config) Lower() (*Config, error) {
 		return nil, fmt.Errorf("switch.loadBalancers: at the HNS level LoadBalancers make them")
 	}
 	l := &hnsLowering{c: c, byName: map[string]*hnsNet{}, neighbors: map[netip.Addr]dataplane.MAC{},
-		hostIPs: map[bool]netip.Addr{}, defaultGW: map[bool]netip.Addr{}, remotes: map[string]*hnsRemote{}}
+		hostIPs: map[bool]netip.Addr{}, hostNets: map[bool]netip.Prefix{}, defaultGW: map[bool]netip.Addr{}, remotes: map[string]*hnsRemote{}}
 	if err := l.uplinkConfig(); err != nil {
 		return nil, err
 	}
@@ -991,6 +1002,11 @@ func (l *hnsLowering) emit(eps []*hnsEP) *Config {
 		}
 	}
 	up := PortConfig{Name: l.uplink, MAC: l.hostMAC.String(), Uplink: true, MTU: uint16(l.mtu), IPs: l.hostAddrs()}
+	if l.c.Uplink.HostPort != "" {
+		for i := range out.Switch.Gateways {
+			out.Switch.Gateways[i].Ports = append(out.Switch.Gateways[i].Ports, l.c.Uplink.HostPort)
+		}
+	}
 	if decap := l.decapLayer(); decap != nil {
 		up.Layers = append(up.Layers, *decap)
 	}
@@ -1001,7 +1017,7 @@ func (l *hnsLowering) emit(eps []*hnsEP) *Config {
 		up.Layers = append(up.Layers, *rw)
 	}
 	for _, ep := range eps {
-		pc := PortConfig{Name: ep.cfg.Name, MAC: ep.mac.String(), MTU: uint16(l.mtu), Segment: ep.net.cfg.Name}
+		pc := PortConfig{Name: ep.cfg.Name, MAC: ep.mac.String(), MTU: uint16(l.mtu), Segment: ep.net.cfg.Name, Link: l.endpointLink(ep)}
 		for _, a := range ep.ips {
 			pc.IPs = append(pc.IPs, a.String())
 		}
@@ -1034,6 +1050,9 @@ func (l *hnsLowering) emit(eps []*hnsEP) *Config {
 			}
 		}
 		out.Ports = append(out.Ports, pc)
+	}
+	if hp := l.hostPort(); hp != nil {
+		out.Ports = append(out.Ports, *hp)
 	}
 	out.Ports = append(out.Ports, up)
 	out.Switch.NATPools = l.natPools()

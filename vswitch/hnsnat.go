@@ -88,7 +88,7 @@ func (l *hnsLowering) uplinkHost() error {
 	u := l.c.Uplink
 	for i, s := range u.IpAddresses {
 		at := fmt.Sprintf("Uplink.IpAddresses[%d]", i)
-		a, err := parseAddr(at, s)
+		a, pf, err := parseHostAddr(at, s)
 		if err != nil {
 			return err
 		}
@@ -102,6 +102,9 @@ func (l *hnsLowering) uplinkHost() error {
 			return fmt.Errorf("%s: %s is also listed in Uplink.Neighbors", at, a)
 		}
 		l.hostIPs[a.Is4()] = a
+		if pf.IsValid() {
+			l.hostNets[a.Is4()] = pf
+		}
 	}
 	for _, g := range []struct {
 		at, s string
@@ -437,6 +440,7 @@ func (l *hnsLowering) natLayer(ep *hnsEP) *LayerConfig {
 			g.Match.IPVersion = 6
 		}
 		exc := append(slices.Clone(o.exceptions), ep.net.subnets...)
+		exc = append(exc, l.hostVNICAddrs()...) // the host's own stack is not outside
 		g.Rules = append(g.Rules, RuleConfig{Name: "exceptions", Priority: u32(1000), Terminating: true,
 			Match: &MatchConfig{DstIPs: prefixStrings(exc)}, Action: ActionConfig{Type: "allow"}})
 		for i, v4 := range []bool{true, false} {
@@ -514,7 +518,11 @@ func (l *hnsLowering) portMapLayer() *LayerConfig {
 func (l *hnsLowering) natPools() []NATPoolConfig {
 	var ps []NATPoolConfig
 	for _, p := range l.nat.pools {
-		ps = append(ps, NATPoolConfig{IP: p.ip.String(), Ports: p.ports, Reserved: p.reserved})
+		ports := p.ports
+		if ports == "" && l.c.Uplink.HostPort != "" && l.hostIPs[p.ip.Is4()] == p.ip {
+			ports = hostNATPorts
+		}
+		ps = append(ps, NATPoolConfig{IP: p.ip.String(), Ports: ports, Reserved: p.reserved})
 	}
 	return ps
 }

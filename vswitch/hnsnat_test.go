@@ -222,8 +222,8 @@ func TestHNSNATErrors(t *testing.T) {
 			want: epB + ".IpConfigurations[0].IpAddress: 10.244.0.11 is a NAT address (VirtualIP, VIP or SourceVIP)"},
 
 		// The uplink's addresses and gateways.
-		{name: "IpAddresses not an address", edit: func(t *testing.T, d doc) { natUplink(d)["IpAddresses"] = []any{"192.168.1.10/24"} },
-			want: `Uplink.IpAddresses[0]: "192.168.1.10/24" is not an IP address`},
+		{name: "IpAddresses not an address", edit: func(t *testing.T, d doc) { natUplink(d)["IpAddresses"] = []any{"192.168.1.10/24/8"} },
+			want: `Uplink.IpAddresses[0]: "192.168.1.10/24/8" is not an IP address`},
 		{name: "IpAddresses loopback", edit: func(t *testing.T, d doc) { natUplink(d)["IpAddresses"] = []any{"192.168.1.10", "::1"} },
 			want: "Uplink.IpAddresses[1]: ::1 is not a unicast address"},
 		{name: "IpAddresses two IPv4", edit: func(t *testing.T, d doc) {

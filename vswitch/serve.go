@@ -220,7 +220,7 @@ func (s *Switch) write(id dataplane.PortID, pkts []*dataplane.Packet) {
 			s.logger().Info("port device writes succeed again", "port", a.port)
 		}
 	case errors.Is(err, ErrClosed):
-		s.txNoDevice.Add(uint64(len(pkts) - n))
+		a.txErrors.Add(uint64(len(pkts) - n)) // detached or stopping meanwhile
 	default:
 		a.txErrors.Add(uint64(len(pkts) - n))
 		if a.txFailing.CompareAndSwap(false, true) {
