@@ -104,3 +104,46 @@ func (d CsumDelta) UpdatePartial(partial uint16) uint16 {
 func (d CsumDelta) UpdateChecksumField(b []byte) {
 	binary.BigEndian.PutUint16(b, d.Update(binary.BigEndian.Uint16(b)))
 }
+
+// FinishChecksum completes in software the L4 checksum that p's frame left
+// to the NIC (Offload.NeedsCsum): the field at CsumStart+CsumOffset holds
+// the pseudo-header sum, and the checksum covers CsumStart to the end of
+// the IP packet (Ethernet padding excluded). A device that cannot pass the
+// offload on calls it before sending. It reports false, changing nothing,
+// if the offsets do not fit the frame's IPv4 or IPv6 packet (with at most
+// one VLAN tag); a frame without NeedsCsum is left as it is.
+func FinishChecksum(p *Packet) bool {
+	o := &p.Offload
+	if !o.NeedsCsum {
+		return true
+	}
+	f := p.Bytes()
+	l3 := EthernetLen
+	if len(f) < l3 {
+		return false
+	}
+	et := binary.BigEndian.Uint16(f[12:])
+	if et == EtherTypeVLAN && len(f) >= l3+VLANLen {
+		et, l3 = binary.BigEndian.Uint16(f[16:]), l3+VLANLen
+	}
+	var end int
+	switch {
+	case et == EtherTypeIPv4 && len(f) >= l3+20 && f[l3]>>4 == 4:
+		end = l3 + int(binary.BigEndian.Uint16(f[l3+2:]))
+	case et == EtherTypeIPv6 && len(f) >= l3+IPv6Len && f[l3]>>4 == 6:
+		end = l3 + IPv6Len + int(binary.BigEndian.Uint16(f[l3+4:]))
+	default:
+		return false
+	}
+	start, field := int(o.CsumStart), int(o.CsumStart)+int(o.CsumOffset)
+	if start < l3 || field+2 > end || end > len(f) {
+		return false
+	}
+	c := Checksum(f[start:end], 0)
+	if c == 0 && o.CsumOffset == 6 {
+		c = 0xffff // UDP: zero would mean no checksum (RFC 768)
+	}
+	binary.BigEndian.PutUint16(f[field:], c)
+	o.NeedsCsum, o.CsumStart, o.CsumOffset = false, 0, 0
+	return true
+}

@@ -238,3 +238,58 @@ func FuzzChecksumUpdate(f *testing.F) {
 		ckCheckUpdate(t, old, new, fi)
 	})
 }
+
+// TestFinishChecksum turns frames with good checksums into the partial form
+// a kernel hands over (the field holding the pseudo-header sum) and checks
+// that FinishChecksum restores them, with Ethernet padding left out.
+func TestFinishChecksum(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		frame         []byte
+		l3, l4, field int
+		v6            bool
+	}{
+		{"tcp ipv4", frameTCP4(), 14, 34, 16, false},
+		{"udp ipv6", frameUDP6("fd00::1", "fd00::2", 1000, 53), 14, 54, 6, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, pad := range []int{0, 7} {
+				want := append([]byte(nil), tc.frame...)
+				for range pad {
+					want = append(want, 0xab) // padding the checksum must not cover
+				}
+				p := NewPacket(BufferSize)
+				p.SetFrame(want)
+				f := p.Bytes()
+				var src, dst []byte
+				if tc.v6 {
+					src, dst = f[tc.l3+8:tc.l3+24], f[tc.l3+24:tc.l3+40]
+				} else {
+					src, dst = f[tc.l3+12:tc.l3+16], f[tc.l3+16:tc.l3+20]
+				}
+				n := len(tc.frame) - tc.l4
+				binary.BigEndian.PutUint16(f[tc.l4+tc.field:], Fold(PseudoHeaderSum(src, dst, f[tc.l3+map[bool]int{true: 6, false: 9}[tc.v6]], n)))
+				p.Offload = Offload{NeedsCsum: true, CsumStart: uint16(tc.l4), CsumOffset: uint16(tc.field)}
+				if !FinishChecksum(p) {
+					t.Fatal("FinishChecksum refused the frame")
+				}
+				if got := p.Bytes(); string(got) != string(want) {
+					t.Errorf("pad %d: checksum %04x, want %04x", pad, binary.BigEndian.Uint16(got[tc.l4+tc.field:]), binary.BigEndian.Uint16(want[tc.l4+tc.field:]))
+				}
+				if p.Offload.NeedsCsum {
+					t.Error("NeedsCsum still set")
+				}
+			}
+		})
+	}
+	p := NewPacket(BufferSize)
+	p.SetFrame(frameTCP4())
+	p.Offload = Offload{NeedsCsum: true, CsumStart: 34, CsumOffset: 200}
+	if FinishChecksum(p) || !p.Offload.NeedsCsum {
+		t.Error("an offset beyond the packet was accepted")
+	}
+	p.Offload = Offload{NeedsCsum: true, CsumStart: 4, CsumOffset: 2}
+	if FinishChecksum(p) {
+		t.Error("a start inside the Ethernet header was accepted")
+	}
+}
