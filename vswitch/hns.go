@@ -529,7 +529,11 @@ func (l *hnsLowering) network(i int) error {
 				return err
 			}
 		case "HostRoute":
-			return fmt.Errorf("%s: HostRoute needs the host's own vNIC on the switch, which ufp does not have yet", pat)
+			// Pods reach the host through its vNIC on the switch, which
+			// is what HostRoute asks for.
+			if l.c.Uplink.HostPort == "" {
+				return fmt.Errorf("%s: HostRoute needs the host's own vNIC on the switch: set Uplink.HostPort", pat)
+			}
 		case "":
 			return fmt.Errorf("%s.Type: a policy needs a type", pat)
 		default:

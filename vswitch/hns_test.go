@@ -236,7 +236,7 @@ func TestHNSParseErrors(t *testing.T) {
 			want: net0 + ".Policies[2].Type: a policy needs a type"},
 		{name: "HostRoute", base: hnsL2BridgePolicy, edit: func(t *testing.T, d doc) {
 			hnsAdd(t, hnsNet0(d), "Policies", `{"Type": "HostRoute", "Settings": {}}`)
-		}, want: br0 + ".Policies[1]: HostRoute needs the host's own vNIC on the switch, which ufp does not have yet"},
+		}, want: br0 + ".Policies[1]: HostRoute needs the host's own vNIC on the switch: set Uplink.HostPort"},
 		{name: "NetAdapterName not the uplink", base: hnsL2BridgePolicy, edit: func(t *testing.T, d doc) {
 			hnsNetPolicy(d, 0)["NetworkAdapterName"] = "eth1"
 		}, want: br0 + `.Policies[0].Settings.NetworkAdapterName: "eth1" is not the uplink "uplink"`},

@@ -33,7 +33,8 @@ const hostDoc = `{
       {"Type": "ProviderAddress", "Settings": {"ProviderAddress": "192.168.50.1"}},
       {"Type": "RemoteSubnetRoute", "Settings": {"DestinationPrefix": "10.244.2.0/24", "IsolationId": 4096,
         "ProviderAddress": "192.168.50.2", "DistributedRouterMacAddress": "02:00:00:00:02:01"}},
-      {"Type": "DrMacAddress", "Settings": {"Address": "02:00:00:00:01:01"}}]}],
+      {"Type": "DrMacAddress", "Settings": {"Address": "02:00:00:00:01:01"}},
+      {"Type": "HostRoute", "Settings": {}}]}],
   "Endpoints": [{"Name": "pod-a", "HostComputeNetwork": "vxlan0", "MacAddress": "02:00:00:00:01:0a",
     "IpConfigurations": [{"IpAddress": "10.244.1.10"}],
     "Policies": [{"Type": "OutBoundNAT", "Settings": {"Exceptions": ["10.244.0.0/16"]}}]}]

@@ -69,3 +69,14 @@ type Counters struct {
 	// port, larger than the device takes).
 	TxDropped atomic.Uint64
 }
+
+// plainFrame readies p for a device that carries no offload metadata (no
+// virtio-net header): a partial checksum is completed in software; a GSO
+// super-frame cannot be sent and p is refused (false), as is a partial
+// checksum whose offsets do not fit the frame.
+func plainFrame(p *dataplane.Packet) bool {
+	if p.Offload.GSOType != dataplane.GSONone {
+		return false
+	}
+	return dataplane.FinishChecksum(p)
+}

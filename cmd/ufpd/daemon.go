@@ -1,0 +1,168 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"reflect"
+	"slices"
+	"sync"
+
+	"github.com/ufp-dev/ufp/vswitch"
+	"github.com/ufp-dev/ufp/vswitch/device"
+)
+
+// daemon is a running switch and the devices ufpd opened for its ports.
+type daemon struct {
+	log *slog.Logger
+	sw  *vswitch.Switch
+
+	mu   sync.Mutex // serialises reloads and shutdown
+	cfg  *config
+	devs map[string]*owned // by port name
+}
+
+// owned is a device ufpd opened, with what it was opened from, so that a
+// reload can tell whether it still fits.
+type owned struct {
+	spec deviceConfig
+	link device.Link
+	dev  vswitch.Device
+}
+
+// newDaemon starts a switch on c's policy and opens and attaches c's
+// devices. On error everything opened is closed again.
+func newDaemon(c *config, log *slog.Logger) (*daemon, error) {
+	sw, err := vswitch.New(c.policy)
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	sw.SetLogger(log)
+	d := &daemon{log: log, sw: sw, cfg: c, devs: map[string]*owned{}}
+	for _, spec := range c.devices {
+		if err := d.open(spec, sw.Port(spec.Port)); err != nil {
+			d.closeAll()
+			return nil, err
+		}
+	}
+	return d, nil
+}
+
+// open opens the device spec describes for port and attaches it.
+func (d *daemon) open(spec deviceConfig, port *vswitch.Port) error {
+	if err := checkNetNS(spec); err != nil {
+		return err
+	}
+	dev, err := openDevice(spec, port.Link)
+	if err != nil {
+		return fmt.Errorf("port %s: %s device %s: %w", spec.Port, spec.Type, spec.Name, err)
+	}
+	if err := d.sw.Attach(spec.Port, dev); err != nil {
+		dev.Close()
+		return err
+	}
+	d.devs[spec.Port] = &owned{spec: spec, link: port.Link, dev: dev}
+	d.log.Info("port device up", "port", spec.Port, "type", spec.Type, "name", spec.Name, "netns", spec.NetNS)
+	return nil
+}
+
+// checkNetNS reports a namespace that does not exist, before anything is
+// changed.
+func checkNetNS(spec deviceConfig) error {
+	if p := spec.netnsPath(); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return fmt.Errorf("port %s: netns %s: %w", spec.Port, spec.NetNS, err)
+		}
+	}
+	return nil
+}
+
+// serve runs the switch until ctx ends, then closes every device ufpd
+// opened (removing the interfaces it made).
+func (d *daemon) serve(ctx context.Context) error {
+	err := d.sw.Serve(ctx)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.closeAll()
+	return err
+}
+
+func (d *daemon) closeAll() {
+	for _, port := range slices.Sorted(maps.Keys(d.devs)) {
+		o := d.devs[port]
+		d.sw.Detach(port)
+		if err := o.dev.Close(); err != nil {
+			d.log.Warn("closing port device", "port", port, "err", err)
+		}
+		delete(d.devs, port)
+		d.log.Info("port device removed", "port", port, "name", o.spec.Name)
+	}
+}
+
+// errRejected marks a reload that changed nothing.
+var errRejected = errors.New("rejected; the running policy stays")
+
+// reload makes c the running configuration: it applies the new policy
+// atomically (flows the change does not touch go on undisturbed), then
+// closes the devices of ports that left or whose device or link set-up
+// changed, and opens the new ones. An invalid policy, or a namespace that
+// does not exist, is rejected before anything changes: the running policy
+// and devices stay. A device that fails to open after the policy is
+// applied leaves its port without a device; the error says which.
+func (d *daemon) reload(c *config) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	ports, err := c.policy.CompilePorts()
+	if err != nil {
+		return fmt.Errorf("%w: policy: %w", errRejected, err)
+	}
+	byName := map[string]*vswitch.Port{}
+	for _, p := range ports {
+		byName[p.Name] = p
+	}
+	want := map[string]deviceConfig{}
+	for _, spec := range c.devices {
+		want[spec.Port] = spec
+	}
+	var open []deviceConfig
+	var close []string
+	for port, o := range d.devs {
+		spec, ok := want[port]
+		if !ok || spec != o.spec || !reflect.DeepEqual(byName[port].Link, o.link) {
+			close = append(close, port)
+		}
+	}
+	for _, spec := range c.devices {
+		if o := d.devs[spec.Port]; o == nil || slices.Contains(close, spec.Port) {
+			if err := checkNetNS(spec); err != nil {
+				return fmt.Errorf("%w: %w", errRejected, err)
+			}
+			open = append(open, spec)
+		}
+	}
+	if err := d.sw.Apply(c.policy); err != nil {
+		return fmt.Errorf("%w: policy: %w", errRejected, err)
+	}
+	d.cfg = c
+	slices.Sort(close)
+	for _, port := range close {
+		o := d.devs[port]
+		d.sw.Detach(port)
+		o.dev.Close()
+		delete(d.devs, port)
+		d.log.Info("port device removed", "port", port, "name", o.spec.Name)
+	}
+	var errs []error
+	for _, spec := range open {
+		if err := d.open(spec, d.sw.Port(spec.Port)); err != nil {
+			d.log.Error("port device failed to open; the port has no device", "port", spec.Port, "err", err)
+			errs = append(errs, err)
+		}
+	}
+	d.log.Info("configuration reloaded", "generation", d.sw.Generation(), "devices", len(d.devs),
+		"opened", len(open)-len(errs), "closed", len(close))
+	return errors.Join(errs...)
+}

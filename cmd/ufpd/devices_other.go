@@ -1,0 +1,24 @@
+//go:build !linux
+
+package main
+
+import (
+	"fmt"
+	"runtime"
+
+	"github.com/ufp-dev/ufp/vswitch"
+	"github.com/ufp-dev/ufp/vswitch/device"
+)
+
+// openDevice opens the device spec describes. Off Linux only L3 ports
+// (tun: Wintun on Windows) exist.
+func openDevice(spec deviceConfig, link device.Link) (vswitch.Device, error) {
+	if spec.Type != "tun" {
+		return nil, fmt.Errorf("%s devices need Linux (this is %s): use tun", spec.Type, runtime.GOOS)
+	}
+	if spec.NetNS != "" {
+		return nil, fmt.Errorf("network namespaces need Linux (this is %s)", runtime.GOOS)
+	}
+	link.Name = spec.Name
+	return device.CreateTUN(link)
+}

@@ -1,0 +1,119 @@
+// Command ufpd is the ufp vswitch daemon: it runs a switch on real devices
+// (pods' TAP interfaces, L3 TUN or Wintun ports, the host's own vNIC, the
+// uplink on an existing interface through AF_PACKET) under a policy of
+// networks, endpoints, load balancers and ACLs.
+//
+//	ufpd -config /etc/ufp/ufpd.json    # run; SIGHUP reloads, SIGTERM stops
+//	ufpd -check -config FILE           # validate a configuration and exit
+//	ufpd demo                          # two pods and a node through ufpd, with root
+//
+// The configuration file holds the policy document and the devices of its
+// ports (see docs/UFPD.md). On SIGHUP ufpd reads the file again, compiles
+// the new policy and swaps it in atomically; an invalid file is rejected
+// with an error naming the field and the running policy stays. On SIGTERM
+// or SIGINT it stops, removing the interfaces it made.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "demo" {
+		return demo(args[1:], stdout, stderr)
+	}
+	fl := flag.NewFlagSet("ufpd", flag.ContinueOnError)
+	fl.SetOutput(stderr)
+	path := fl.String("config", "", "configuration file (JSON: policy and devices)")
+	check := fl.Bool("check", false, "validate the configuration and exit")
+	fl.Usage = func() {
+		fmt.Fprintf(stderr, "usage: ufpd -config FILE [-check]\n       ufpd demo [-h]\n\n")
+		fl.PrintDefaults()
+	}
+	if err := fl.Parse(args); err != nil {
+		return 2
+	}
+	if *path == "" || fl.NArg() > 0 {
+		fl.Usage()
+		return 2
+	}
+	c, err := loadConfig(*path)
+	if err != nil {
+		fmt.Fprintf(stderr, "ufpd: %v\n", err)
+		return 2
+	}
+	if *check {
+		fmt.Fprintf(stdout, "%s: valid (%d devices)\n", *path, len(c.devices))
+		return 0
+	}
+	log := newLogger(stderr, c.log)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := daemonMain(ctx, *path, c, log); err != nil {
+		log.Error("ufpd stopped", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func newLogger(w io.Writer, lc logConfig) *slog.Logger {
+	level, _ := logLevel(lc.Level) // validated
+	opts := &slog.HandlerOptions{Level: level}
+	if lc.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// daemonMain runs the daemon until ctx ends, reloading path on SIGHUP.
+func daemonMain(ctx context.Context, path string, c *config, log *slog.Logger) error {
+	d, err := newDaemon(c, log)
+	if err != nil {
+		return err
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				d.reloadFile(path)
+			}
+		}
+	}()
+	log.Info("ufpd serving", "config", path, "ports", len(d.sw.Ports()), "devices", len(c.devices), "pid", os.Getpid())
+	err = d.serve(ctx)
+	log.Info("ufpd stopped", "device_failures", d.sw.DeviceFailures())
+	if err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
+// reloadFile reloads the configuration at path, logging the outcome.
+func (d *daemon) reloadFile(path string) {
+	c, err := loadConfig(path)
+	if err == nil {
+		err = d.reload(c)
+	} else {
+		err = fmt.Errorf("%w: %w", errRejected, err)
+	}
+	if err != nil {
+		d.log.Error("reload", "config", path, "err", err)
+	}
+}

@@ -1,0 +1,663 @@
+//go:build linux
+
+package device
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ufp-dev/ufp/dataplane"
+)
+
+// Raw is the switch's uplink on a real interface (a NIC, or a veth in
+// tests) through an AF_PACKET socket: every frame the interface receives
+// (promiscuous mode) is read, frames the interface sends are not, and
+// written frames leave by the interface. Reads and writes move a batch per
+// system call (recvmmsg, sendmmsg).
+//
+// Partial checksums: a frame the kernel hands over with its L4 checksum
+// not yet finished (checksum offload of a local sender, reported in
+// PACKET_AUXDATA as TP_STATUS_CSUMNOTREADY) is read with Offload.NeedsCsum
+// set and CsumStart/CsumOffset computed from its headers (TCP, UDP and
+// UDP-Lite over IPv4 or IPv6), for the pipeline to finish; a frame the
+// kernel reports verified gets Offload.DataValid. The socket carries no
+// virtio-net header, so a partial checksum is completed in software before
+// a write, GSO super-frames are dropped (TxDropped), and super-frames that GRO or a local sender's TSO built are
+// read as single frames without GSO metadata: run the uplink with GRO off
+// and local senders on the segment with TSO off (`ethtool -K IF gro off`,
+// `tso off`). VLAN tags the kernel stripped are put back in the frame.
+//
+// A link that goes down does not end the device: writes are counted in
+// TxErrors until it is up again, and reads wait. An interface that is
+// deleted makes ReadPackets return an error (checked every
+// rawDownPoll while the link is down).
+//
+// A Raw is read by one goroutine and written by any number (writes are
+// serialised); Close, Name and Counters may be called at any time.
+type Raw struct {
+	name    string
+	ifindex int
+	f       *os.File
+	rc      syscall.RawConn
+	cnt     Counters
+
+	closed    atomic.Bool
+	closeOnce sync.Once
+	closeErr  error
+
+	// down is set by the reader when the socket reports the link down;
+	// the reader then polls the link every rawDownPoll.
+	down bool
+
+	rx     *rawVec
+	readFn func(fd uintptr) bool
+
+	wmu     sync.Mutex // serialises writers; guards tx
+	tx      *rawVec
+	writeFn func(fd uintptr) bool
+}
+
+var _ interface {
+	ReadPackets([]*dataplane.Packet) (int, error)
+	WritePackets([]*dataplane.Packet) (int, error)
+	Close() error
+} = (*Raw)(nil)
+
+// RawMaxBatch is the most frames a Raw moves in one system call: a
+// ReadPackets returns at most this many, a WritePackets of more takes
+// several sendmmsg calls.
+const RawMaxBatch = 128
+
+// rawDownPoll is how often a reader checks a link that went down.
+const rawDownPoll = 500 * time.Millisecond
+
+// mmsghdr is struct mmsghdr: a message header and the length the kernel
+// received or sent (Go pads the struct as C does).
+type mmsghdr struct {
+	hdr    unix.Msghdr
+	msgLen uint32
+}
+
+// rawCtrlLen is the control buffer of one received message: room for a
+// PACKET_AUXDATA message.
+var rawCtrlLen = unix.CmsgSpace(sizeofAuxdata)
+
+// sizeofAuxdata is the size of struct tpacket_auxdata.
+const sizeofAuxdata = int(unsafe.Sizeof(unix.TpacketAuxdata{}))
+
+// rawVec is the preallocated vector of one direction: headers, iovecs and,
+// for reads, source addresses and control buffers, and the state of the
+// current call, shared with the RawConn callback.
+type rawVec struct {
+	hdrs  []mmsghdr
+	iovs  []unix.Iovec
+	addrs []unix.RawSockaddrLinklayer // rx only
+	ctrl  []byte                      // rx only: rawCtrlLen per message
+
+	pkts []*dataplane.Packet // rx: the packets read into
+	k    int                 // tx: messages prepared
+	next int                 // tx: next message to send
+	n    int                 // frames read or written
+	err  error
+}
+
+// newRawVec allocates a vector of RawMaxBatch messages.
+func newRawVec(rx bool) *rawVec {
+	v := &rawVec{hdrs: make([]mmsghdr, RawMaxBatch), iovs: make([]unix.Iovec, RawMaxBatch)}
+	if rx {
+		v.addrs = make([]unix.RawSockaddrLinklayer, RawMaxBatch)
+		v.ctrl = make([]byte, rawCtrlLen*RawMaxBatch)
+	}
+	return v
+}
+
+// OpenRaw opens the uplink on the interface ifname of the network
+// namespace at netns ("" is the caller's): an AF_PACKET socket made in
+// that namespace (the calling goroutine's thread is moved there only for
+// the socket call, on a locked thread, and back), bound to the interface
+// for all EtherTypes, the interface put in promiscuous mode for as long as
+// the socket is open.
+func OpenRaw(ifname, netns string) (*Raw, error) {
+	return openRaw(ifname, netns, rawOptions{})
+}
+
+// rawOptions are the knobs the tests turn.
+type rawOptions struct {
+	// noIgnoreOutgoing leaves PACKET_IGNORE_OUTGOING off, as a kernel
+	// without it does, so that the reader's own filter is tested.
+	noIgnoreOutgoing bool
+}
+
+// openRaw is OpenRaw with options.
+func openRaw(ifname, netns string, opt rawOptions) (*Raw, error) {
+	if err := validIfName(ifname); err != nil {
+		return nil, fmt.Errorf("raw: %w", err)
+	}
+	var fd int
+	err := InNetNS(netns, func() error {
+		var err error
+		// Protocol 0: nothing is queued before the bind to the interface.
+		fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("raw %s: socket: %w", ifname, err)
+	}
+	ifindex, err := setupRawSocket(fd, ifname, opt)
+	if err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	r := &Raw{name: ifname, ifindex: ifindex, f: os.NewFile(uintptr(fd), "raw:"+ifname)}
+	rc, err := r.f.SyscallConn()
+	if err != nil {
+		r.f.Close()
+		return nil, fmt.Errorf("raw %s: raw conn: %w", ifname, err)
+	}
+	r.rc = rc
+	r.rx, r.tx = newRawVec(true), newRawVec(false)
+	r.readFn, r.writeFn = r.readBatch, r.writeBatch
+	return r, nil
+}
+
+// setupRawSocket sets the options of the packet socket fd, binds it to
+// ifname and turns on promiscuous mode. It returns the interface's index.
+func setupRawSocket(fd int, ifname string, opt rawOptions) (int, error) {
+	step := func(what string, err error) error { return fmt.Errorf("raw %s: %s: %w", ifname, what, err) }
+	// The socket's own namespace answers interface ioctls.
+	ifr, err := unix.NewIfreq(ifname)
+	if err != nil {
+		return 0, step("ifreq", err)
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFINDEX, ifr); err != nil {
+		return 0, step("find interface", err)
+	}
+	ifindex := int(ifr.Uint32())
+	if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_AUXDATA, 1); err != nil {
+		return 0, step("PACKET_AUXDATA", err)
+	}
+	// Without PACKET_IGNORE_OUTGOING (before Linux 4.20) the reader drops
+	// outgoing frames by their packet type instead.
+	if !opt.noIgnoreOutgoing {
+		err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_IGNORE_OUTGOING, 1)
+		if err != nil && err != unix.ENOPROTOOPT && err != unix.EINVAL {
+			return 0, step("PACKET_IGNORE_OUTGOING", err)
+		}
+	}
+	sa := &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifindex}
+	if err := unix.Bind(fd, sa); err != nil {
+		return 0, step("bind", err)
+	}
+	mreq := &unix.PacketMreq{Ifindex: int32(ifindex), Type: unix.PACKET_MR_PROMISC}
+	if err := unix.SetsockoptPacketMreq(fd, unix.SOL_PACKET, unix.PACKET_ADD_MEMBERSHIP, mreq); err != nil {
+		return 0, step("promiscuous mode", err)
+	}
+	return ifindex, nil
+}
+
+// htons converts v to network byte order.
+func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
+// Name returns the interface's name.
+func (r *Raw) Name() string { return r.name }
+
+// Counters returns the device's frame counters.
+func (r *Raw) Counters() *Counters { return &r.cnt }
+
+// ReadPackets implements vswitch.Device: it blocks until at least one
+// frame is there and reads up to len(pkts) frames (at most RawMaxBatch)
+// with one recvmmsg. It may reorder the packets in pkts: the frames read
+// are in pkts[:n], in arrival order. It returns ErrClosed once the device
+// is closed and an error naming the interface if the interface is gone.
+func (r *Raw) ReadPackets(pkts []*dataplane.Packet) (int, error) {
+	if len(pkts) == 0 {
+		return 0, nil
+	}
+	if len(pkts) > RawMaxBatch {
+		pkts = pkts[:RawMaxBatch]
+	}
+	for {
+		if r.closed.Load() {
+			return 0, ErrClosed
+		}
+		v := r.rx
+		v.pkts, v.n, v.err = pkts, 0, nil
+		err := r.rc.Read(r.readFn)
+		n, rerr := v.n, v.err
+		v.pkts = nil
+		switch {
+		case r.closed.Load():
+			if n > 0 {
+				return n, nil
+			}
+			return 0, ErrClosed
+		case err != nil && errors.Is(err, os.ErrDeadlineExceeded):
+			if err := r.checkDown(); err != nil {
+				return 0, err
+			}
+			continue
+		case err != nil:
+			return 0, fmt.Errorf("raw %s: read: %w", r.name, err)
+		case n > 0:
+			return n, nil
+		case rerr != nil:
+			return 0, rerr
+		}
+		if r.down { // the socket reported the link down: poll it
+			r.f.SetReadDeadline(time.Now().Add(rawDownPoll))
+		}
+	}
+}
+
+// checkDown checks a link that went down: an error if it is gone, and
+// the end of polling once it is up again.
+func (r *Raw) checkDown() error {
+	up, err := r.linkUp()
+	if err != nil {
+		return err
+	}
+	if up {
+		r.down = false
+		r.f.SetReadDeadline(time.Time{})
+	} else {
+		r.f.SetReadDeadline(time.Now().Add(rawDownPoll))
+	}
+	return nil
+}
+
+// linkUp reports whether the interface is up, or an error if it is gone
+// (asked through the socket, which answers in its namespace).
+func (r *Raw) linkUp() (bool, error) {
+	var up bool
+	var ierr error
+	err := r.rc.Control(func(fd uintptr) {
+		ifr, err := unix.NewIfreq("")
+		if err != nil {
+			ierr = err
+			return
+		}
+		ifr.SetUint32(uint32(r.ifindex))
+		if err := unix.IoctlIfreq(int(fd), unix.SIOCGIFNAME, ifr); err != nil {
+			ierr = err
+			return
+		}
+		if err := unix.IoctlIfreq(int(fd), unix.SIOCGIFFLAGS, ifr); err != nil {
+			ierr = err
+			return
+		}
+		up = ifr.Uint16()&unix.IFF_UP != 0
+	})
+	if err != nil {
+		return false, fmt.Errorf("raw %s: check link: %w", r.name, err)
+	}
+	if ierr == unix.ENODEV || ierr == unix.ENXIO {
+		return false, fmt.Errorf("raw %s: interface gone: %w", r.name, ierr)
+	}
+	if ierr != nil {
+		return false, fmt.Errorf("raw %s: check link: %w", r.name, ierr)
+	}
+	return up, nil
+}
+
+// prepareRx points the read vector's first k messages at the buffers of
+// the packets.
+func (v *rawVec) prepareRx(k int) {
+	for i, p := range v.pkts[:k] {
+		buf := p.Reset()
+		v.iovs[i].Base = &buf[0]
+		v.iovs[i].SetLen(len(buf))
+		h := &v.hdrs[i]
+		*h = mmsghdr{}
+		h.hdr.Name = (*byte)(unsafe.Pointer(&v.addrs[i]))
+		h.hdr.Namelen = unix.SizeofSockaddrLinklayer
+		h.hdr.Iov = &v.iovs[i]
+		h.hdr.SetIovlen(1)
+		h.hdr.Control = &v.ctrl[i*rawCtrlLen]
+		h.hdr.SetControllen(rawCtrlLen)
+	}
+}
+
+// readBatch takes the frames queued on fd, up to the batch, with
+// recvmmsg. It returns false (wait for the fd) only if it took none.
+func (r *Raw) readBatch(fd uintptr) bool {
+	v := r.rx
+	k := len(v.pkts)
+	for {
+		v.prepareRx(k)
+		m, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&v.hdrs[0])), uintptr(k), unix.MSG_DONTWAIT, 0, 0)
+		switch errno {
+		case 0:
+			r.takeFrames(int(m))
+			if v.n > 0 {
+				return true
+			}
+		case unix.EINTR:
+		case unix.EAGAIN:
+			return false
+		case unix.ENETDOWN: // the link went down (reported once)
+			r.cnt.RxErrors.Add(1)
+			r.down = true
+			return true // for ReadPackets to poll the link
+		default:
+			r.cnt.RxErrors.Add(1)
+			v.err = fmt.Errorf("raw %s: recvmmsg: %w", r.name, errno)
+			return true
+		}
+	}
+}
+
+// takeFrames keeps the good frames of the m messages received, moving
+// their packets to the front of v.pkts, and sets v.n to their number.
+func (r *Raw) takeFrames(m int) {
+	v := r.rx
+	for i := 0; i < m; i++ {
+		if !r.takeFrame(i) {
+			continue
+		}
+		v.pkts[v.n], v.pkts[i] = v.pkts[i], v.pkts[v.n]
+		v.n++
+	}
+}
+
+// takeFrame finishes the packet of message i: its length, a stripped VLAN
+// tag put back, and offload metadata from PACKET_AUXDATA. It reports
+// false for a frame to skip (one this socket sent, or truncated).
+func (r *Raw) takeFrame(i int) bool {
+	v := r.rx
+	h := &v.hdrs[i]
+	p := v.pkts[i]
+	if v.addrs[i].Pkttype == unix.PACKET_OUTGOING {
+		return false // no PACKET_IGNORE_OUTGOING
+	}
+	n := int(h.msgLen)
+	if h.hdr.Flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || !p.SetLen(n) {
+		r.cnt.RxErrors.Add(1)
+		return false
+	}
+	aux := auxData(v.ctrl[i*rawCtrlLen : i*rawCtrlLen+int(h.hdr.Controllen)])
+	if aux == nil {
+		return r.count(p)
+	}
+	if aux.Status&unix.TP_STATUS_VLAN_VALID != 0 {
+		tpid := uint16(0x8100)
+		if aux.Status&unix.TP_STATUS_VLAN_TPID_VALID != 0 {
+			tpid = aux.Vlan_tpid
+		}
+		if !insertVLAN(p, tpid, aux.Vlan_tci) {
+			r.cnt.RxErrors.Add(1)
+			return false
+		}
+	}
+	if aux.Status&unix.TP_STATUS_CSUMNOTREADY != 0 {
+		if start, off, ok := csumOffsets(p.Bytes()); ok {
+			p.Offload.NeedsCsum, p.Offload.CsumStart, p.Offload.CsumOffset = true, start, off
+		}
+	} else if aux.Status&unix.TP_STATUS_CSUM_VALID != 0 {
+		p.Offload.DataValid = true
+	}
+	return r.count(p)
+}
+
+// count counts p's frame as received.
+func (r *Raw) count(p *dataplane.Packet) bool {
+	r.cnt.RxFrames.Add(1)
+	r.cnt.RxBytes.Add(uint64(p.Len()))
+	return true
+}
+
+// auxData returns the PACKET_AUXDATA message in the control data b, or
+// nil.
+func auxData(b []byte) *unix.TpacketAuxdata {
+	for len(b) >= unix.SizeofCmsghdr {
+		c := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
+		if int(c.Len) < unix.SizeofCmsghdr || int(c.Len) > len(b) {
+			return nil
+		}
+		if c.Level == unix.SOL_PACKET && c.Type == unix.PACKET_AUXDATA && int(c.Len) >= unix.CmsgLen(sizeofAuxdata) {
+			return (*unix.TpacketAuxdata)(unsafe.Pointer(&b[unix.CmsgLen(0)]))
+		}
+		next := unix.CmsgSpace(int(c.Len) - unix.CmsgLen(0))
+		if next > len(b) {
+			return nil
+		}
+		b = b[next:]
+	}
+	return nil
+}
+
+// insertVLAN puts a VLAN tag (tpid, tci) back behind p's MAC addresses.
+// It reports false if the frame has no room for it.
+func insertVLAN(p *dataplane.Packet, tpid, tci uint16) bool {
+	n := p.Len()
+	if n < 12 || !p.Resize(n+4) {
+		return false
+	}
+	b := p.Bytes()
+	copy(b[16:], b[12:n])
+	binary.BigEndian.PutUint16(b[12:], tpid)
+	binary.BigEndian.PutUint16(b[14:], tci)
+	return true
+}
+
+// EtherTypes and IP protocols csumOffsets knows.
+const (
+	etherIPv4   = 0x0800
+	etherIPv6   = 0x86dd
+	etherVLAN   = 0x8100
+	etherQinQ   = 0x88a8
+	protoTCP    = 6
+	protoUDP    = 17
+	protoUDPLit = 136
+)
+
+// csumOffsets finds where the L4 checksum of an Ethernet frame with a
+// partial checksum starts to be computed (the L4 header) and where, from
+// there, it goes. It reports false for a frame whose L4 header it cannot
+// find or whose protocol it does not know.
+func csumOffsets(b []byte) (start, off uint16, ok bool) {
+	if len(b) < 14 {
+		return 0, 0, false
+	}
+	l3, et := 14, binary.BigEndian.Uint16(b[12:])
+	for tags := 0; (et == etherVLAN || et == etherQinQ) && tags < 2; tags++ {
+		if len(b) < l3+4 {
+			return 0, 0, false
+		}
+		et = binary.BigEndian.Uint16(b[l3+2:])
+		l3 += 4
+	}
+	var l4 int
+	var proto uint8
+	switch et {
+	case etherIPv4:
+		l4, proto, ok = ipv4L4(b, l3)
+	case etherIPv6:
+		l4, proto, ok = ipv6L4(b, l3)
+	}
+	if !ok {
+		return 0, 0, false
+	}
+	switch proto {
+	case protoTCP:
+		off = 16
+	case protoUDP, protoUDPLit:
+		off = 6
+	default:
+		return 0, 0, false
+	}
+	if l4+int(off)+2 > len(b) {
+		return 0, 0, false
+	}
+	return uint16(l4), off, true
+}
+
+// ipv4L4 returns the offset and protocol of the L4 header of the IPv4
+// packet at b[l3:].
+func ipv4L4(b []byte, l3 int) (int, uint8, bool) {
+	if len(b) < l3+20 || b[l3]>>4 != 4 {
+		return 0, 0, false
+	}
+	ihl := int(b[l3]&0x0f) * 4
+	if ihl < 20 || binary.BigEndian.Uint16(b[l3+6:])&0x1fff != 0 {
+		return 0, 0, false // bad header length, or not the first fragment
+	}
+	return l3 + ihl, b[l3+9], true
+}
+
+// ipv6L4 returns the offset and protocol of the L4 header of the IPv6
+// packet at b[l3:], past its extension headers.
+func ipv6L4(b []byte, l3 int) (int, uint8, bool) {
+	if len(b) < l3+40 || b[l3]>>4 != 6 {
+		return 0, 0, false
+	}
+	next, off := b[l3+6], l3+40
+	for range 8 {
+		switch next {
+		case 0, 43, 60: // hop-by-hop, routing, destination options
+			if len(b) < off+8 {
+				return 0, 0, false
+			}
+			next, off = b[off], off+(int(b[off+1])+1)*8
+		case 44: // fragment: only the first carries the L4 header
+			if len(b) < off+8 || binary.BigEndian.Uint16(b[off+2:])&0xfff8 != 0 {
+				return 0, 0, false
+			}
+			next, off = b[off], off+8
+		default:
+			return off, next, true
+		}
+	}
+	return 0, 0, false
+}
+
+// WritePackets implements vswitch.Device: it sends the frames of pkts
+// with sendmmsg, RawMaxBatch at a time. A partial checksum is completed
+// in software; GSO super-frames and frames the kernel refuses (too short, longer than the MTU) are dropped
+// and counted in TxDropped; frames refused because the link is down
+// (ENETDOWN) or gone (ENXIO), or for lack of buffers, are counted in
+// TxErrors. None of these is an error; the device stays usable. It returns
+// the number of frames sent.
+func (r *Raw) WritePackets(pkts []*dataplane.Packet) (int, error) {
+	if r.closed.Load() {
+		return 0, ErrClosed
+	}
+	r.wmu.Lock()
+	defer r.wmu.Unlock()
+	sent := 0
+	for len(pkts) > 0 {
+		k := min(len(pkts), RawMaxBatch)
+		n, err := r.writeVec(pkts[:k])
+		sent += n
+		if err != nil {
+			return sent, err
+		}
+		pkts = pkts[k:]
+	}
+	return sent, nil
+}
+
+// writeVec sends up to RawMaxBatch frames.
+func (r *Raw) writeVec(pkts []*dataplane.Packet) (int, error) {
+	v := r.tx
+	v.prepareTx(pkts, &r.cnt)
+	if v.k == 0 {
+		return 0, nil
+	}
+	err := r.rc.Write(r.writeFn)
+	n, werr := v.n, v.err
+	v.clearTx()
+	switch {
+	case r.closed.Load() && (err != nil || werr != nil):
+		return n, ErrClosed
+	case err != nil:
+		return n, fmt.Errorf("raw %s: write: %w", r.name, err)
+	}
+	return n, werr
+}
+
+// prepareTx points the write vector at the frames of pkts that can be
+// sent, counting the others in cnt.TxDropped.
+func (v *rawVec) prepareTx(pkts []*dataplane.Packet, cnt *Counters) {
+	v.k, v.next, v.n, v.err = 0, 0, 0, nil
+	for _, p := range pkts {
+		if p.Len() == 0 || !plainFrame(p) {
+			cnt.TxDropped.Add(1)
+			continue
+		}
+		b := p.Bytes()
+		v.iovs[v.k].Base = &b[0]
+		v.iovs[v.k].SetLen(len(b))
+		h := &v.hdrs[v.k]
+		*h = mmsghdr{}
+		h.hdr.Iov = &v.iovs[v.k]
+		h.hdr.SetIovlen(1)
+		v.k++
+	}
+}
+
+// clearTx drops the write vector's references to the caller's buffers.
+func (v *rawVec) clearTx() {
+	for i := range v.iovs[:v.k] {
+		v.iovs[i] = unix.Iovec{}
+	}
+	v.k = 0
+}
+
+// writeBatch sends the prepared messages of r.tx from v.next on. It
+// returns false (wait until fd is writable) when the socket's buffer is
+// full.
+func (r *Raw) writeBatch(fd uintptr) bool {
+	v := r.tx
+	k := v.k
+	for v.next < k {
+		m, _, errno := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&v.hdrs[v.next])), uintptr(k-v.next), unix.MSG_DONTWAIT, 0, 0)
+		switch errno {
+		case 0:
+			for i := v.next; i < v.next+int(m); i++ {
+				r.cnt.TxBytes.Add(uint64(v.iovs[i].Len))
+			}
+			r.cnt.TxFrames.Add(uint64(m))
+			v.n += int(m)
+			v.next += int(m)
+		case unix.EINTR:
+		case unix.EAGAIN:
+			return false
+		case unix.ENETDOWN, unix.ENXIO: // the rest fails the same way
+			r.cnt.TxErrors.Add(uint64(k - v.next))
+			v.next = k
+		case unix.EINVAL, unix.EMSGSIZE: // this frame is malformed or too long
+			r.cnt.TxDropped.Add(1)
+			v.next++
+		case unix.ENOBUFS, unix.ENOMEM:
+			r.cnt.TxErrors.Add(1)
+			v.next++
+		default:
+			r.cnt.TxErrors.Add(uint64(k - v.next))
+			v.err = fmt.Errorf("raw %s: sendmmsg: %w", r.name, errno)
+			return true
+		}
+	}
+	return true
+}
+
+// Close implements vswitch.Device: it closes the socket (which ends
+// promiscuous mode) and unblocks a pending ReadPackets, which returns
+// ErrClosed. Close is idempotent.
+func (r *Raw) Close() error {
+	r.closeOnce.Do(func() {
+		r.closed.Store(true)
+		if err := r.f.Close(); err != nil {
+			r.closeErr = fmt.Errorf("raw %s: close: %w", r.name, err)
+		}
+	})
+	return r.closeErr
+}

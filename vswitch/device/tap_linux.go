@@ -1,0 +1,366 @@
+//go:build linux
+
+package device
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ufp-dev/ufp/dataplane"
+)
+
+// TAP is a switch port on a Linux TAP interface: the switch holds the
+// file descriptor, the interface is a pod's eth0 (or any Link) in its
+// network namespace. Frames carry no virtio-net header: a partial
+// checksum is completed in software before a write, and a GSO super-frame
+// cannot be written (it is dropped and counted).
+//
+// A TAP is read by one goroutine and written by any number (writes are
+// serialised); Close, Name and Counters may be called at any time.
+type TAP struct {
+	name string // in its namespace
+	f    *os.File
+	rc   syscall.RawConn
+	cnt  Counters
+
+	closed    atomic.Bool
+	closeOnce sync.Once
+	closeErr  error
+
+	// The reader's batch, filled by readFn inside rc.Read. readFn and
+	// writeFn are method values made once, so that a read or a write
+	// allocates nothing.
+	rx     tapBatch
+	readFn func(fd uintptr) bool
+	// riov is the reader's iovec pair: the packet's buffer, then one
+	// spare byte that only a frame too large for the buffer reaches.
+	riov  [2]unix.Iovec
+	spare [1]byte
+
+	wmu     sync.Mutex // serialises writers; guards tx
+	tx      tapBatch
+	writeFn func(fd uintptr) bool
+}
+
+// tapBatch is the state of one ReadPackets or WritePackets call, shared
+// with the RawConn callback.
+type tapBatch struct {
+	pkts []*dataplane.Packet
+	n    int
+	err  error
+}
+
+var _ interface {
+	ReadPackets([]*dataplane.Packet) (int, error)
+	WritePackets([]*dataplane.Packet) (int, error)
+	Close() error
+} = (*TAP)(nil)
+
+// tapIfFlags are the TUNSETIFF flags of a TAP. Adding IFF_VNET_HDR later
+// means also changing readFrame (an iovec for the header in front),
+// tapWriteFrame and plainFrame, the only places that know the frame
+// layout on the fd.
+const tapIfFlags = unix.IFF_TAP | unix.IFF_NO_PI
+
+// tapTempName is the name pattern of a TAP before it gets l.Name: the
+// kernel replaces %d with the lowest free number in the caller's
+// namespace, so two creations never race for a name.
+const tapTempName = "ufptap%d"
+
+// CreateTAP creates a TAP interface and configures it as l says: created
+// in the caller's network namespace under a temporary name, made
+// persistent (it outlives a crash of the process, and cleanup code can
+// remove it with DeleteLink), moved into l.NetNS and renamed to l.Name in
+// one step, given l.MAC, l.MTU and l.Addrs (IPv6 ones without duplicate
+// address detection), brought up, and given l.Routes. The calling
+// thread's namespace never changes. On failure everything created is
+// removed and the error names the interface and the step.
+func CreateTAP(l Link) (*TAP, error) {
+	if err := validateLink(l); err != nil {
+		return nil, fmt.Errorf("tap %s: %w", l.Name, err)
+	}
+	fd, tmp, err := openTAPFd(tapTempName)
+	if err != nil {
+		return nil, fmt.Errorf("tap %s: %w", l.Name, err)
+	}
+	if err := setupTAP(fd, tmp, l); err != nil {
+		destroyTAPFd(fd)
+		return nil, err
+	}
+	t := &TAP{name: l.Name, f: os.NewFile(uintptr(fd), "tap:"+l.Name)}
+	rc, err := t.f.SyscallConn()
+	if err != nil {
+		unix.IoctlSetInt(fd, unix.TUNSETPERSIST, 0)
+		t.f.Close()
+		return nil, fmt.Errorf("tap %s: raw conn: %w", l.Name, err)
+	}
+	t.rc = rc
+	t.readFn, t.writeFn = t.readBatch, t.writeBatch
+	return t, nil
+}
+
+// openTAPFd opens /dev/net/tun non-blocking and attaches it to a new TAP
+// interface named after pattern. It returns the fd and the kernel's name.
+func openTAPFd(pattern string) (int, string, error) {
+	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, "", fmt.Errorf("open /dev/net/tun: %w", err)
+	}
+	ifr, err := unix.NewIfreq(pattern)
+	if err != nil {
+		unix.Close(fd)
+		return -1, "", fmt.Errorf("ifreq %q: %w", pattern, err)
+	}
+	ifr.SetUint16(tapIfFlags)
+	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
+		unix.Close(fd)
+		return -1, "", fmt.Errorf("TUNSETIFF: %w", err)
+	}
+	return fd, ifr.Name(), nil
+}
+
+// setupTAP makes the TAP on fd (named tmp in the caller's namespace)
+// persistent and configures it as l says. If it fails, the caller
+// destroys the TAP with destroyTAPFd.
+func setupTAP(fd int, tmp string, l Link) error {
+	if err := unix.IoctlSetInt(fd, unix.TUNSETPERSIST, 1); err != nil {
+		return linkStepError("tap", tmp, "TUNSETPERSIST", err)
+	}
+	if err := placeLink(tmp, l); err != nil {
+		return err
+	}
+	h, err := netlinkAt(l.NetNS)
+	if err != nil {
+		return linkStepError("tap", l.Name, "configure", err)
+	}
+	defer h.Close()
+	return configureLink(h, "tap", l.Name, l)
+}
+
+// placeLink moves the interface tmp of the caller's namespace into
+// l.NetNS under the name l.Name, or renames it in place if l.NetNS is "".
+func placeLink(tmp string, l Link) error {
+	h, err := netlinkAt("")
+	if err != nil {
+		return linkStepError("tap", tmp, "place", err)
+	}
+	defer h.Close()
+	link, err := h.LinkByName(tmp)
+	if err != nil {
+		return linkStepError("tap", tmp, "find link", err)
+	}
+	if l.NetNS == "" {
+		if err := h.LinkSetName(link, l.Name); err != nil {
+			return linkStepError("tap", tmp, "rename to "+l.Name, err)
+		}
+		return nil
+	}
+	if err := moveLink(link.Attrs().Index, l.NetNS, l.Name); err != nil {
+		return linkStepError("tap", tmp, "move to "+l.NetNS+" as "+l.Name, err)
+	}
+	return nil
+}
+
+// destroyTAPFd clears persist and closes fd, which removes the interface
+// wherever it is.
+func destroyTAPFd(fd int) {
+	unix.IoctlSetInt(fd, unix.TUNSETPERSIST, 0)
+	unix.Close(fd)
+}
+
+// Name returns the interface's name in its namespace.
+func (t *TAP) Name() string { return t.name }
+
+// Counters returns the device's frame counters.
+func (t *TAP) Counters() *Counters { return &t.cnt }
+
+// ReadPackets implements vswitch.Device: it blocks until at least one
+// frame is queued, then reads as many as are queued, up to len(pkts), in
+// one wakeup. It returns ErrClosed once the device is closed, and an error
+// naming the interface if the interface is gone (deleted, or its
+// namespace was); the device is then of no further use.
+func (t *TAP) ReadPackets(pkts []*dataplane.Packet) (int, error) {
+	if len(pkts) == 0 {
+		return 0, nil
+	}
+	if t.closed.Load() {
+		return 0, ErrClosed
+	}
+	t.rx = tapBatch{pkts: pkts}
+	err := t.rc.Read(t.readFn)
+	n, rerr := t.rx.n, t.rx.err
+	t.rx = tapBatch{}
+	switch {
+	case err != nil && t.closed.Load():
+		return 0, ErrClosed
+	case err != nil:
+		return 0, fmt.Errorf("tap %s: read: %w", t.name, err)
+	case n > 0:
+		return n, nil // a read error shows again on the next call
+	case rerr != nil && t.closed.Load():
+		return 0, ErrClosed
+	}
+	return 0, rerr
+}
+
+// readBatch reads frames from fd into t.rx until the batch is full or no
+// frame is left; it returns false (wait for the fd) only if it read none.
+func (t *TAP) readBatch(fd uintptr) bool {
+	for t.rx.n < len(t.rx.pkts) {
+		p := t.rx.pkts[t.rx.n]
+		n, err := t.readFrame(int(fd), p)
+		switch {
+		case err == nil && n > 0:
+			t.cnt.RxFrames.Add(1)
+			t.cnt.RxBytes.Add(uint64(n))
+			t.rx.n++
+		case err == nil: // a frame the packet could not hold: dropped
+			t.cnt.RxErrors.Add(1)
+		case err == unix.EINTR:
+		case err == unix.EAGAIN:
+			return t.rx.n > 0
+		default:
+			t.cnt.RxErrors.Add(1)
+			t.rx.err = t.ioError("read", err)
+			return true
+		}
+	}
+	return true
+}
+
+// readFrame reads one frame from fd into p with readv. It returns the
+// frame's length, or 0 with a nil error if the frame was consumed but did
+// not fit in p (the kernel silently truncates a frame to the buffer; the
+// spare byte tells).
+func (t *TAP) readFrame(fd int, p *dataplane.Packet) (int, error) {
+	buf := p.Reset()
+	t.riov[0].Base = &buf[0]
+	t.riov[0].SetLen(len(buf))
+	t.riov[1].Base = &t.spare[0]
+	t.riov[1].SetLen(len(t.spare))
+	r, _, errno := unix.Syscall(unix.SYS_READV, uintptr(fd), uintptr(unsafe.Pointer(&t.riov[0])), uintptr(len(t.riov)))
+	t.riov[0] = unix.Iovec{} // keep no reference to the caller's buffer
+	if errno != 0 {
+		if errno == unix.EFAULT || errno == unix.EMSGSIZE {
+			return 0, nil // too large
+		}
+		return 0, errno
+	}
+	n := int(r)
+	if n <= 0 || n > len(buf) || !p.SetLen(n) {
+		p.Reset()
+		return 0, nil
+	}
+	return n, nil
+}
+
+// tapWriteFrame writes p's frame to fd.
+func tapWriteFrame(fd int, p *dataplane.Packet) error {
+	for {
+		_, err := unix.Write(fd, p.Bytes())
+		if err != unix.EINTR {
+			return err
+		}
+	}
+}
+
+// WritePackets implements vswitch.Device: one write per frame, as a TAP
+// has no batch write. A partial checksum is completed in software; GSO
+// super-frames and frames the kernel refuses as malformed are dropped and
+// counted in TxDropped; frames refused because the link is down (EIO) or for lack
+// of memory are counted in TxErrors. Neither is an error. It returns the
+// number of frames written, and an error naming the interface only if the
+// interface is gone (or ErrClosed once closed).
+func (t *TAP) WritePackets(pkts []*dataplane.Packet) (int, error) {
+	if t.closed.Load() {
+		return 0, ErrClosed
+	}
+	t.wmu.Lock()
+	defer t.wmu.Unlock()
+	t.tx = tapBatch{pkts: pkts}
+	err := t.rc.Write(t.writeFn)
+	n, werr := t.tx.n, t.tx.err
+	t.tx = tapBatch{}
+	switch {
+	case err != nil && t.closed.Load():
+		return n, ErrClosed
+	case err != nil:
+		return n, fmt.Errorf("tap %s: write: %w", t.name, err)
+	case werr != nil && t.closed.Load():
+		return n, ErrClosed
+	}
+	return n, werr
+}
+
+// writeBatch writes the frames of t.tx to fd, one write each.
+func (t *TAP) writeBatch(fd uintptr) bool {
+	for _, p := range t.tx.pkts {
+		if !plainFrame(p) {
+			t.cnt.TxDropped.Add(1)
+			continue
+		}
+		switch err := tapWriteFrame(int(fd), p); err {
+		case nil:
+			t.cnt.TxFrames.Add(1)
+			t.cnt.TxBytes.Add(uint64(p.Len()))
+			t.tx.n++
+		case unix.EINVAL, unix.EMSGSIZE: // shorter than an Ethernet header, too long
+			t.cnt.TxDropped.Add(1)
+		case unix.EIO, unix.EAGAIN, unix.ENOBUFS, unix.ENOMEM: // EIO: link down
+			t.cnt.TxErrors.Add(1)
+		default:
+			t.cnt.TxErrors.Add(1)
+			t.tx.err = t.ioError("write", err)
+			return true
+		}
+	}
+	return true
+}
+
+// ioError wraps a read or write error that ends the device's service.
+func (t *TAP) ioError(op string, err error) error {
+	if isGone(err) {
+		return fmt.Errorf("tap %s: %s: interface gone: %w", t.name, op, err)
+	}
+	return fmt.Errorf("tap %s: %s: %w", t.name, op, err)
+}
+
+// isGone reports whether err is what the kernel returns on the fd of a
+// TAP whose interface was deleted (directly or with its namespace).
+func isGone(err error) bool {
+	return err == unix.EBADFD || err == unix.ENODEV || err == unix.ENXIO
+}
+
+// Close implements vswitch.Device: it clears persist and closes the fd,
+// which removes the interface wherever it is, and unblocks a pending
+// ReadPackets (which returns ErrClosed). Close is idempotent.
+func (t *TAP) Close() error {
+	t.closeOnce.Do(func() {
+		t.closed.Store(true)
+		var perr error
+		cerr := t.rc.Control(func(fd uintptr) {
+			perr = unix.IoctlSetInt(int(fd), unix.TUNSETPERSIST, 0)
+		})
+		if perr == unix.EBADFD { // the interface is gone already
+			perr = nil
+		}
+		if perr != nil {
+			perr = fmt.Errorf("tap %s: clear persist: %w", t.name, perr)
+		}
+		if err := t.f.Close(); err != nil {
+			cerr = errors.Join(cerr, err)
+		}
+		if cerr != nil {
+			cerr = fmt.Errorf("tap %s: close: %w", t.name, cerr)
+		}
+		t.closeErr = errors.Join(perr, cerr)
+	})
+	return t.closeErr
+}
