@@ -56,6 +56,10 @@ const (
 	// backend. The switch answers it (TCP RST, ICMP unreachable) where it
 	// can: see Reject.
 	DropNoBackend
+	// DropNotForUs: a unicast frame on the uplink for a MAC the switch
+	// does not own (the uplink is promiscuous and sees its segment's
+	// traffic between other stations).
+	DropNotForUs
 
 	numDropReasons
 )
@@ -98,6 +102,7 @@ var dropNames = [numDropReasons]string{
 	DropMTUExceeded:          "mtu-exceeded",
 	DropNATExhausted:         "nat-ports-exhausted",
 	DropNoBackend:            "lb-no-backends",
+	DropNotForUs:             "not-for-this-switch",
 }
 
 // NumDropReasons is the number of distinct drop reasons, for sizing arrays.

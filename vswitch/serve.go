@@ -245,9 +245,13 @@ func (s *Switch) servePort(ctx context.Context, a *attachment) error {
 			return fmt.Errorf("port %s: %w", a.port, err)
 		}
 		a.rxFrames.Add(uint64(n))
-		in := s.Port(a.port)
+		pol := s.pol.Load()
+		in := pol.byName[a.port]
 		if in == nil {
 			continue // the port left the policy: its frames go nowhere
+		}
+		if in.Uplink {
+			n = s.oursOnly(pol, pkts[:n])
 		}
 		batch := pkts[:n]
 		for _, p := range batch {
@@ -272,4 +276,27 @@ func (s *Switch) servePort(ctx context.Context, a *attachment) error {
 			i = j
 		}
 	}
+}
+
+// oursOnly keeps, at the front of pkts, the frames from the uplink that
+// are the switch's to handle: broadcast and multicast, and unicast for a
+// MAC it owns (a port's, a gateway's). The uplink reads its segment
+// promiscuously; a frame between two other stations is dropped and
+// counted, so that no cached flow translates it. It returns how many
+// frames are kept.
+func (s *Switch) oursOnly(pol *compiled, pkts []*dataplane.Packet) int {
+	k := 0
+	for i, p := range pkts {
+		if f := p.Bytes(); len(f) >= 6 {
+			dst := dataplane.MAC(f[:6])
+			if !dst.IsMulticast() && pol.byMAC[dst] == nil && pol.gwMACs[dst] == nil {
+				p.Drop = dataplane.DropNotForUs
+				s.pl.Drops.Add(dataplane.DropNotForUs)
+				continue
+			}
+		}
+		pkts[k], pkts[i] = pkts[i], pkts[k]
+		k++
+	}
+	return k
 }
