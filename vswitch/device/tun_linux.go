@@ -2,12 +2,8 @@ package device
 
 import (
 	"fmt"
-	"net"
-	"net/netip"
-	"runtime"
 
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
+	"github.com/ufp-dev/ufp/dataplane"
 	"golang.org/x/sys/unix"
 	"golang.zx2c4.com/wireguard/tun"
 )
@@ -62,134 +58,29 @@ func CreateTUN(l Link) (*L3, error) {
 
 // tunCreateIn opens a TUN named name in the namespace at path nsPath.
 func tunCreateIn(nsPath, name string, mtu int) (tun.Device, error) {
-	if nsPath == "" {
-		dev, err := tun.CreateTUN(name, mtu)
-		if err != nil {
-			return nil, fmt.Errorf("tun %s: create: %w", name, err)
-		}
-		return dev, nil
-	}
-	target, err := netns.GetFromPath(nsPath)
+	var dev tun.Device
+	err := InNetNS(nsPath, func() (err error) {
+		dev, err = tun.CreateTUN(name, mtu)
+		return err
+	})
 	if err != nil {
-		return nil, fmt.Errorf("tun %s: namespace %s: %w", name, nsPath, err)
+		if dev != nil {
+			dev.Close()
+		}
+		return nil, fmt.Errorf("tun %s: create: %w", name, err)
 	}
-	defer target.Close()
-	type result struct {
-		dev tun.Device
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			done <- result{err: fmt.Errorf("tun %s: current namespace: %w", name, err)}
-			return
-		}
-		defer orig.Close()
-		if err := netns.Set(target); err != nil {
-			runtime.UnlockOSThread()
-			done <- result{err: fmt.Errorf("tun %s: enter namespace %s: %w", name, nsPath, err)}
-			return
-		}
-		dev, cerr := tun.CreateTUN(name, mtu)
-		if err := netns.Set(orig); err != nil {
-			// Keep the thread locked: it dies with this goroutine.
-			if dev != nil {
-				dev.Close()
-			}
-			done <- result{err: fmt.Errorf("tun %s: back from namespace %s: %w", name, nsPath, err)}
-			return
-		}
-		runtime.UnlockOSThread()
-		if cerr != nil {
-			cerr = fmt.Errorf("tun %s: create in namespace %s: %w", name, nsPath, cerr)
-		}
-		done <- result{dev, cerr}
-	}()
-	r := <-done
-	return r.dev, r.err
+	return dev, nil
 }
 
 // tunConfigure sets the MTU, addresses, state and routes of the interface
-// l.Name in l.NetNS.
+// l.Name in l.NetNS (a TUN has no MAC: l.MAC is the port's own, used in the
+// frames the L3 port synthesises).
 func tunConfigure(l Link) error {
-	h, err := tunHandle(l.NetNS)
+	h, err := netlinkAt(l.NetNS)
 	if err != nil {
 		return fmt.Errorf("tun %s: %w", l.Name, err)
 	}
 	defer h.Close()
-	link, err := h.LinkByName(l.Name)
-	if err != nil {
-		return fmt.Errorf("tun %s: %w", l.Name, err)
-	}
-	if l.MTU > 0 && link.Attrs().MTU != l.MTU {
-		if err := h.LinkSetMTU(link, l.MTU); err != nil {
-			return fmt.Errorf("tun %s: MTU %d: %w", l.Name, l.MTU, err)
-		}
-	}
-	for i, p := range l.Addrs {
-		if !p.IsValid() {
-			return fmt.Errorf("tun %s: Addrs[%d]: invalid prefix", l.Name, i)
-		}
-		a := &netlink.Addr{IPNet: tunIPNet(p)}
-		if p.Addr().Is6() {
-			a.Flags = unix.IFA_F_NODAD
-		}
-		if err := h.AddrAdd(link, a); err != nil {
-			return fmt.Errorf("tun %s: Addrs[%d] %s: %w", l.Name, i, p, err)
-		}
-	}
-	if err := h.LinkSetUp(link); err != nil {
-		return fmt.Errorf("tun %s: up: %w", l.Name, err)
-	}
-	for i, r := range l.Routes {
-		if !r.Dst.IsValid() {
-			return fmt.Errorf("tun %s: Routes[%d]: invalid destination", l.Name, i)
-		}
-		if r.Via.IsValid() && r.Via.Is4() != r.Dst.Addr().Is4() {
-			return fmt.Errorf("tun %s: Routes[%d]: next hop %s is not of the family of %s", l.Name, i, r.Via, r.Dst)
-		}
-		rt := &netlink.Route{LinkIndex: link.Attrs().Index, Dst: tunIPNet(r.Dst.Masked())}
-		if r.Via.IsValid() {
-			rt.Gw = net.IP(r.Via.AsSlice())
-		} else {
-			rt.Scope = netlink.SCOPE_LINK
-		}
-		if r.OnLink {
-			rt.Flags = int(netlink.FLAG_ONLINK)
-		}
-		if err := h.RouteAdd(rt); err != nil {
-			return fmt.Errorf("tun %s: Routes[%d] %s: %w", l.Name, i, r.Dst, err)
-		}
-	}
-	return nil
-}
-
-// tunHandle returns a netlink handle in the namespace at nsPath (the
-// caller's if empty).
-func tunHandle(nsPath string) (*netlink.Handle, error) {
-	if nsPath == "" {
-		return netlink.NewHandle()
-	}
-	ns, err := netns.GetFromPath(nsPath)
-	if err != nil {
-		return nil, fmt.Errorf("namespace %s: %w", nsPath, err)
-	}
-	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns)
-	if err != nil {
-		return nil, fmt.Errorf("netlink in namespace %s: %w", nsPath, err)
-	}
-	return h, nil
-}
-
-func tunIPNet(p netip.Prefix) *net.IPNet {
-	a := p.Addr()
-	bits := 32
-	if a.Is6() {
-		bits = 128
-	}
-	return &net.IPNet{IP: net.IP(a.AsSlice()), Mask: net.CIDRMask(p.Bits(), bits)}
+	l.MAC = dataplane.MAC{}
+	return configureLink(h, "tun", l.Name, l)
 }
