@@ -559,7 +559,7 @@ func TestL3Netstack(t *testing.T) {
 				t.Fatal(err)
 			}
 			f := p.next(t)
-			checkSynthesised(t, f, tc.et, tc.local, tc.peer)
+			checkSynthesised(t, f, podMAC, gwMAC, tc.et, tc.local, tc.peer)
 			r := reply(t, f)
 			if n, err := p.port.WritePackets([]*dataplane.Packet{packetOf(t, r)}); n != 1 || err != nil {
 				t.Fatalf("WritePackets = %d, %v", n, err)
@@ -597,7 +597,7 @@ func TestL3Netstack(t *testing.T) {
 				t.Fatal(err)
 			}
 			f := p.next(t)
-			checkSynthesised(t, f, tc.et, tc.local, tc.peer)
+			checkSynthesised(t, f, podMAC, gwMAC, tc.et, tc.local, tc.peer)
 			if n, err := p.port.WritePackets([]*dataplane.Packet{packetOf(t, reply(t, f))}); n != 1 || err != nil {
 				t.Fatalf("WritePackets = %d, %v", n, err)
 			}
@@ -643,15 +643,15 @@ func TestL3Netstack(t *testing.T) {
 	})
 }
 
-// checkSynthesised checks the Ethernet header the port put on f and that
-// the packet is from local to peer.
-func checkSynthesised(t *testing.T, f []byte, et uint16, local, peer netip.Addr) {
+// checkSynthesised checks the Ethernet header the port put on f (from
+// MAC from to MAC gw) and that the packet is from local to peer.
+func checkSynthesised(t *testing.T, f []byte, from, gw dataplane.MAC, et uint16, local, peer netip.Addr) {
 	t.Helper()
 	if len(f) < 14+20 {
 		t.Fatalf("frame of %d bytes", len(f))
 	}
-	if dataplane.MAC(f[0:6]) != gwMAC || dataplane.MAC(f[6:12]) != podMAC || binary.BigEndian.Uint16(f[12:]) != et {
-		t.Errorf("Ethernet header %x, want dst %s src %s type %#04x", f[:14], gwMAC, podMAC, et)
+	if dataplane.MAC(f[0:6]) != gw || dataplane.MAC(f[6:12]) != from || binary.BigEndian.Uint16(f[12:]) != et {
+		t.Errorf("Ethernet header %x, want dst %s src %s type %#04x", f[:14], gw, from, et)
 	}
 	var src, dst netip.Addr
 	if et == dataplane.EtherTypeIPv4 {

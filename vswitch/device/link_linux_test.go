@@ -485,3 +485,28 @@ func TestInNetNS(t *testing.T) {
 		t.Errorf("InNetNS into a missing namespace: no error")
 	}
 }
+
+// checkEchoNoAllocs writes out (echo requests the peer answers) and reads
+// the replies back, many times, and fails if that allocates. Every write
+// makes the peer queue a reply, so reads never block; if one did, a
+// watchdog closes the device.
+func checkEchoNoAllocs(t *testing.T, d testDevice, out []*dataplane.Packet) {
+	t.Helper()
+	in := make([]*dataplane.Packet, 16)
+	for i := range in {
+		in[i] = dataplane.NewPacket(dataplane.BufferSize)
+	}
+	watchdog := time.AfterFunc(20*time.Second, func() { d.Close() })
+	defer watchdog.Stop()
+	allocs := testing.AllocsPerRun(200, func() {
+		if _, err := d.WritePackets(out); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.ReadPackets(in); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("%v allocations per write and read, want 0", allocs)
+	}
+}

@@ -402,25 +402,7 @@ func TestRawNoAllocs(t *testing.T) {
 	out := []*dataplane.Packet{dataplane.NewPacket(dataplane.BufferSize), dataplane.NewPacket(dataplane.BufferSize)}
 	out[0].SetFrame(echoRequest(peerMAC, hostMAC, hostIP, peerIP, 0x7b03, 1))
 	out[1].SetFrame(echoRequest(peerMAC, hostMAC, hostIP, peerIP, 0x7b03, 2))
-	in := make([]*dataplane.Packet, 16)
-	for i := range in {
-		in[i] = dataplane.NewPacket(dataplane.BufferSize)
-	}
-	// Each write makes the peer answer, so a read always gets a frame;
-	// if one did not, the watchdog closes the device.
-	watchdog := time.AfterFunc(20*time.Second, func() { up.Close() })
-	defer watchdog.Stop()
-	allocs := testing.AllocsPerRun(200, func() {
-		if _, err := up.WritePackets(out); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := up.ReadPackets(in); err != nil {
-			t.Fatal(err)
-		}
-	})
-	if allocs != 0 {
-		t.Errorf("%v allocations per write and read, want 0", allocs)
-	}
+	checkEchoNoAllocs(t, up, out)
 }
 
 // TestCsumOffsets checks the L4 checksum offsets found in frame headers,

@@ -308,7 +308,7 @@ func tunPingOnce(t *testing.T, c net.PacketConn, port *device.L3, frames <-chan 
 			return errors.New("no echo request came out of the TUN")
 		}
 	}
-	checkSynthesisedTUN(t, f, et, local, target)
+	checkSynthesised(t, f, tunMAC, tunGWMAC, et, local, target)
 	if n, err := port.WritePackets([]*dataplane.Packet{packetOf(t, reply(t, f))}); n != 1 || err != nil {
 		t.Fatalf("WritePackets = %d, %v", n, err)
 	}
@@ -348,22 +348,6 @@ func isEchoRequest(f []byte, to netip.Addr) bool {
 		return len(ip) > 40 && ip[6] == 58 && netip.AddrFrom16([16]byte(ip[24:40])) == to && ip[40] == 128
 	}
 	return false
-}
-
-func checkSynthesisedTUN(t *testing.T, f []byte, et uint16, local, peer netip.Addr) {
-	t.Helper()
-	if dataplane.MAC(f[0:6]) != tunGWMAC || dataplane.MAC(f[6:12]) != tunMAC || binary.BigEndian.Uint16(f[12:]) != et {
-		t.Errorf("Ethernet header %x, want dst %s src %s type %#04x", f[:14], tunGWMAC, tunMAC, et)
-	}
-	var src, dst netip.Addr
-	if et == dataplane.EtherTypeIPv4 {
-		src, dst = netip.AddrFrom4([4]byte(f[14+12:])), netip.AddrFrom4([4]byte(f[14+16:]))
-	} else {
-		src, dst = netip.AddrFrom16([16]byte(f[14+8:])), netip.AddrFrom16([16]byte(f[14+24:]))
-	}
-	if src != local || dst != peer {
-		t.Errorf("packet %s -> %s, want %s -> %s", src, dst, local, peer)
-	}
 }
 
 // TestTUNToNetstackTCP glues a kernel TUN port to a gVisor port frame by
