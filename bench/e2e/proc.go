@@ -1,0 +1,136 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Time limits of the commands the harness runs.
+const (
+	ipTimeout    = 10 * time.Second // one ip or ss command
+	buildTimeout = 5 * time.Minute  // go build of ufpd
+	stopGrace    = 5 * time.Second  // from SIGTERM to SIGKILL
+)
+
+// runner runs the harness's commands, each in its own process group (so
+// that a Ctrl-C at the terminal reaches only the harness, which then stops
+// them in order) and each bounded in time. With verbose it echoes them to
+// log. The zero value runs quietly; one goroutine uses a runner at a time.
+type runner struct {
+	verbose bool
+	log     io.Writer
+}
+
+// command returns the command argv, in its own process group.
+func (r *runner) command(argv []string) *exec.Cmd {
+	if r.verbose {
+		fmt.Fprintf(r.log, "+ %s\n", strings.Join(argv, " "))
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.SysProcAttr = ownProcessGroup()
+	return cmd
+}
+
+// output runs argv to completion, within timeout and until ctx ends, and
+// returns its standard output. The error names the command and carries
+// its standard error.
+func (r *runner) output(ctx context.Context, timeout time.Duration, argv ...string) ([]byte, error) {
+	var stdout, stderr bytes.Buffer
+	c, err := r.start(argv, &stdout, &stderr)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.wait(ctx, timeout); err != nil {
+		return stdout.Bytes(), fmt.Errorf("%s: %w: %s", strings.Join(argv, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return stdout.Bytes(), nil
+}
+
+// ip runs the ip command with args.
+func (r *runner) ip(ctx context.Context, args ...string) error {
+	_, err := r.output(ctx, ipTimeout, append([]string{"ip"}, args...)...)
+	return err
+}
+
+// child is a process the harness started. It is stopped only through its
+// own PID.
+type child struct {
+	argv []string
+	cmd  *exec.Cmd
+	done chan struct{} // closed when the process has exited and err is set
+	err  error
+}
+
+// start starts argv with its output going to stdout and stderr (nil:
+// discarded).
+func (r *runner) start(argv []string, stdout, stderr io.Writer) (*child, error) {
+	cmd := r.command(argv)
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", argv[0], err)
+	}
+	c := &child{argv: argv, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		c.err = cmd.Wait()
+		close(c.done)
+	}()
+	return c, nil
+}
+
+// pid returns the child's process ID.
+func (c *child) pid() int { return c.cmd.Process.Pid }
+
+// exited reports whether the child has exited.
+func (c *child) exited() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// errTimedOut is the error of a child stopped because it ran too long.
+var errTimedOut = errors.New("timed out")
+
+// wait waits for the child to exit and returns its exit error. When
+// timeout passes first, or ctx ends, it stops the child and says so.
+func (c *child) wait(ctx context.Context, timeout time.Duration) error {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-c.done:
+		return c.err
+	case <-t.C:
+		c.stop()
+		return fmt.Errorf("%w after %v", errTimedOut, timeout)
+	case <-ctx.Done():
+		c.stop()
+		return ctx.Err()
+	}
+}
+
+// stop sends SIGTERM to the child's PID and, if it has not exited within
+// stopGrace, SIGKILL. It returns an error only when it had to kill the
+// child; how the child exited is in its err once stop returns.
+func (c *child) stop() error {
+	if c.exited() {
+		return nil
+	}
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.done:
+		return nil
+	case <-time.After(stopGrace):
+	}
+	_ = c.cmd.Process.Kill()
+	<-c.done
+	return fmt.Errorf("pid %d did not stop within %v of SIGTERM; killed", c.pid(), stopGrace)
+}
