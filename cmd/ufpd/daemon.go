@@ -20,9 +20,10 @@ type daemon struct {
 	log *slog.Logger
 	sw  *vswitch.Switch
 
-	mu   sync.Mutex // serialises reloads and shutdown
-	cfg  *config
-	devs map[string]*owned // by port name
+	mu      sync.Mutex // serialises reloads and shutdown
+	cfg     *config
+	devs    map[string]*owned // by port name
+	stopped bool              // serve has returned: nothing more is opened
 }
 
 // owned is a device ufpd opened, with what it was opened from, so that a
@@ -86,6 +87,7 @@ func (d *daemon) serve(ctx context.Context) error {
 	err := d.sw.Serve(ctx)
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.stopped = true
 	d.closeAll()
 	return err
 }
@@ -115,6 +117,9 @@ var errRejected = errors.New("rejected; the running policy stays")
 func (d *daemon) reload(c *config) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.stopped {
+		return fmt.Errorf("%w: ufpd is stopping", errRejected)
+	}
 	ports, err := c.policy.CompilePorts()
 	if err != nil {
 		return fmt.Errorf("%w: policy: %w", errRejected, err)
