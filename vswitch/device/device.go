@@ -21,6 +21,11 @@ import (
 // ErrClosed is returned by a device's reads and writes once it is closed.
 var ErrClosed = errors.New("device closed")
 
+// ErrLinkDown is wrapped by the error a write returns when its frames were
+// refused because the interface's link is down. The device stays usable:
+// writes succeed again once the link is up.
+var ErrLinkDown = errors.New("link down")
+
 // Link is how a device's interface appears to the network stack that uses
 // it (a pod's eth0, the host's vEthernet): where it lives, its name and
 // addresses, and the routes through it.

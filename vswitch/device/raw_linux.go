@@ -24,17 +24,15 @@ import (
 // written frames leave by the interface. Reads and writes move a batch per
 // system call (recvmmsg, sendmmsg).
 //
-// Partial checksums: a frame the kernel hands over with its L4 checksum
-// not yet finished (checksum offload of a local sender, reported in
-// PACKET_AUXDATA as TP_STATUS_CSUMNOTREADY) is read with Offload.NeedsCsum
-// set and CsumStart/CsumOffset computed from its headers (TCP, UDP and
-// UDP-Lite over IPv4 or IPv6), for the pipeline to finish; a frame the
-// kernel reports verified gets Offload.DataValid. The socket carries no
-// virtio-net header, so a partial checksum is completed in software before
-// a write, GSO super-frames are dropped (TxDropped), and super-frames that GRO or a local sender's TSO built are
-// read as single frames without GSO metadata: run the uplink with GRO off
-// and local senders on the segment with TSO off (`ethtool -K IF gro off`,
-// `tso off`). VLAN tags the kernel stripped are put back in the frame.
+// Offloads: the socket carries a virtio-net header (PACKET_VNET_HDR), in
+// which the kernel describes each frame: a checksum it left unfinished (a
+// local sender's checksum offload; for a tunnelled frame, the inner one)
+// is read as Offload.NeedsCsum with the kernel's own CsumStart and
+// CsumOffset, a frame it verified gets Offload.DataValid, and a GRO or TSO
+// super-frame its GSO type and segment size. Frames are written with an
+// empty header: a partial checksum is completed in software before, and a
+// GSO super-frame is dropped (TxDropped). VLAN tags the kernel stripped
+// are put back in the frame (offsets moved to match).
 //
 // A link that goes down does not end the device: writes are counted in
 // TxErrors until it is up again, and reads wait. An interface that is
@@ -44,6 +42,7 @@ import (
 // A Raw is read by one goroutine and written by any number (writes are
 // serialised); Close, Name and Counters may be called at any time.
 type Raw struct {
+	errDown error // returned while the link is down (made once: no allocation)
 	name    string
 	ifindex int
 	f       *os.File
@@ -99,7 +98,8 @@ const sizeofAuxdata = int(unsafe.Sizeof(unix.TpacketAuxdata{}))
 // current call, shared with the RawConn callback.
 type rawVec struct {
 	hdrs  []mmsghdr
-	iovs  []unix.Iovec
+	iovs  []unix.Iovec                // two per message: the virtio-net header, the frame
+	vnet  []byte                      // vnetLen per message
 	addrs []unix.RawSockaddrLinklayer // rx only
 	ctrl  []byte                      // rx only: rawCtrlLen per message
 
@@ -112,7 +112,8 @@ type rawVec struct {
 
 // newRawVec allocates a vector of RawMaxBatch messages.
 func newRawVec(rx bool) *rawVec {
-	v := &rawVec{hdrs: make([]mmsghdr, RawMaxBatch), iovs: make([]unix.Iovec, RawMaxBatch)}
+	v := &rawVec{hdrs: make([]mmsghdr, RawMaxBatch), iovs: make([]unix.Iovec, 2*RawMaxBatch),
+		vnet: make([]byte, vnetLen*RawMaxBatch)}
 	if rx {
 		v.addrs = make([]unix.RawSockaddrLinklayer, RawMaxBatch)
 		v.ctrl = make([]byte, rawCtrlLen*RawMaxBatch)
@@ -157,7 +158,8 @@ func openRaw(ifname, netns string, opt rawOptions) (*Raw, error) {
 		unix.Close(fd)
 		return nil, err
 	}
-	r := &Raw{name: ifname, ifindex: ifindex, f: os.NewFile(uintptr(fd), "raw:"+ifname)}
+	r := &Raw{name: ifname, ifindex: ifindex, f: os.NewFile(uintptr(fd), "raw:"+ifname),
+		errDown: fmt.Errorf("raw %s: %w", ifname, ErrLinkDown)}
 	rc, err := r.f.SyscallConn()
 	if err != nil {
 		r.f.Close()
@@ -184,6 +186,13 @@ func setupRawSocket(fd int, ifname string, opt rawOptions) (int, error) {
 	ifindex := int(ifr.Uint32())
 	if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_AUXDATA, 1); err != nil {
 		return 0, step("PACKET_AUXDATA", err)
+	}
+	// Every frame comes with a virtio-net header, in which the kernel says
+	// where a checksum it left unfinished starts (the inner one of a
+	// tunnelled frame, which guessing from the headers gets wrong), and
+	// every frame sent carries one (all zero: nothing to do).
+	if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_VNET_HDR, 1); err != nil {
+		return 0, step("PACKET_VNET_HDR", err)
 	}
 	// Without PACKET_IGNORE_OUTGOING (before Linux 4.20) the reader drops
 	// outgoing frames by their packet type instead.
@@ -313,17 +322,24 @@ func (r *Raw) linkUp() (bool, error) {
 func (v *rawVec) prepareRx(k int) {
 	for i, p := range v.pkts[:k] {
 		buf := p.Reset()
-		v.iovs[i].Base = &buf[0]
-		v.iovs[i].SetLen(len(buf))
+		v.setIov(i, buf)
 		h := &v.hdrs[i]
 		*h = mmsghdr{}
 		h.hdr.Name = (*byte)(unsafe.Pointer(&v.addrs[i]))
 		h.hdr.Namelen = unix.SizeofSockaddrLinklayer
-		h.hdr.Iov = &v.iovs[i]
-		h.hdr.SetIovlen(1)
+		h.hdr.Iov = &v.iovs[2*i]
+		h.hdr.SetIovlen(2)
 		h.hdr.Control = &v.ctrl[i*rawCtrlLen]
 		h.hdr.SetControllen(rawCtrlLen)
 	}
+}
+
+// setIov points message i's iovecs at its virtio-net header and at frame.
+func (v *rawVec) setIov(i int, frame []byte) {
+	v.iovs[2*i].Base = &v.vnet[i*vnetLen]
+	v.iovs[2*i].SetLen(vnetLen)
+	v.iovs[2*i+1].Base = &frame[0]
+	v.iovs[2*i+1].SetLen(len(frame))
 }
 
 // readBatch takes the frames queued on fd, up to the batch, with
@@ -378,16 +394,13 @@ func (r *Raw) takeFrame(i int) bool {
 	if v.addrs[i].Pkttype == unix.PACKET_OUTGOING {
 		return false // no PACKET_IGNORE_OUTGOING
 	}
-	n := int(h.msgLen)
-	if h.hdr.Flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || !p.SetLen(n) {
+	n := int(h.msgLen) - vnetLen
+	if h.hdr.Flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || n < 0 || !p.SetLen(n) {
 		r.cnt.RxErrors.Add(1)
 		return false
 	}
-	aux := auxData(v.ctrl[i*rawCtrlLen : i*rawCtrlLen+int(h.hdr.Controllen)])
-	if aux == nil {
-		return r.count(p)
-	}
-	if aux.Status&unix.TP_STATUS_VLAN_VALID != 0 {
+	shift := uint16(0) // a VLAN tag put back moves the offsets
+	if aux := auxData(v.ctrl[i*rawCtrlLen : i*rawCtrlLen+int(h.hdr.Controllen)]); aux != nil && aux.Status&unix.TP_STATUS_VLAN_VALID != 0 {
 		tpid := uint16(0x8100)
 		if aux.Status&unix.TP_STATUS_VLAN_TPID_VALID != 0 {
 			tpid = aux.Vlan_tpid
@@ -396,15 +409,45 @@ func (r *Raw) takeFrame(i int) bool {
 			r.cnt.RxErrors.Add(1)
 			return false
 		}
+		shift = 4
 	}
-	if aux.Status&unix.TP_STATUS_CSUMNOTREADY != 0 {
-		if start, off, ok := csumOffsets(p.Bytes()); ok {
-			p.Offload.NeedsCsum, p.Offload.CsumStart, p.Offload.CsumOffset = true, start, off
-		}
-	} else if aux.Status&unix.TP_STATUS_CSUM_VALID != 0 {
-		p.Offload.DataValid = true
+	if !vnetOffload(v.vnet[i*vnetLen:(i+1)*vnetLen], shift, p) {
+		r.cnt.RxErrors.Add(1)
+		return false
 	}
 	return r.count(p)
+}
+
+// vnetLen is the size of struct virtio_net_hdr.
+const vnetLen = 10
+
+// virtio-net header flags (virtio spec 5.1.6).
+const (
+	vnetNeedsCsum = 1
+	vnetDataValid = 2
+)
+
+// vnetOffload sets p's offload metadata from the virtio-net header h the
+// kernel gave with it (fields in the machine's byte order), its offsets
+// moved by shift bytes. It reports false for offsets outside the frame.
+func vnetOffload(h []byte, shift uint16, p *dataplane.Packet) bool {
+	o := &p.Offload
+	flags, gso := h[0], h[1]
+	if flags&vnetNeedsCsum != 0 {
+		start := binary.NativeEndian.Uint16(h[6:]) + shift
+		off := binary.NativeEndian.Uint16(h[8:])
+		if int(start)+int(off)+2 > p.Len() {
+			return false
+		}
+		o.NeedsCsum, o.CsumStart, o.CsumOffset = true, start, off
+	} else if flags&vnetDataValid != 0 {
+		o.DataValid = true
+	}
+	if gso != dataplane.GSONone {
+		o.GSOType, o.GSOSize = gso, binary.NativeEndian.Uint16(h[4:])
+		o.HdrLen = binary.NativeEndian.Uint16(h[2:]) + shift
+	}
+	return true
 }
 
 // count counts p's frame as received.
@@ -448,104 +491,14 @@ func insertVLAN(p *dataplane.Packet, tpid, tci uint16) bool {
 	return true
 }
 
-// EtherTypes and IP protocols csumOffsets knows.
-const (
-	etherIPv4   = 0x0800
-	etherIPv6   = 0x86dd
-	etherVLAN   = 0x8100
-	etherQinQ   = 0x88a8
-	protoTCP    = 6
-	protoUDP    = 17
-	protoUDPLit = 136
-)
-
-// csumOffsets finds where the L4 checksum of an Ethernet frame with a
-// partial checksum starts to be computed (the L4 header) and where, from
-// there, it goes. It reports false for a frame whose L4 header it cannot
-// find or whose protocol it does not know.
-func csumOffsets(b []byte) (start, off uint16, ok bool) {
-	if len(b) < 14 {
-		return 0, 0, false
-	}
-	l3, et := 14, binary.BigEndian.Uint16(b[12:])
-	for tags := 0; (et == etherVLAN || et == etherQinQ) && tags < 2; tags++ {
-		if len(b) < l3+4 {
-			return 0, 0, false
-		}
-		et = binary.BigEndian.Uint16(b[l3+2:])
-		l3 += 4
-	}
-	var l4 int
-	var proto uint8
-	switch et {
-	case etherIPv4:
-		l4, proto, ok = ipv4L4(b, l3)
-	case etherIPv6:
-		l4, proto, ok = ipv6L4(b, l3)
-	}
-	if !ok {
-		return 0, 0, false
-	}
-	switch proto {
-	case protoTCP:
-		off = 16
-	case protoUDP, protoUDPLit:
-		off = 6
-	default:
-		return 0, 0, false
-	}
-	if l4+int(off)+2 > len(b) {
-		return 0, 0, false
-	}
-	return uint16(l4), off, true
-}
-
-// ipv4L4 returns the offset and protocol of the L4 header of the IPv4
-// packet at b[l3:].
-func ipv4L4(b []byte, l3 int) (int, uint8, bool) {
-	if len(b) < l3+20 || b[l3]>>4 != 4 {
-		return 0, 0, false
-	}
-	ihl := int(b[l3]&0x0f) * 4
-	if ihl < 20 || binary.BigEndian.Uint16(b[l3+6:])&0x1fff != 0 {
-		return 0, 0, false // bad header length, or not the first fragment
-	}
-	return l3 + ihl, b[l3+9], true
-}
-
-// ipv6L4 returns the offset and protocol of the L4 header of the IPv6
-// packet at b[l3:], past its extension headers.
-func ipv6L4(b []byte, l3 int) (int, uint8, bool) {
-	if len(b) < l3+40 || b[l3]>>4 != 6 {
-		return 0, 0, false
-	}
-	next, off := b[l3+6], l3+40
-	for range 8 {
-		switch next {
-		case 0, 43, 60: // hop-by-hop, routing, destination options
-			if len(b) < off+8 {
-				return 0, 0, false
-			}
-			next, off = b[off], off+(int(b[off+1])+1)*8
-		case 44: // fragment: only the first carries the L4 header
-			if len(b) < off+8 || binary.BigEndian.Uint16(b[off+2:])&0xfff8 != 0 {
-				return 0, 0, false
-			}
-			next, off = b[off], off+8
-		default:
-			return off, next, true
-		}
-	}
-	return 0, 0, false
-}
-
 // WritePackets implements vswitch.Device: it sends the frames of pkts
 // with sendmmsg, RawMaxBatch at a time. A partial checksum is completed
 // in software; GSO super-frames and frames the kernel refuses (too short, longer than the MTU) are dropped
 // and counted in TxDropped; frames refused because the link is down
 // (ENETDOWN) or gone (ENXIO), or for lack of buffers, are counted in
-// TxErrors. None of these is an error; the device stays usable. It returns
-// the number of frames sent.
+// TxErrors; a link that is down is reported with an error wrapping
+// ErrLinkDown. The device stays usable. It returns the number of frames
+// sent.
 func (r *Raw) WritePackets(pkts []*dataplane.Packet) (int, error) {
 	if r.closed.Load() {
 		return 0, ErrClosed
@@ -593,20 +546,18 @@ func (v *rawVec) prepareTx(pkts []*dataplane.Packet, cnt *Counters) {
 			cnt.TxDropped.Add(1)
 			continue
 		}
-		b := p.Bytes()
-		v.iovs[v.k].Base = &b[0]
-		v.iovs[v.k].SetLen(len(b))
+		v.setIov(v.k, p.Bytes()) // the header stays zero: nothing to do
 		h := &v.hdrs[v.k]
 		*h = mmsghdr{}
-		h.hdr.Iov = &v.iovs[v.k]
-		h.hdr.SetIovlen(1)
+		h.hdr.Iov = &v.iovs[2*v.k]
+		h.hdr.SetIovlen(2)
 		v.k++
 	}
 }
 
 // clearTx drops the write vector's references to the caller's buffers.
 func (v *rawVec) clearTx() {
-	for i := range v.iovs[:v.k] {
+	for i := range v.iovs[:2*v.k] {
 		v.iovs[i] = unix.Iovec{}
 	}
 	v.k = 0
@@ -623,7 +574,7 @@ func (r *Raw) writeBatch(fd uintptr) bool {
 		switch errno {
 		case 0:
 			for i := v.next; i < v.next+int(m); i++ {
-				r.cnt.TxBytes.Add(uint64(v.iovs[i].Len))
+				r.cnt.TxBytes.Add(uint64(v.iovs[2*i+1].Len))
 			}
 			r.cnt.TxFrames.Add(uint64(m))
 			v.n += int(m)
@@ -634,6 +585,7 @@ func (r *Raw) writeBatch(fd uintptr) bool {
 		case unix.ENETDOWN, unix.ENXIO: // the rest fails the same way
 			r.cnt.TxErrors.Add(uint64(k - v.next))
 			v.next = k
+			v.err = r.errDown
 		case unix.EINVAL, unix.EMSGSIZE: // this frame is malformed or too long
 			r.cnt.TxDropped.Add(1)
 			v.next++

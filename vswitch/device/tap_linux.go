@@ -25,10 +25,11 @@ import (
 // A TAP is read by one goroutine and written by any number (writes are
 // serialised); Close, Name and Counters may be called at any time.
 type TAP struct {
-	name string // in its namespace
-	f    *os.File
-	rc   syscall.RawConn
-	cnt  Counters
+	errDown error  // returned while the link is down (made once: no allocation)
+	name    string // in its namespace
+	f       *os.File
+	rc      syscall.RawConn
+	cnt     Counters
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -94,7 +95,7 @@ func CreateTAP(l Link) (*TAP, error) {
 		destroyTAPFd(fd)
 		return nil, err
 	}
-	t := &TAP{name: l.Name, f: os.NewFile(uintptr(fd), "tap:"+l.Name)}
+	t := &TAP{name: l.Name, f: os.NewFile(uintptr(fd), "tap:"+l.Name), errDown: fmt.Errorf("tap %s: %w", l.Name, ErrLinkDown)}
 	rc, err := t.f.SyscallConn()
 	if err != nil {
 		unix.IoctlSetInt(fd, unix.TUNSETPERSIST, 0)
@@ -274,10 +275,11 @@ func tapWriteFrame(fd int, p *dataplane.Packet) error {
 // WritePackets implements vswitch.Device: one write per frame, as a TAP
 // has no batch write. A partial checksum is completed in software; GSO
 // super-frames and frames the kernel refuses as malformed are dropped and
-// counted in TxDropped; frames refused because the link is down (EIO) or for lack
-// of memory are counted in TxErrors. Neither is an error. It returns the
-// number of frames written, and an error naming the interface only if the
-// interface is gone (or ErrClosed once closed).
+// counted in TxDropped; frames refused because the link is down (EIO) or
+// for lack of memory are counted in TxErrors, and a link that is down is
+// reported with an error wrapping ErrLinkDown (the device stays usable).
+// It returns the number of frames written, and an error naming the
+// interface if the interface is gone (or ErrClosed once closed).
 func (t *TAP) WritePackets(pkts []*dataplane.Packet) (int, error) {
 	if t.closed.Load() {
 		return 0, ErrClosed
@@ -313,7 +315,10 @@ func (t *TAP) writeBatch(fd uintptr) bool {
 			t.tx.n++
 		case unix.EINVAL, unix.EMSGSIZE: // shorter than an Ethernet header, too long
 			t.cnt.TxDropped.Add(1)
-		case unix.EIO, unix.EAGAIN, unix.ENOBUFS, unix.ENOMEM: // EIO: link down
+		case unix.EIO: // the link is down
+			t.cnt.TxErrors.Add(1)
+			t.tx.err = t.errDown
+		case unix.EAGAIN, unix.ENOBUFS, unix.ENOMEM:
 			t.cnt.TxErrors.Add(1)
 		default:
 			t.cnt.TxErrors.Add(1)

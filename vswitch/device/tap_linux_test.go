@@ -283,11 +283,14 @@ func TestTAPTraffic(t *testing.T) {
 		t.Errorf("runt: wrote %d, TxDropped %d; want 0, 3", n, tap.Counters().TxDropped.Load())
 	}
 
-	// Link down: the kernel refuses writes (EIO); counted, not an error.
+	// Link down: the kernel refuses writes (EIO); counted, and reported
+	// as ErrLinkDown.
 	mustRun(t, "ip", "-n", ns, "link", "set", "eth0", "down")
 	errsBefore := tap.Counters().TxErrors.Load()
-	if n := writeFrames(t, tap, reqs[0]); n != 0 {
-		t.Errorf("write while down: %d frames written", n)
+	down := dataplane.NewPacket(dataplane.BufferSize)
+	down.SetFrame(reqs[0])
+	if n, err := tap.WritePackets([]*dataplane.Packet{down}); n != 0 || !errors.Is(err, ErrLinkDown) {
+		t.Errorf("write while down: %d, %v; want 0, ErrLinkDown", n, err)
 	}
 	if got := tap.Counters().TxErrors.Load() - errsBefore; got != 1 {
 		t.Errorf("TxErrors grew by %d while down, want 1", got)
