@@ -472,6 +472,9 @@ type compiled struct {
 	uplink *Port
 	host   *Port // the host's vNIC, or nil
 	gwMACs map[dataplane.MAC]*gateway
+	// owned are the unicast MACs the switch answers to on the uplink:
+	// its ports' and its gateways'.
+	owned  map[dataplane.MAC]bool
 	gwIPs  map[netip.Addr]*gateway
 	ftable dataplane.FlowTableConfig
 	vxlan  uint16
@@ -559,6 +562,17 @@ func (c *Config) compile() (*compiled, error) {
 	}
 	p.cfg = c
 	return p, nil
+}
+
+// CompilePorts validates c and returns the ports it compiles to, in document
+// order (IDs not yet given out), so that a daemon can prepare their devices
+// before it applies the policy.
+func (c *Config) CompilePorts() ([]*Port, error) {
+	pol, err := c.compile()
+	if err != nil {
+		return nil, err
+	}
+	return pol.ports, nil
 }
 
 // compileVFP validates a VFP-level document and builds the immutable
@@ -688,6 +702,13 @@ func (c *Config) compileVFP() (*compiled, error) {
 	}
 	if err := p.compileLBs(c.Switch.LoadBalancers); err != nil {
 		return nil, err
+	}
+	p.owned = make(map[dataplane.MAC]bool, len(p.byMAC)+len(p.gwMACs))
+	for m := range p.byMAC {
+		p.owned[m] = true
+	}
+	for m := range p.gwMACs {
+		p.owned[m] = true
 	}
 	// Gateways serve ports by name.
 	for _, gw := range p.gwMACs {

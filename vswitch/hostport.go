@@ -182,14 +182,3 @@ func (l *hnsLowering) endpointLink(ep *hnsEP) *LinkConfig {
 	}
 	return lc
 }
-
-// CompilePorts validates c and returns the ports it compiles to, in document
-// order (IDs not yet given out), so that a daemon can prepare their devices
-// before it applies the policy.
-func (c *Config) CompilePorts() ([]*Port, error) {
-	pol, err := c.compile()
-	if err != nil {
-		return nil, err
-	}
-	return pol.ports, nil
-}

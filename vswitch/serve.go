@@ -289,7 +289,7 @@ func (s *Switch) oursOnly(pol *compiled, pkts []*dataplane.Packet) int {
 	for i, p := range pkts {
 		if f := p.Bytes(); len(f) >= 6 {
 			dst := dataplane.MAC(f[:6])
-			if !dst.IsMulticast() && pol.byMAC[dst] == nil && pol.gwMACs[dst] == nil {
+			if !dst.IsMulticast() && !pol.owned[dst] {
 				p.Drop = dataplane.DropNotForUs
 				s.pl.Drops.Add(dataplane.DropNotForUs)
 				continue

@@ -143,9 +143,9 @@ func runDemo(w io.Writer, log *slog.Logger, keep bool) (err error) {
 		run  func() (string, error)
 	}{
 		{"ping pod-a -> pod-b", func() (string, error) { return ping(nsPodA, ipPodB, 5) }},
-		{"TCP pod-a -> pod-b:5201", func() (string, error) { return transfer(nsPodA, nsPodB, ipPodB, ipPodB+":5201", demoDur) }},
-		{"TCP pod-a -> Service " + ipVIP + ":80", func() (string, error) { return transfer(nsPodA, nsPodB, ipPodB, ipVIP+":80", demoDur/4) }},
-		{"TCP pod-a -> outside " + ipExt + ":9000 (NAT)", func() (string, error) { return transfer(nsPodA, nsExt, ipExt, ipExt+":9000", demoDur/4) }},
+		{"TCP pod-a -> pod-b:5201", func() (string, error) { return transfer(nsPodA, nsPodB, ipPodB+":5201", ipPodB+":5201", demoDur) }},
+		{"TCP pod-a -> Service " + ipVIP + ":80", func() (string, error) { return transfer(nsPodA, nsPodB, ipPodB+":8080", ipVIP+":80", demoDur/4) }},
+		{"TCP pod-a -> outside " + ipExt + ":9000 (NAT)", func() (string, error) { return transfer(nsPodA, nsExt, ipExt+":9000", ipExt+":9000", demoDur/4) }},
 		{"ping node -> pod-a", func() (string, error) { return ping(nsNode, ipPodA, 3) }},
 		{"ping pod-b -> node", func() (string, error) { return ping(nsPodB, ipNode, 3) }},
 		{"ping pod-a -> outside (NAT)", func() (string, error) { return ping(nsPodA, ipExt, 3) }},
@@ -241,16 +241,13 @@ func ping(ns, dst string, count int) (string, error) {
 }
 
 // transfer sends data for dur over TCP from namespace client to addr,
-// served by a listener on listen:port in namespace server, and reports
-// the throughput and the client address the server saw.
+// served by a listener on listen (an address and port) in namespace
+// server, and reports the throughput and the client address the server
+// saw.
 func transfer(client, server, listen, addr string, dur time.Duration) (string, error) {
-	_, port, _ := net.SplitHostPort(addr)
-	if strings.HasSuffix(addr, ":80") {
-		port = "8080" // the Service's backend port
-	}
 	var ln net.Listener
 	if err := device.InNetNS(nsPath(server), func() (err error) {
-		ln, err = net.Listen("tcp", net.JoinHostPort(listen, port))
+		ln, err = net.Listen("tcp", listen)
 		return err
 	}); err != nil {
 		return "", err

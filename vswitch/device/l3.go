@@ -273,7 +273,7 @@ func (d *L3) WritePackets(pkts []*dataplane.Packet) (int, error) {
 // left out).
 func l3Accept(p *dataplane.Packet) (int, bool) {
 	f := p.Bytes()
-	if len(f) <= dataplane.EthernetLen || p.Offload.GSOType != dataplane.GSONone {
+	if len(f) <= dataplane.EthernetLen {
 		return 0, false
 	}
 	ip := f[dataplane.EthernetLen:]
@@ -298,18 +298,8 @@ func l3Accept(p *dataplane.Packet) (int, bool) {
 	if n > len(ip) {
 		return 0, false
 	}
-	if o := &p.Offload; o.NeedsCsum {
-		start, field := int(o.CsumStart), int(o.CsumStart)+int(o.CsumOffset)
-		end := dataplane.EthernetLen + n
-		if start < dataplane.EthernetLen || field+2 > end {
-			return 0, false
-		}
-		c := dataplane.Checksum(f[start:end], 0)
-		if c == 0 {
-			c = 0xffff // as a NIC sends it: 0 means no checksum in UDP
-		}
-		binary.BigEndian.PutUint16(f[field:], c)
-		o.NeedsCsum = false
+	if !plainFrame(p) {
+		return 0, false
 	}
 	return n, true
 }

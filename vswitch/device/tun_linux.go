@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"github.com/ufp-dev/ufp/dataplane"
-	"golang.org/x/sys/unix"
 	"golang.zx2c4.com/wireguard/tun"
 )
 
@@ -29,15 +28,16 @@ const tunDefaultMTU = 1500
 // l.NetNS. (The device's MTU method asks the calling thread's namespace,
 // so L3 never calls it.)
 func CreateTUN(l Link) (*L3, error) {
-	if len(l.Name) >= unix.IFNAMSIZ {
-		return nil, fmt.Errorf("tun: name %q is longer than %d bytes", l.Name, unix.IFNAMSIZ-1)
+	v := l
+	if v.Name == "" {
+		v.Name = "tun0" // the kernel's choice: any valid name checks the rest
+	}
+	if err := validateLink(v); err != nil {
+		return nil, fmt.Errorf("tun %s: %w", l.Name, err)
 	}
 	mtu := l.MTU
 	if mtu == 0 {
 		mtu = tunDefaultMTU
-	}
-	if mtu < 0 {
-		return nil, fmt.Errorf("tun %s: MTU %d is negative", l.Name, mtu)
 	}
 	dev, err := tunCreateIn(l.NetNS, l.Name, mtu)
 	if err != nil {
