@@ -31,6 +31,29 @@ func TestDedicate(t *testing.T) {
 	if a, v6 := get("ipv4.conf.up0.arp_ignore"), get("ipv6.conf.up0.disable_ipv6"); a != before[0] || v6 != before[1] {
 		t.Errorf("restored: arp_ignore %s, disable_ipv6 %s; want %s, %s", a, v6, before[0], before[1])
 	}
+	if alias := strings.TrimSpace(mustRun(t, "ip", "-n", ns, "-o", "link", "show", "up0")); strings.Contains(alias, "alias") {
+		t.Errorf("the alias stays after restore: %s", alias)
+	}
+
+	// A process that dies without restoring: the next Dedicate restores
+	// the true originals, not the dedicated values it finds.
+	mustRun(t, "ip", "-n", ns, "link", "set", "up0", "alias", "operator's note")
+	if _, err := Dedicate("up0", nsPath(ns)); err != nil { // its restore is never called
+		t.Fatal(err)
+	}
+	restore, err = Dedicate("up0", nsPath(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := restore(); err != nil {
+		t.Fatal(err)
+	}
+	if a, v6 := get("ipv4.conf.up0.arp_ignore"), get("ipv6.conf.up0.disable_ipv6"); a != before[0] || v6 != before[1] {
+		t.Errorf("restored after a crash: arp_ignore %s, disable_ipv6 %s; want %s, %s", a, v6, before[0], before[1])
+	}
+	if out := mustRun(t, "ip", "-n", ns, "-o", "link", "show", "up0"); !strings.Contains(out, "alias operator's note") {
+		t.Errorf("the operator's alias is not back: %s", out)
+	}
 	if _, err := Dedicate("nope0", nsPath(ns)); err == nil {
 		t.Error("dedicating a missing interface: no error")
 	}

@@ -26,6 +26,13 @@ var ErrClosed = errors.New("device closed")
 // writes succeed again once the link is up.
 var ErrLinkDown = errors.New("link down")
 
+// ErrNoInterface is wrapped by the error of OpenTAP and OpenTUN when
+// there is nothing to reattach to: no interface of that name, or no
+// network namespace at the Link's NetNS. The caller creates the interface
+// instead (OpenOrCreateTAP, OpenOrCreateTUN). An interface of that name
+// that is of another kind (a veth, a TUN for a TAP) is a different error.
+var ErrNoInterface = errors.New("no such interface")
+
 // Link is how a device's interface appears to the network stack that uses
 // it (a pod's eth0, the host's vEthernet): where it lives, its name and
 // addresses, and the routes through it.

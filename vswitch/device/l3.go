@@ -63,6 +63,10 @@ type L3 struct {
 	closeOnce sync.Once
 	closeErr  error
 	up        atomic.Bool
+	// unpersist, if set, runs in Close before the device is closed: it
+	// clears persist on a Linux TUN (CreateTUN, OpenTUN), so that the
+	// interface goes with the device.
+	unpersist func() error
 
 	counters Counters
 }
@@ -305,15 +309,42 @@ func l3Accept(p *dataplane.Packet) (int, bool) {
 }
 
 // Close closes the device (once; later calls return nil). Reads and
-// writes return ErrClosed from then on.
+// writes return ErrClosed from then on. The interface of a Linux TUN made
+// by CreateTUN or OpenTUN is persistent: Close clears that, so the
+// interface goes with the device; a process that dies without Close
+// leaves it for OpenTUN.
 func (d *L3) Close() error {
 	err := error(nil)
 	d.closeOnce.Do(func() {
 		d.closed.Store(true)
-		d.closeErr = d.dev.Close()
+		var perr error
+		if d.unpersist != nil {
+			if perr = d.unpersist(); perr != nil {
+				perr = fmt.Errorf("tun %s: clear persist: %w", d.name, perr)
+			}
+		}
+		d.closeErr = errors.Join(perr, d.dev.Close())
 		err = d.closeErr
 	})
 	return err
+}
+
+// OpenOrCreateTUN attaches to the TUN l describes if it exists (OpenTUN),
+// and creates it otherwise (CreateTUN); reattached tells which. An
+// OpenTUN error other than ErrNoInterface is returned as it is, nothing
+// created, except where OpenTUN is not supported (errors.ErrUnsupported:
+// on Windows, where CreateTUN itself reuses a Wintun adapter of the same
+// name), where it calls CreateTUN and reports reattached false.
+func OpenOrCreateTUN(l Link) (d *L3, reattached bool, err error) {
+	d, err = OpenTUN(l)
+	if err == nil {
+		return d, true, nil
+	}
+	if !errors.Is(err, ErrNoInterface) && !errors.Is(err, errors.ErrUnsupported) {
+		return nil, false, err
+	}
+	d, err = CreateTUN(l)
+	return d, false, err
 }
 
 // l3IsClosed reports whether err is a device's way of saying it is closed.

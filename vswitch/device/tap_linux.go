@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"unsafe"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/ufp-dev/ufp/dataplane"
@@ -83,6 +84,10 @@ const tapTempName = "ufptap%d"
 // address detection), brought up, and given l.Routes. The calling
 // thread's namespace never changes. On failure everything created is
 // removed and the error names the interface and the step.
+//
+// A process that dies without calling Close (SIGKILL, a crash) leaves the
+// interface where it is, with its addresses and routes: OpenTAP attaches
+// to it again. CreateTAP itself fails if l.Name exists in l.NetNS.
 func CreateTAP(l Link) (*TAP, error) {
 	if err := validateLink(l); err != nil {
 		return nil, fmt.Errorf("tap %s: %w", l.Name, err)
@@ -95,12 +100,89 @@ func CreateTAP(l Link) (*TAP, error) {
 		destroyTAPFd(fd)
 		return nil, err
 	}
-	t := &TAP{name: l.Name, f: os.NewFile(uintptr(fd), "tap:"+l.Name), errDown: fmt.Errorf("tap %s: %w", l.Name, ErrLinkDown)}
+	return newTAP(fd, l.Name, true)
+}
+
+// OpenTAP attaches to the existing persistent TAP interface l.Name in
+// namespace l.NetNS, as CreateTAP left it when its process died without
+// Close, and repairs its set-up: the interface keeps its index, and the
+// pod its addresses, routes and sockets.
+//
+// It checks first that the interface exists and is a TAP, and never
+// creates one (should the interface vanish between the check and the
+// attach, the one the kernel makes then is dropped again). No namespace at l.NetNS, or no interface
+// l.Name in it, is an error wrapping ErrNoInterface (the caller creates
+// the interface instead: OpenOrCreateTAP); an interface of another kind
+// (a veth, a TUN, a multi-queue TAP) is an error naming its kind, and a
+// TAP still attached to another process (the old one not dead yet) an
+// error wrapping unix.EBUSY.
+//
+// Once attached, l's set-up is applied again, idempotently: a MAC or MTU
+// that differs from l's is set back, addresses and routes of l that are
+// missing are added (those present are left alone, as are ones l does
+// not list), a route to one of l's destinations that differs (another
+// next hop or interface) is replaced, and the link is brought up. An
+// error names what differs and could not be repaired; the interface is
+// then left where it is, persistent and detached, for another try.
+//
+// The kernel takes the interface's carrier away while no process holds
+// it, which evicts the pod's learned neighbour entries (not permanent
+// ones): the pod resolves its gateway again after the reattach. The
+// returned TAP is as CreateTAP's: Close removes the interface.
+func OpenTAP(l Link) (*TAP, error) {
+	if err := validateLink(l); err != nil {
+		return nil, fmt.Errorf("tap %s: %w", l.Name, err)
+	}
+	h, err := tunLinkAt("tap", l, netlink.TUNTAP_MODE_TAP)
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	var fd int
+	err = InNetNS(l.NetNS, func() (err error) {
+		fd, err = attachTunFd("tap", l.Name, tapIfFlags)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := repairLink(h, "tap", l.Name, l); err != nil {
+		unix.Close(fd) // persist stays: the interface is left for another try
+		return nil, err
+	}
+	return newTAP(fd, l.Name, false)
+}
+
+// OpenOrCreateTAP attaches to the TAP l describes if it exists (OpenTAP),
+// and creates it otherwise (CreateTAP): after a crash, the restarted
+// process gets the pod's interface back, and on a first start a new one.
+// reattached tells which. An OpenTAP error other than ErrNoInterface (an
+// interface of another kind, one still in use, a set-up that cannot be
+// repaired) is returned as it is: nothing is created then.
+func OpenOrCreateTAP(l Link) (t *TAP, reattached bool, err error) {
+	t, err = OpenTAP(l)
+	if err == nil {
+		return t, true, nil
+	}
+	if !errors.Is(err, ErrNoInterface) {
+		return nil, false, err
+	}
+	t, err = CreateTAP(l)
+	return t, false, err
+}
+
+// newTAP returns the TAP over fd, attached to the interface name. If it
+// fails, it closes fd, clearing persist first if remove is set (which
+// removes the interface).
+func newTAP(fd int, name string, remove bool) (*TAP, error) {
+	t := &TAP{name: name, f: os.NewFile(uintptr(fd), "tap:"+name), errDown: fmt.Errorf("tap %s: %w", name, ErrLinkDown)}
 	rc, err := t.f.SyscallConn()
 	if err != nil {
-		unix.IoctlSetInt(fd, unix.TUNSETPERSIST, 0)
+		if remove {
+			unix.IoctlSetInt(fd, unix.TUNSETPERSIST, 0)
+		}
 		t.f.Close()
-		return nil, fmt.Errorf("tap %s: raw conn: %w", l.Name, err)
+		return nil, fmt.Errorf("tap %s: raw conn: %w", name, err)
 	}
 	t.rc = rc
 	t.readFn, t.writeFn = t.readBatch, t.writeBatch
@@ -345,7 +427,8 @@ func isGone(err error) bool {
 
 // Close implements vswitch.Device: it clears persist and closes the fd,
 // which removes the interface wherever it is, and unblocks a pending
-// ReadPackets (which returns ErrClosed). Close is idempotent.
+// ReadPackets (which returns ErrClosed). Close is idempotent. A process
+// that dies without Close leaves the interface, persistent, for OpenTAP.
 func (t *TAP) Close() error {
 	t.closeOnce.Do(func() {
 		t.closed.Store(true)

@@ -1,6 +1,7 @@
 package device
 
 import (
+	"errors"
 	"fmt"
 
 	"golang.zx2c4.com/wireguard/tun"
@@ -22,4 +23,13 @@ func CreateTUN(l Link) (*L3, error) {
 		return nil, fmt.Errorf("tun %s: create: %w", l.Name, err)
 	}
 	return NewL3(dev, l), nil
+}
+
+// OpenTUN is not supported on Windows: golang.zx2c4.com/wireguard/tun has
+// no way to open an existing Wintun adapter without creating one, and
+// OpenTUN must never create. CreateTUN reuses an adapter of the same
+// name if one exists (as wireguard-go documents its CreateTUN), and
+// OpenOrCreateTUN falls back to CreateTUN here.
+func OpenTUN(l Link) (*L3, error) {
+	return nil, fmt.Errorf("tun %s: open: %w", l.Name, errors.ErrUnsupported)
 }
