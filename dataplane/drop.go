@@ -108,6 +108,8 @@ var dropNames = [numDropReasons]string{
 // NumDropReasons is the number of distinct drop reasons, for sizing arrays.
 const NumDropReasons = int(numDropReasons)
 
+// String returns the reason's name, as counters, metrics and traces show
+// it ("blocked-by-policy").
 func (r DropReason) String() string {
 	if r < numDropReasons {
 		return dropNames[r]
@@ -152,16 +154,61 @@ func (c *DropCounters) Get(r DropReason) uint64 {
 
 // String lists the non-zero counters as "reason=n" in reason order.
 func (c *DropCounters) String() string {
-	var b strings.Builder
+	var n [NumDropReasons]uint64
 	for i := range c {
-		if n := c[i].Load(); n != 0 && i != 0 {
+		n[i] = c[i].Load()
+	}
+	return formatDrops(&n)
+}
+
+// formatDrops lists the non-zero counts as "reason=n" in reason order.
+func formatDrops(n *[NumDropReasons]uint64) string {
+	var b strings.Builder
+	for i, v := range n {
+		if v != 0 && i != int(NotDropped) {
 			if b.Len() > 0 {
 				b.WriteByte(' ')
 			}
 			b.WriteString(DropReason(i).String())
 			b.WriteByte('=')
-			b.WriteString(strconv.FormatUint(n, 10))
+			b.WriteString(strconv.FormatUint(v, 10))
 		}
 	}
 	return b.String()
+}
+
+// DropTotals reads a pipeline's drops by reason, summed over its workers
+// (each worker counts its own, by input port: Pipeline.Counters), and
+// counts the drops of packets that never reached a worker. It lives in its
+// Pipeline (Pipeline.Drops); safe for concurrent use.
+type DropTotals struct {
+	pl *Pipeline
+	// extra counts the drops added by Add.
+	extra DropCounters
+}
+
+// Add counts one drop for reason r of a packet no worker saw (a frame too
+// large for a packet buffer, say); it counts in the totals, not for a
+// port. Workers count their own drops.
+func (d *DropTotals) Add(r DropReason) { d.extra.Add(r) }
+
+// Get returns the number of drops for reason r.
+func (d *DropTotals) Get(r DropReason) uint64 {
+	if r >= numDropReasons {
+		return 0
+	}
+	c := d.pl.Counters()
+	return c.Drops[r]
+}
+
+// All returns the number of drops by reason.
+func (d *DropTotals) All() [NumDropReasons]uint64 {
+	c := d.pl.Counters()
+	return c.Drops
+}
+
+// String lists the non-zero counters as "reason=n" in reason order.
+func (d *DropTotals) String() string {
+	n := d.All()
+	return formatDrops(&n)
 }

@@ -1,9 +1,9 @@
 package dataplane
 
 import (
+	"runtime"
 	"strconv"
 	"sync"
-	"sync/atomic"
 )
 
 // SlowPath is what the pipeline calls when the flow table cannot answer: the
@@ -78,15 +78,21 @@ type PipelineConfig struct {
 
 // Pipeline runs packets through the unified flow table and, on a miss, the
 // slow path. It is shared by workers; each worker uses its own Worker.
+// Safe for concurrent use.
+//
+// Each worker counts its own packets (by path, and per port: received,
+// sent, dropped by reason), so that no two workers write one counter; the
+// pipeline keeps a registry of its workers and sums them on read
+// (Counters, Stats, Drops). A released worker's counts stay in the sums.
 type Pipeline struct {
 	slow      SlowPath
 	uft       *FlowTable
 	vxlanPort uint16
 
-	// Drops counts dropped packets by reason.
-	Drops DropCounters
-	fast  atomic.Uint64
-	slowN atomic.Uint64
+	// Drops reads the drops by reason, summed over the workers, and
+	// counts drops outside them (DropTotals.Add).
+	Drops DropTotals
+	reg   counterRegistry
 
 	mu      sync.Mutex
 	actGen  uint64
@@ -116,7 +122,9 @@ func NewPipeline(cfg PipelineConfig, s SlowPath) (*Pipeline, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Pipeline{slow: s, uft: uft, vxlanPort: cfg.VXLANPort, actions: make(map[actionKey]*Action)}, nil
+	pl := &Pipeline{slow: s, uft: uft, vxlanPort: cfg.VXLANPort, actions: make(map[actionKey]*Action)}
+	pl.Drops.pl = pl
+	return pl, nil
 }
 
 // FlowTable returns the pipeline's flow table.
@@ -124,11 +132,6 @@ func (pl *Pipeline) FlowTable() *FlowTable { return pl.uft }
 
 // PipelineStats counts packets by path.
 type PipelineStats struct{ Fast, Slow uint64 }
-
-// Stats returns the packet counters.
-func (pl *Pipeline) Stats() PipelineStats {
-	return PipelineStats{Fast: pl.fast.Load(), Slow: pl.slowN.Load()}
-}
 
 // action returns the shared action for a decision under generation gen.
 func (pl *Pipeline) action(out PortID, mtu uint16, drop DropReason, ht Transposition, gen uint64, m Meter) (*Action, error) {
@@ -160,7 +163,8 @@ func (pl *Pipeline) action(out PortID, mtu uint16, drop DropReason, ht Transposi
 }
 
 // Worker processes batches for one goroutine. Its scratch space is reused
-// from packet to packet. Not safe for concurrent use.
+// from packet to packet, and it owns its counters (the pipeline sums them:
+// Pipeline.Counters). Not safe for concurrent use; Release it when done.
 type Worker struct {
 	pl     *Pipeline
 	parsed Parsed
@@ -193,6 +197,17 @@ type Worker struct {
 	// noCache: the packet (an ICMP error) is decided alone.
 	noCache bool
 	quote   Quote
+
+	// ctr are the worker's counters, published to the pipeline's
+	// readers; ports is the worker's own view of ctr.ports. A run of
+	// packets received on one port is counted in one go (rxPort,
+	// rxPkts, rxBytes).
+	ctr     *workerCounters
+	ports   []*portCells
+	cleanup runtime.Cleanup
+	rxPort  PortID
+	rxPkts  uint64
+	rxBytes uint64
 }
 
 // emcSize is the number of entries of a worker's exact-match cache (a power
@@ -203,26 +218,41 @@ const emcSize = 8192
 func (pl *Pipeline) NewWorker() *Worker {
 	w := &Worker{pl: pl, emc: new([emcSize]*Flow)}
 	w.parsed.VXLANPort = pl.vxlanPort
+	pl.register(w)
 	return w
 }
 
 // Process runs a batch of packets, each arrived on its InPort, at time now
 // (nanoseconds on the caller's clock). On return every packet has OutPort
-// set, or Drop set and OutPort == NoPort.
+// set, or Drop set and OutPort == NoPort. Each packet is counted as
+// received on its InPort, at the length it arrived with.
 func (w *Worker) Process(pkts []*Packet, now int64) {
 	gen := w.pl.slow.Generation()
 	for _, p := range pkts {
+		w.countRx(p.InPort, p.Len())
 		w.process(p, gen, now)
 	}
 	w.endRun()
-	w.pl.fast.Add(w.fast)
-	w.pl.slowN.Add(w.slow)
+	w.flushRx()
+	if w.fast != 0 {
+		w.ctr.fast.Add(w.fast)
+	}
+	if w.slow != 0 {
+		w.ctr.slow.Add(w.slow)
+	}
 	w.fast, w.slow = 0, 0
 }
 
+// drop drops p for reason r, counted against its input port.
 func (w *Worker) drop(p *Packet, r DropReason) {
 	p.Drop, p.OutPort = r, NoPort
-	w.pl.Drops.Add(r)
+	w.countDrop(p.InPort, r)
+}
+
+func (w *Worker) countDrop(in PortID, r DropReason) {
+	if r < numDropReasons {
+		w.cell(in).drops[r].Add(1)
+	}
 }
 
 func (w *Worker) process(p *Packet, gen uint64, now int64) {
@@ -518,7 +548,7 @@ func (w *Worker) slowPath(p *Packet, key *FlowKey, hash uint32, f *Flow, gen uin
 // The drop is counted either way; a rejected packet is never cached, so
 // every retry is answered.
 func (w *Worker) reject(p *Packet, pr *Parsed, r DropReason) {
-	w.pl.Drops.Add(r)
+	w.countDrop(p.InPort, r)
 	if !Reject(p, pr) {
 		p.Drop, p.OutPort = r, NoPort
 		return

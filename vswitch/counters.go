@@ -50,15 +50,21 @@ func (ms *meterSet) get(rs []*rules.Rule) *ruleMeter {
 	return m
 }
 
-// RuleCount is a rule of the running policy with its counters.
+// RuleCount is a rule of the running policy with its counters: a plain
+// value, encoded as JSON as it is.
 type RuleCount struct {
-	Port, Layer, Group, Rule string
+	Port  string `json:"port"`
+	Layer string `json:"layer"`
+	Group string `json:"group"`
+	Rule  string `json:"rule"`
 	// Hits counts the slow-path decisions the rule was its layer's
 	// verdict in; Packets and Bytes the traffic of the flows those
 	// decisions installed (both directions of a connection), live ones
 	// included. A packet decided on its own (not cached) counts as a hit
 	// only.
-	Hits, Packets, Bytes uint64
+	Hits    uint64 `json:"hits"`
+	Packets uint64 `json:"packets"`
+	Bytes   uint64 `json:"bytes"`
 }
 
 // RuleCounters returns the counters of every rule of the running policy,

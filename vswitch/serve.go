@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -17,19 +18,24 @@ import (
 const BatchSize = 64
 
 // attachment is a device bound to a port, and the worker that serves it.
+// Its frame counters are the pipeline's per-port counters, counted by
+// each worker on its own (dataplane.Worker.Sent).
 type attachment struct {
 	port string
 	dev  Device
 	// done is closed when the worker has returned (nil while the switch
 	// is not serving the device).
 	done chan struct{}
+	// gone is closed when the device is detached: its captures end.
+	gone chan struct{}
 	// failed holds the error that stopped the worker (a device that is
 	// gone); txFailing is set while writes to the device fail.
 	failed    atomic.Pointer[error]
 	txFailing atomic.Bool
-	rxFrames  atomic.Uint64
-	txFrames  atomic.Uint64
-	txErrors  atomic.Uint64
+	// captures are the live captures of the port (nil: none), checked
+	// once per batch read and per write; capMu serialises changes.
+	captures atomic.Pointer[[]*capture]
+	capMu    sync.Mutex
 }
 
 // DeviceStatus is the state of a port's device as the switch sees it.
@@ -39,8 +45,10 @@ type DeviceStatus struct {
 	// the device failed (Err says why) or the switch stopped.
 	Serving bool
 	Err     error
-	// RxFrames counts frames read from the device, TxFrames frames
-	// written to it and TxErrors frames whose write failed.
+	// RxFrames counts frames read from the port's device, TxFrames
+	// frames written to it and TxErrors frames whose write failed. They
+	// are the port's counters (PortStats): they go on across a device
+	// detached and another attached.
 	RxFrames, TxFrames, TxErrors uint64
 }
 
@@ -72,7 +80,7 @@ func (s *Switch) Attach(port string, dev Device) error {
 	if _, dup := s.devs[port]; dup {
 		return fmt.Errorf("attach: port %q has a device already", port)
 	}
-	a := &attachment{port: port, dev: dev}
+	a := &attachment{port: port, dev: dev, gone: make(chan struct{})}
 	s.devs[port] = a
 	if s.serving != nil {
 		s.start(a)
@@ -82,7 +90,7 @@ func (s *Switch) Attach(port string, dev Device) error {
 
 // Detach unbinds the device of port, stops its worker and closes it. It
 // returns the device, or nil if the port had none. Frames in flight to
-// the port are counted by TxNoDevice.
+// the port are counted by TxNoDevice; the port's captures end.
 func (s *Switch) Detach(port string) Device {
 	s.devMu.Lock()
 	a := s.devs[port]
@@ -91,6 +99,7 @@ func (s *Switch) Detach(port string) Device {
 	if a == nil {
 		return nil
 	}
+	close(a.gone)
 	a.dev.Close()
 	if a.done != nil {
 		<-a.done
@@ -100,11 +109,17 @@ func (s *Switch) Detach(port string) Device {
 
 // Devices returns the status of every attached device, by port name.
 func (s *Switch) Devices() []DeviceStatus {
+	c := s.pl.Counters()
+	pol := s.pol.Load()
 	s.devMu.Lock()
 	defer s.devMu.Unlock()
 	out := make([]DeviceStatus, 0, len(s.devs))
 	for _, a := range s.devs {
-		st := DeviceStatus{Port: a.port, RxFrames: a.rxFrames.Load(), TxFrames: a.txFrames.Load(), TxErrors: a.txErrors.Load()}
+		st := DeviceStatus{Port: a.port}
+		if p := pol.byName[a.port]; p != nil {
+			pc := c.Port(p.ID)
+			st.RxFrames, st.TxFrames, st.TxErrors = pc.RxPackets, pc.TxPackets, pc.TxErrors
+		}
 		if e := a.failed.Load(); e != nil {
 			st.Err = *e
 		}
@@ -199,10 +214,11 @@ func (s *Switch) Now() int64 { return int64(time.Since(s.epoch)) }
 // TxNoDevice counts frames forwarded to a port that has no device.
 func (s *Switch) TxNoDevice() uint64 { return s.txNoDevice.Load() }
 
-// write sends pkts to the device of port id. A write that fails is
-// counted against the destination's device and logged when its writes
-// start and stop failing; it never stops the worker that forwards.
-func (s *Switch) write(id dataplane.PortID, pkts []*dataplane.Packet) {
+// write sends pkts to the device of port id, counted by w (the worker
+// that forwards them). A write that fails is counted against the
+// destination's port and logged when its writes start and stop failing;
+// it never stops the worker that forwards.
+func (s *Switch) write(w *dataplane.Worker, id dataplane.PortID, pkts []*dataplane.Packet) {
 	port := s.PortByID(id)
 	var a *attachment
 	if port != nil {
@@ -213,24 +229,39 @@ func (s *Switch) write(id dataplane.PortID, pkts []*dataplane.Packet) {
 		return
 	}
 	n, err := a.dev.WritePackets(pkts)
-	a.txFrames.Add(uint64(n))
+	n = min(max(n, 0), len(pkts))
+	var bytes uint64
+	for _, p := range pkts[:n] {
+		bytes += uint64(p.Len())
+	}
+	// Offered to the port's captures before they are counted: whoever
+	// sees the count finds them in the captures' queues.
+	if cs := a.captures.Load(); cs != nil && n > 0 {
+		offerAll(*cs, pkts[:n], true)
+	}
+	w.Sent(id, n, bytes)
 	switch {
 	case err == nil:
 		if a.txFailing.CompareAndSwap(true, false) {
 			s.logger().Info("port device writes succeed again", "port", a.port)
 		}
 	case errors.Is(err, ErrClosed):
-		a.txErrors.Add(uint64(len(pkts) - n)) // detached or stopping meanwhile
+		w.SendFailed(id, len(pkts)-n) // detached or stopping meanwhile
 	default:
-		a.txErrors.Add(uint64(len(pkts) - n))
+		w.SendFailed(id, len(pkts)-n)
 		if a.txFailing.CompareAndSwap(false, true) {
 			s.logger().Warn("port device write failed", "port", a.port, "err", err)
 		}
 	}
 }
 
+// servePort is a's worker: it reads batches from a's device, runs them
+// through the pipeline and writes what is forwarded, until the device is
+// closed or fails. Its pipeline worker is released when it returns, its
+// counts kept.
 func (s *Switch) servePort(ctx context.Context, a *attachment) error {
 	w := s.pl.NewWorker()
+	defer w.Release()
 	pkts := make([]*dataplane.Packet, BatchSize)
 	for i := range pkts {
 		pkts[i] = dataplane.NewPacket(dataplane.BufferSize)
@@ -244,19 +275,26 @@ func (s *Switch) servePort(ctx context.Context, a *attachment) error {
 			}
 			return fmt.Errorf("port %s: %w", a.port, err)
 		}
-		a.rxFrames.Add(uint64(n))
+		if cs := a.captures.Load(); cs != nil {
+			offerAll(*cs, pkts[:n], false)
+		}
 		pol := s.pol.Load()
 		in := pol.byName[a.port]
 		if in == nil {
-			continue // the port left the policy: its frames go nowhere
+			// The port left the policy: its frames go nowhere.
+			for _, p := range pkts[:n] {
+				p.InPort = dataplane.NoPort
+				w.Discard(p, dataplane.DropUnknownPort)
+			}
+			continue
 		}
-		if in.Uplink {
-			n = s.oursOnly(pol, pkts[:n])
-		}
-		batch := pkts[:n]
-		for _, p := range batch {
+		for _, p := range pkts[:n] {
 			p.InPort = in.ID
 		}
+		if in.Uplink {
+			n = s.oursOnly(w, pol, pkts[:n])
+		}
+		batch := pkts[:n]
 		w.Process(batch, s.Now())
 		// The forwarded packets, grouped by output port (a stable sort
 		// keeps each port's frames in order), one write per port.
@@ -272,7 +310,7 @@ func (s *Switch) servePort(ctx context.Context, a *attachment) error {
 			for j < len(out) && out[j].OutPort == out[i].OutPort {
 				j++
 			}
-			s.write(out[i].OutPort, out[i:j])
+			s.write(w, out[i].OutPort, out[i:j])
 			i = j
 		}
 	}
@@ -282,16 +320,15 @@ func (s *Switch) servePort(ctx context.Context, a *attachment) error {
 // are the switch's to handle: broadcast and multicast, and unicast for a
 // MAC it owns (a port's, a gateway's). The uplink reads its segment
 // promiscuously; a frame between two other stations is dropped and
-// counted, so that no cached flow translates it. It returns how many
+// counted by w, so that no cached flow translates it. It returns how many
 // frames are kept.
-func (s *Switch) oursOnly(pol *compiled, pkts []*dataplane.Packet) int {
+func (s *Switch) oursOnly(w *dataplane.Worker, pol *compiled, pkts []*dataplane.Packet) int {
 	k := 0
 	for i, p := range pkts {
 		if f := p.Bytes(); len(f) >= 6 {
 			dst := dataplane.MAC(f[:6])
 			if !dst.IsMulticast() && !pol.owned[dst] {
-				p.Drop = dataplane.DropNotForUs
-				s.pl.Drops.Add(dataplane.DropNotForUs)
+				w.Discard(p, dataplane.DropNotForUs)
 				continue
 			}
 		}
