@@ -472,8 +472,15 @@ func (v Verdict) String() string {
 }
 
 // Evaluate returns the layer's verdict for the packet v describes, crossing
-// in direction dir (Out or In). See the package doc for the semantics.
-func (l *Layer) Evaluate(v *dataplane.View, dir Direction) Verdict {
+// in direction dir (Out or In), and counts it in the rule's Hits. See the
+// package doc for the semantics.
+func (l *Layer) Evaluate(v *dataplane.View, dir Direction) Verdict { return l.evaluate(v, dir, true) }
+
+// Explain returns the verdict Evaluate returns, without counting it: for
+// traces, which must leave the counters as they are.
+func (l *Layer) Explain(v *dataplane.View, dir Direction) Verdict { return l.evaluate(v, dir, false) }
+
+func (l *Layer) evaluate(v *dataplane.View, dir Direction, count bool) Verdict {
 	var res Verdict
 	for gi := range l.Groups {
 		g := &l.Groups[gi]
@@ -492,7 +499,7 @@ func (l *Layer) Evaluate(v *dataplane.View, dir Direction) Verdict {
 		if dir == Out {
 			res.Action = l.DefaultOut
 		}
-	} else if c := res.Rule.counters; c != nil {
+	} else if c := res.Rule.counters; c != nil && count {
 		c.Hits.Add(1)
 	}
 	return res

@@ -121,13 +121,16 @@ type lbTuples struct {
 // returns that port; ok is false if none is free. Source port 0 is a
 // port like any other here. A connection to the same frontend
 // with t is this same connection decided again (a packet decided on its
-// own): t is returned, unregistered.
-func (r *lbTuples) claim(t lbTuple, frontend netip.AddrPort) (port uint16, mine, ok bool) {
+// own): t is returned, unregistered. With register false (a trace) claim
+// registers nothing and reports mine false, but returns the same port.
+func (r *lbTuples) claim(t lbTuple, frontend netip.AddrPort, register bool) (port uint16, mine, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if f, taken := r.m[t]; !taken {
-		r.m[t] = frontend
-		return t.client.Port(), true, true
+		if register {
+			r.m[t] = frontend
+		}
+		return t.client.Port(), register, true
 	} else if f == frontend {
 		return t.client.Port(), false, true
 	}
@@ -140,8 +143,10 @@ func (r *lbTuples) claim(t lbTuple, frontend netip.AddrPort) (port uint16, mine,
 		c := t
 		c.client = netip.AddrPortFrom(t.client.Addr(), port)
 		if _, taken := r.m[c]; !taken {
-			r.m[c] = frontend
-			return port, true, true
+			if register {
+				r.m[c] = frontend
+			}
+			return port, register, true
 		}
 	}
 	return 0, false, false
@@ -356,7 +361,7 @@ func (s *Switch) balance(pol *compiled, at *Port, act *rules.Action, v *dataplan
 		d.Drop = dataplane.DropTransposition
 		return false
 	default:
-		be = s.choose(b, v, tr, d)
+		be = s.choose(b, v, x.dry(), tr, d)
 		if be == nil {
 			return false
 		}
@@ -378,7 +383,7 @@ func (s *Switch) balance(pol *compiled, at *Port, act *rules.Action, v *dataplan
 			dst = v.Dst
 		}
 		pk.tuple = lbTuple{proto: v.Proto, client: netip.AddrPortFrom(v.Src, v.SrcPort), backend: netip.AddrPortFrom(dst, dport)}
-		port, mine, ok := s.lbTuples.claim(pk.tuple, netip.AddrPortFrom(v.Dst, v.DstPort))
+		port, mine, ok := s.lbTuples.claim(pk.tuple, netip.AddrPortFrom(v.Dst, v.DstPort), !x.dry())
 		if !ok {
 			tr.Addf("  lb %s: every source port of %s to %s is in use", b.name, v.Src, pk.tuple.backend)
 			d.Drop = dataplane.DropNATExhausted
@@ -433,8 +438,9 @@ func (s *Switch) balance(pol *compiled, at *Port, act *rules.Action, v *dataplan
 // hash (lb.NewTable: rendezvous hashing up to 64 backends, Maglev
 // above). A client is not sent to itself when the load balancer has no
 // SourceVIP to translate it to and another backend exists. It returns nil,
-// with d set to reject the packet, when there is no healthy backend.
-func (s *Switch) choose(b *loadBalancer, v *dataplane.View, tr *dataplane.Trace, d *dataplane.Decision) *backend {
+// with d set to reject the packet, when there is no healthy backend. A dry
+// choice (a trace) leaves the affinity table alone.
+func (s *Switch) choose(b *loadBalancer, v *dataplane.View, dry bool, tr *dataplane.Trace, d *dataplane.Decision) *backend {
 	if len(b.healthy) == 0 {
 		if tr.On() {
 			tr.Addf("  lb %s: no healthy backend: connection refused", b.name)
@@ -473,7 +479,7 @@ func (s *Switch) choose(b *loadBalancer, v *dataplane.View, tr *dataplane.Trace,
 		}
 		be, how = b.healthy[(i+1)%len(b.healthy)], "next after the client itself"
 	}
-	if b.aff != nil && !b.aff.Touch(v.Src, be.ip, d.Now) && tr.On() {
+	if b.aff != nil && !dry && !b.aff.Touch(v.Src, be.ip, d.Now) && tr.On() {
 		tr.Addf("  lb %s: affinity table full: %s not remembered", b.name, v.Src)
 	}
 	if tr.On() {

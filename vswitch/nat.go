@@ -24,7 +24,16 @@ type translation struct {
 	pol      *compiled
 	verdicts [maxMetered]*rules.Rule
 	nv       int
+	// rec, set only for a trace (Switch.Trace), makes the decision dry and
+	// collects its steps: see dry.
+	rec *traceRecorder
 }
+
+// dry reports whether the decision is a trace's: it counts no rule hit,
+// binds no NAT port, remembers no affinity and registers no balanced
+// connection; what it allocates all the same (x.pick) is released as soon
+// as it is made (Switch.decideDry).
+func (x *translation) dry() bool { return x.rec != nil }
 
 // snat translates the source of the packet v describes to pool address ip
 // and a port (ICMP echo identifier) of that pool, and returns the
@@ -77,7 +86,7 @@ func (s *Switch) snat(v *dataplane.View, ip netip.Addr, x *translation, tr *data
 		d.Drop = dataplane.DropRevalidated
 		return t, false
 	}
-	if x.bound != nil {
+	if x.bound != nil || x.dry() && x.rec.natted {
 		tr.Addf("  snat: the packet was translated by another rule already")
 		d.Drop = dataplane.DropTransposition
 		return t, false
@@ -88,6 +97,11 @@ func (s *Switch) snat(v *dataplane.View, ip netip.Addr, x *translation, tr *data
 		tr.Addf("  snat: no pool for %s", ip)
 		d.Drop = dataplane.DropTransposition
 		return t, false
+	}
+	if x.dry() {
+		// A trace binds nothing (a bind moves the pool's counters and
+		// cursor): it tells what Bind would give.
+		return x.rec.snat(s, x.pol, pool, proto, internal, t, tr, d)
 	}
 	b, err := pool.Bind(proto, internal)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/netip"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"unicode"
@@ -210,5 +211,44 @@ func checkJSONNames(t *testing.T, typ reflect.Type) {
 			t.Errorf("%s.%s: json name %q is not lowerCamel", typ.Name(), f.Name, name)
 		}
 		checkJSONNames(t, f.Type)
+	}
+}
+
+// TestStatsPortIDReused checks that a new port given the ID of a removed
+// one counts from zero.
+func TestStatsPortIDReused(t *testing.T) {
+	sw, devs, start, stop := devSwitch(t)
+	start()
+	defer stop()
+	devs["pod-a"].Inject(ptUDP(t, devMACA, devMACB, "10.0.0.10", "10.0.0.11", 5000, 53))
+	mustReceive(t, devs["pod-b"], "dns")
+	idB := sw.Port("pod-b").ID
+	apply := func(edit func(c *Config)) {
+		t.Helper()
+		b, _ := json.Marshal(sw.Config())
+		var c Config
+		if err := json.Unmarshal(b, &c); err != nil {
+			t.Fatal(err)
+		}
+		edit(&c)
+		if err := sw.Apply(&c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var podB PortConfig
+	apply(func(c *Config) {
+		i := slices.IndexFunc(c.Ports, func(p PortConfig) bool { return p.Name == "pod-b" })
+		podB = c.Ports[i]
+		c.Ports = slices.Delete(c.Ports, i, i+1)
+	})
+	apply(func(c *Config) {
+		podB.Name = "pod-z"
+		c.Ports = append(c.Ports, podB)
+	})
+	if id := sw.Port("pod-z").ID; id != idB {
+		t.Fatalf("pod-z got ID %d, not pod-b's %d: the test does not test reuse", id, idB)
+	}
+	if pc := portStats(t, sw.Stats(), "pod-z"); pc.TxPackets != 0 || pc.TxBytes != 0 {
+		t.Errorf("pod-z inherited pod-b's counters: %+v", pc)
 	}
 }

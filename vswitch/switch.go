@@ -130,6 +130,7 @@ func (s *Switch) install(pol *compiled) error {
 		if !ok {
 			if n := len(s.freeID); n > 0 {
 				id, s.freeID = s.freeID[n-1], s.freeID[:n-1]
+				s.pl.ResetPort(id) // the new port counts from zero
 			} else {
 				id = s.nextID
 				s.nextID++
@@ -348,7 +349,13 @@ func (s *Switch) crossLayers(pol *compiled, p *Port, v *dataplane.View, dir rule
 		if dir == rules.In {
 			l = p.Layers[n-1-i]
 		}
-		vd := l.Evaluate(v, dir)
+		var vd rules.Verdict
+		if x.rec == nil {
+			vd = l.Evaluate(v, dir)
+		} else {
+			vd = l.Explain(v, dir) // a trace counts no hit
+			x.rec.layer(p, dir, l, &vd)
+		}
 		if tr.On() {
 			// Guarded: boxing the arguments allocates even when tr is nil.
 			tr.Addf("port %s %s: layer %s: %s", p.Name, dir, l.Name, vd)

@@ -1,0 +1,446 @@
+package vswitch
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/rules"
+)
+
+// Introspection of the running switch for the control plane (ufpd's API,
+// ufpctl): its ports, their layers with the rules' counters, and the flow
+// table. Every call reads the policy running at the time of the call and
+// returns values the caller owns; all are safe for concurrent use with
+// traffic and policy changes, and cost a walk of what they describe (the
+// flow table's for flows), so they are not for the packet path.
+
+// ErrNotFound is wrapped by errors about an object (a port, ...) that does
+// not exist in the running policy.
+var ErrNotFound = errors.New("not found")
+
+// notFound is an error that names what is missing and wraps ErrNotFound.
+type notFound struct{ msg string }
+
+func (e *notFound) Error() string { return e.msg }
+func (e *notFound) Unwrap() error { return ErrNotFound }
+
+// noPort is the error for a port name that is not in the policy; field,
+// if not empty, is the request field that named it.
+func noPort(field, name string) error {
+	msg := fmt.Sprintf("no port %q", name)
+	if field != "" {
+		msg = field + ": " + msg
+	}
+	return &notFound{msg}
+}
+
+// PortInfo describes a port of the running policy. It is a snapshot: a
+// value the caller owns.
+type PortInfo struct {
+	Name string `json:"name"`
+	MAC  string `json:"mac"`
+	// ID is the port's ID in the dataplane; it is stable while a port of
+	// that name stays in the policy.
+	ID     uint16       `json:"id"`
+	IPs    []netip.Addr `json:"ips,omitempty"`
+	Uplink bool         `json:"uplink,omitempty"`
+	// Host marks the host's own vNIC.
+	Host bool `json:"host,omitempty"`
+	// MTU is the largest IP packet the port takes (0: no limit).
+	MTU uint16 `json:"mtu,omitempty"`
+	// Underlay is how a vNIC appears on the uplink's network: bridged,
+	// rewrite (L2Bridge) or none (overlay).
+	Underlay string `json:"underlay"`
+	Segment  string `json:"segment,omitempty"`
+	// Layers are the names of the port's layers, first to last (the order
+	// packets the port sends cross them).
+	Layers []string `json:"layers"`
+	// Device is the device attached to the port, nil if none.
+	Device *DeviceInfo `json:"device,omitempty"`
+}
+
+// DeviceInfo is the state of a port's device (see DeviceStatus).
+type DeviceInfo struct {
+	// Serving: a worker reads the device.
+	Serving bool `json:"serving"`
+	// Error says why the device stopped, if it failed.
+	Error    string `json:"error,omitempty"`
+	RxFrames uint64 `json:"rxFrames"`
+	TxFrames uint64 `json:"txFrames"`
+	TxErrors uint64 `json:"txErrors"`
+}
+
+// PortInfos describes every port of the running policy, in policy order.
+func (s *Switch) PortInfos() []PortInfo {
+	pol := s.pol.Load()
+	devs := s.deviceInfos()
+	out := make([]PortInfo, 0, len(pol.ports))
+	for _, p := range pol.ports {
+		out = append(out, portInfo(p, devs[p.Name]))
+	}
+	return out
+}
+
+// PortInfo describes the port named name. The error, if the policy has no
+// such port, names it and wraps ErrNotFound.
+func (s *Switch) PortInfo(name string) (PortInfo, error) {
+	p := s.pol.Load().byName[name]
+	if p == nil {
+		return PortInfo{}, noPort("", name)
+	}
+	return portInfo(p, s.deviceInfos()[name]), nil
+}
+
+// deviceInfos returns the attached devices' states by port name.
+func (s *Switch) deviceInfos() map[string]*DeviceInfo {
+	m := map[string]*DeviceInfo{}
+	for _, st := range s.Devices() {
+		d := &DeviceInfo{Serving: st.Serving, RxFrames: st.RxFrames, TxFrames: st.TxFrames, TxErrors: st.TxErrors}
+		if st.Err != nil {
+			d.Error = st.Err.Error()
+		}
+		m[st.Port] = d
+	}
+	return m
+}
+
+func portInfo(p *Port, dev *DeviceInfo) PortInfo {
+	info := PortInfo{
+		Name: p.Name, MAC: p.MAC.String(), ID: uint16(p.ID), IPs: slices.Clone(p.IPs),
+		Uplink: p.Uplink, Host: p.Host, MTU: p.MTU, Underlay: underlayName(p.Underlay), Segment: p.Segment,
+		Layers: make([]string, 0, len(p.Layers)), Device: dev,
+	}
+	for _, l := range p.Layers {
+		info.Layers = append(info.Layers, l.Name)
+	}
+	return info
+}
+
+// underlayName is u as PortConfig.Underlay spells it.
+func underlayName(u Underlay) string {
+	switch u {
+	case Rewritten:
+		return "rewrite"
+	case Isolated:
+		return "none"
+	}
+	return "bridged"
+}
+
+// LayerInfo describes one layer of a port: its defaults and its groups of
+// rules with their counters. A snapshot the caller owns.
+type LayerInfo struct {
+	Name string `json:"name"`
+	// DefaultOut and DefaultIn are the actions when no rule matches, as
+	// traces print actions ("allow", "block", "allow modify(...)").
+	DefaultOut      string      `json:"defaultOut"`
+	DefaultIn       string      `json:"defaultIn"`
+	DefaultStateful bool        `json:"defaultStateful,omitempty"`
+	Groups          []GroupInfo `json:"groups"`
+}
+
+// GroupInfo describes a group of a layer, in evaluation order.
+type GroupInfo struct {
+	Name string `json:"name"`
+	// Match is the group's own condition, "any" if it has none.
+	Match string     `json:"match"`
+	Rules []RuleInfo `json:"rules"`
+}
+
+// RuleInfo describes a rule and its counters.
+type RuleInfo struct {
+	Name     string `json:"name"`
+	Priority uint32 `json:"priority"`
+	// Match is the rule's condition ("dir=out proto=tcp dport=80"), "any"
+	// if it has none; Action its action as traces print it.
+	Match       string `json:"match"`
+	Action      string `json:"action"`
+	Terminating bool   `json:"terminating,omitempty"`
+	Stateful    bool   `json:"stateful,omitempty"`
+	// Hits, Packets and Bytes count as RuleCount's do: the slow-path
+	// decisions the rule was its layer's verdict in, and the traffic of
+	// the flows those decisions installed, live ones included.
+	Hits    uint64 `json:"hits"`
+	Packets uint64 `json:"packets"`
+	Bytes   uint64 `json:"bytes"`
+}
+
+// Layers describes the layers of port, first to last, with the counters
+// of their rules as RuleCounters computes them. The error, if the policy
+// has no such port, names it and wraps ErrNotFound.
+func (s *Switch) Layers(port string) ([]LayerInfo, error) {
+	p := s.pol.Load().byName[port]
+	if p == nil {
+		return nil, noPort("", port)
+	}
+	live := liveTraffic(s.pl.FlowTable())
+	out := make([]LayerInfo, 0, len(p.Layers))
+	for _, l := range p.Layers {
+		li := LayerInfo{Name: l.Name, DefaultOut: l.DefaultOut.String(), DefaultIn: l.DefaultIn.String(),
+			DefaultStateful: l.DefaultStateful, Groups: make([]GroupInfo, 0, len(l.Groups))}
+		for gi := range l.Groups {
+			g := &l.Groups[gi]
+			gr := GroupInfo{Name: g.Name, Match: g.Match.String(), Rules: make([]RuleInfo, 0, len(g.Rules))}
+			for ri := range g.Rules {
+				r := &g.Rules[ri]
+				info := RuleInfo{Name: r.Name, Priority: r.Priority, Match: r.Match.String(), Action: r.Action.String(),
+					Terminating: r.Terminating, Stateful: r.Stateful}
+				if c := r.Counters(); c != nil {
+					t := live[r]
+					info.Hits, info.Packets, info.Bytes = c.Hits.Load(), c.Packets.Load()+t[0], c.Bytes.Load()+t[1]
+				}
+				gr.Rules = append(gr.Rules, info)
+			}
+			li.Groups = append(li.Groups, gr)
+		}
+		out = append(out, li)
+	}
+	return out, nil
+}
+
+// liveTraffic sums, by rule, the packets and bytes of the flows in ft that
+// the rule decided: what its counters will be credited with when they
+// leave the table.
+func liveTraffic(ft *dataplane.FlowTable) map[*rules.Rule][2]uint64 {
+	live := map[*rules.Rule][2]uint64{}
+	ft.Range(func(f *dataplane.Flow) bool {
+		if m, ok := f.Action().Meter.(*ruleMeter); ok {
+			p, b := f.Packets(), f.Bytes()
+			for _, r := range m.rules {
+				t := live[r]
+				live[r] = [2]uint64{t[0] + p, t[1] + b}
+			}
+		}
+		return true
+	})
+	return live
+}
+
+// FlowFilter selects flows of the flow table. Zero fields match anything;
+// a flow matches when every other field does. The zero value matches every
+// flow.
+type FlowFilter struct {
+	// Port matches flows that enter or leave by the port of this name.
+	Port string `json:"port,omitempty"`
+	// Proto is an IP protocol number (0: any).
+	Proto uint8 `json:"proto,omitempty"`
+	// Src and Dst match the flow's (tenant) addresses.
+	Src netip.Prefix `json:"src,omitzero"`
+	Dst netip.Prefix `json:"dst,omitzero"`
+	// SrcPort and DstPort match the flow key's ports: TCP and UDP ports,
+	// an ICMP echo's identifier (both), another ICMP message's
+	// type<<8|code (DstPort).
+	SrcPort uint16 `json:"srcPort,omitempty"`
+	DstPort uint16 `json:"dstPort,omitempty"`
+	// Limit bounds how many flows Flows returns (0: all of them).
+	Limit int `json:"limit,omitempty"`
+}
+
+// CheckFlowFilter checks f against the running policy: its port must
+// exist (the error wraps ErrNotFound), its prefixes be valid or zero and
+// its limit not negative. Flows and FlushFlows take any filter; one that
+// fails this check matches nothing or everything it can.
+func (s *Switch) CheckFlowFilter(f FlowFilter) error {
+	if f.Port != "" && s.pol.Load().byName[f.Port] == nil {
+		return noPort("port", f.Port)
+	}
+	for _, p := range []struct {
+		name string
+		p    netip.Prefix
+	}{{"src", f.Src}, {"dst", f.Dst}} {
+		if p.p != (netip.Prefix{}) && !p.p.IsValid() {
+			return fmt.Errorf("%s: invalid prefix %s", p.name, p.p)
+		}
+	}
+	if f.Limit < 0 {
+		return fmt.Errorf("limit: %d is negative", f.Limit)
+	}
+	return nil
+}
+
+// matches reports whether flow fl, under policy pol, is one f selects.
+func (f *FlowFilter) matches(pol *compiled, fl *dataplane.Flow) bool {
+	k := fl.Key()
+	switch {
+	case f.Proto != 0 && k.Proto != f.Proto,
+		f.SrcPort != 0 && k.SrcPort != f.SrcPort,
+		f.DstPort != 0 && k.DstPort != f.DstPort,
+		f.Src.IsValid() && !f.Src.Contains(k.SrcAddr()),
+		f.Dst.IsValid() && !f.Dst.Contains(k.DstAddr()):
+		return false
+	case f.Port == "":
+		return true
+	}
+	p := pol.byName[f.Port]
+	return p != nil && (k.InPort == p.ID || fl.Action().Out == p.ID)
+}
+
+// FlowInfo describes one flow (one direction of a connection) of the flow
+// table. A snapshot the caller owns.
+type FlowInfo struct {
+	// InPort is the port the flow's packets enter by; Proto the protocol
+	// (tcp, udp, icmp, icmpv6, proto-N).
+	InPort string `json:"inPort"`
+	Proto  string `json:"proto"`
+	// Src, Dst, SrcPort and DstPort are the flow key's (see FlowFilter
+	// for what the ports hold besides TCP and UDP).
+	Src     netip.Addr `json:"src"`
+	Dst     netip.Addr `json:"dst"`
+	SrcPort uint16     `json:"srcPort"`
+	DstPort uint16     `json:"dstPort"`
+	// VNI is the VXLAN VNI of a flow that arrives encapsulated (Encap).
+	VNI   uint32 `json:"vni,omitempty"`
+	Encap bool   `json:"encap,omitempty"`
+	// OutPort is the port the flow's packets leave by, HT their composite
+	// transposition; Drop the reason the flow's packets are dropped for
+	// instead ("" if they are not).
+	OutPort string `json:"outPort,omitempty"`
+	Drop    string `json:"drop,omitempty"`
+	HT      string `json:"ht,omitempty"`
+	// Stateful: the flow belongs to a stateful connection; Reply: it is
+	// the connection's reply direction.
+	Stateful bool   `json:"stateful,omitempty"`
+	Reply    bool   `json:"reply,omitempty"`
+	Packets  uint64 `json:"packets"`
+	Bytes    uint64 `json:"bytes"`
+	// IdleSeconds is the time since the flow's last packet, on the
+	// switch's clock (Switch.Now).
+	IdleSeconds float64 `json:"idleSeconds"`
+	// Generation is the policy generation the flow was decided under.
+	Generation uint64 `json:"generation"`
+}
+
+// Flows returns the flows f selects, sorted by input port name, protocol,
+// source and destination address, source and destination port (the
+// origin direction before the reply), at most f.Limit of them if it is
+// positive; matched counts every flow that matched. The flows are read
+// shard by shard while traffic goes on: a consistent view of each flow,
+// not of the table.
+func (s *Switch) Flows(f FlowFilter) (flows []FlowInfo, matched int) {
+	pol := s.pol.Load()
+	sel := s.selectFlows(pol, &f)
+	slices.SortFunc(sel, func(a, b *dataplane.Flow) int { return compareFlows(pol, a, b) })
+	matched = len(sel)
+	if f.Limit > 0 && len(sel) > f.Limit {
+		sel = sel[:f.Limit]
+	}
+	now := s.Now()
+	flows = make([]FlowInfo, 0, len(sel))
+	for _, fl := range sel {
+		flows = append(flows, flowInfo(pol, fl, now))
+	}
+	return flows, matched
+}
+
+// FlushFlows removes the flows f selects, each with the other direction of
+// its connection (as FlowTable.RemoveConn does), and returns how many
+// flows it removed, partners included. The connections' state (NAT
+// mappings, balanced tuples) is released and their traffic credited to
+// their rules as when they expire; their next packets take the slow path.
+func (s *Switch) FlushFlows(f FlowFilter) int {
+	ft := s.pl.FlowTable()
+	n := 0
+	for _, fl := range s.selectFlows(s.pol.Load(), &f) {
+		// RemoveConn's work, counting what this call removes (a flow
+		// may have gone already, with its partner, or expired).
+		var other *dataplane.Flow
+		if c := fl.Conn(); c != nil {
+			if o := c.Other(fl); o != fl {
+				other = o
+			}
+		}
+		if ft.Remove(fl) {
+			n++
+		}
+		if other != nil && ft.Remove(other) {
+			n++
+		}
+	}
+	return n
+}
+
+// selectFlows returns the flows of the table that f selects.
+func (s *Switch) selectFlows(pol *compiled, f *FlowFilter) []*dataplane.Flow {
+	var sel []*dataplane.Flow
+	s.pl.FlowTable().Range(func(fl *dataplane.Flow) bool {
+		if f.matches(pol, fl) {
+			sel = append(sel, fl)
+		}
+		return true
+	})
+	return sel
+}
+
+func compareFlows(pol *compiled, a, b *dataplane.Flow) int {
+	ka, kb := a.Key(), b.Key()
+	if c := cmp.Compare(portName(pol, ka.InPort), portName(pol, kb.InPort)); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(ka.Proto, kb.Proto); c != 0 {
+		return c
+	}
+	if c := ka.SrcAddr().Compare(kb.SrcAddr()); c != 0 {
+		return c
+	}
+	if c := ka.DstAddr().Compare(kb.DstAddr()); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(ka.SrcPort, kb.SrcPort); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(ka.DstPort, kb.DstPort); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(ka.VNI, kb.VNI); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(ka.Flags, kb.Flags); c != 0 {
+		return c
+	}
+	return cmp.Compare(ka.InPort, kb.InPort) // two ports of one name: a port replaced
+}
+
+// portName names port id under pol ("port N" if it is not in it).
+func portName(pol *compiled, id dataplane.PortID) string {
+	if p := pol.port(id); p != nil {
+		return p.Name
+	}
+	return fmt.Sprintf("port %d", id)
+}
+
+// flowInfo describes fl under policy pol at time now.
+func flowInfo(pol *compiled, fl *dataplane.Flow, now int64) FlowInfo {
+	k, a := fl.Key(), fl.Action()
+	info := FlowInfo{
+		InPort: portName(pol, k.InPort), Proto: dataplane.ProtoName(k.Proto),
+		Src: k.SrcAddr(), Dst: k.DstAddr(), SrcPort: k.SrcPort, DstPort: k.DstPort,
+		Packets: fl.Packets(), Bytes: fl.Bytes(), Generation: a.Gen,
+	}
+	if k.Flags&dataplane.KeyEncap != 0 {
+		info.Encap, info.VNI = true, k.VNI
+	}
+	if a.Drop != dataplane.NotDropped {
+		info.Drop = a.Drop.String()
+	} else {
+		info.OutPort, info.HT = portName(pol, a.Out), htString(a.HT)
+	}
+	if c := fl.Conn(); c != nil {
+		info.Stateful, info.Reply = c.Stateful, c.Rev() == fl
+	}
+	if idle := now - fl.LastSeen(); idle > 0 {
+		info.IdleSeconds = float64(idle) / 1e9
+	}
+	return info
+}
+
+// htString formats t for introspection: "" if it changes nothing.
+func htString(t dataplane.Transposition) string {
+	if t == (dataplane.Transposition{}) {
+		return ""
+	}
+	return t.String()
+}

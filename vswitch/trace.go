@@ -1,0 +1,1037 @@
+package vswitch
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/nat"
+	"github.com/ufp-dev/ufp/rules"
+)
+
+// The packet trace: what the switch would do with a packet described by
+// its headers, told layer by layer, without sending anything and without
+// changing any state. ufpd serves it (POST /v1/trace), ufpctl trace asks
+// for it.
+
+// TraceRequest describes the packet to trace; Trace reads it and keeps
+// nothing of it. Its JSON form spells addresses and MACs as strings;
+// decoding it reports a malformed field by its name ("src: \"x\" is not
+// an IP address").
+type TraceRequest struct {
+	// Port is the port the packet enters by (required).
+	Port string `json:"port"`
+	// Proto is tcp, udp, icmp, icmpv6 or a protocol number (required).
+	// icmp with IPv6 addresses is icmpv6.
+	Proto string `json:"proto"`
+	// Src and Dst are the packet's addresses (required, of one family).
+	Src netip.Addr `json:"src"`
+	Dst netip.Addr `json:"dst"`
+	// SrcPort and DstPort are the TCP or UDP ports; for an ICMP echo,
+	// SrcPort is the identifier.
+	SrcPort uint16 `json:"srcPort,omitempty"`
+	DstPort uint16 `json:"dstPort,omitempty"`
+	// TCPFlags are the TCP flags as tcpdump's letters: S, A (or .), F, R,
+	// P, e.g. "S", "SA", "S.", "FA". Default "S", a connection's first
+	// packet.
+	TCPFlags string `json:"tcpFlags,omitempty"`
+	// ICMPType and ICMPCode are the ICMP message's (default an echo
+	// request).
+	ICMPType *uint8 `json:"icmpType,omitempty"`
+	ICMPCode uint8  `json:"icmpCode,omitempty"`
+	// SrcMAC and DstMAC default to what the sender would use: from a vNIC,
+	// its own MAC, and the MAC the switch answers ARP (or neighbour
+	// solicitation) for Dst with, or off-link for the port's gateway; from
+	// the uplink, the MAC of the gateway with address Src or of the
+	// network's router if the switch knows one (else 02:00:00:75:66:70),
+	// and the MAC Dst's port has on the underlay (else the uplink's).
+	SrcMAC string `json:"srcMAC,omitempty"`
+	DstMAC string `json:"dstMAC,omitempty"`
+	// VXLAN, if set, is the outer header set the packet arrives in.
+	VXLAN *TraceOuter `json:"vxlan,omitempty"`
+	// Length is the L4 payload's length in bytes (for MTU checks).
+	Length int `json:"length,omitempty"`
+}
+
+// TraceOuter is the VXLAN outer header set of a traced packet.
+type TraceOuter struct {
+	// Src is the sending host's address (required); Dst defaults to the
+	// input port's address of Src's family.
+	Src netip.Addr `json:"src"`
+	Dst netip.Addr `json:"dst,omitzero"`
+	VNI uint32     `json:"vni"`
+	// SrcMAC and DstMAC default as TraceRequest's do for a packet from
+	// Src to Dst (the uplink's MAC from the uplink). Only the uplink
+	// decapsulates: elsewhere the packet is plain UDP.
+	SrcMAC string `json:"srcMAC,omitempty"`
+	DstMAC string `json:"dstMAC,omitempty"`
+}
+
+// TraceResult is what the switch would do with a traced packet. The trace
+// reads the running policy and the flow table and changes nothing: no
+// flow, NAT mapping, balanced connection, affinity or counter. The caller
+// owns the result.
+type TraceResult struct {
+	// Packet is the packet as built, in one line as ufp-replay prints
+	// packets ("ipv4 tcp 10.0.0.10:40000 > 10.0.0.11:80 [S]").
+	Packet string `json:"packet"`
+	// Generation is the policy generation the packet was decided under.
+	Generation uint64 `json:"generation"`
+	// Cached is the flow the fast path would handle the packet with now,
+	// nil if none: then the slow path decides it, as Steps and Lines tell.
+	// (A cached flow was decided as Lines tell when its connection
+	// started, under its own generation.)
+	Cached *FlowInfo `json:"cached,omitempty"`
+	// Steps are the verdicts of the layers the packet crosses, in order.
+	Steps []TraceStep `json:"steps"`
+	// Lines are the slow path's account of the decision, the lines
+	// ufp-replay prints for the packet.
+	Lines []string `json:"lines"`
+	// Changes are the header fields that differ between the packet as it
+	// enters and as it leaves, in header order; none if it is dropped.
+	Changes []HeaderChange `json:"changes,omitempty"`
+	// HT is the composite transposition the decision applies.
+	HT string `json:"ht,omitempty"`
+	// Verdict is "forward" or "drop"; Drop the drop reason.
+	Verdict string `json:"verdict"`
+	Drop    string `json:"drop,omitempty"`
+	// Answer, for a drop the switch answers (a TCP reset, an ICMP
+	// unreachable), is the answer in one line; it leaves by the input port.
+	Answer string `json:"answer,omitempty"`
+	// OutPort is the port the packet leaves by, and Output the packet as
+	// it leaves, in one line.
+	OutPort string `json:"outPort,omitempty"`
+	Output  string `json:"output,omitempty"`
+}
+
+// TraceStep is one layer's verdict for a traced packet.
+type TraceStep struct {
+	Port string `json:"port"`
+	// Direction is "out" (entering the switch through Port: its layers
+	// first to last) or "in" (leaving through it: last to first).
+	Direction string `json:"direction"`
+	Layer     string `json:"layer"`
+	// Group, Rule and Priority name the rule that decided; empty when
+	// the layer's default did (Default).
+	Group    string `json:"group,omitempty"`
+	Rule     string `json:"rule,omitempty"`
+	Priority uint32 `json:"priority,omitempty"`
+	// Action is the verdict's action as traces print it.
+	Action      string `json:"action"`
+	Default     bool   `json:"default,omitempty"`
+	Terminating bool   `json:"terminating,omitempty"`
+	Stateful    bool   `json:"stateful,omitempty"`
+}
+
+// HeaderChange is one header field of a traced packet that the switch
+// changes. From or To is empty where the header is absent (an outer
+// header set pushed or popped).
+type HeaderChange struct {
+	// Field is src-mac, dst-mac, src-ip, dst-ip, src-port, dst-port,
+	// icmp-id, ttl or hop-limit for the tenant headers; outer (the whole
+	// outer header set), vni, outer-src-mac, outer-dst-mac, outer-src-ip,
+	// outer-dst-ip, outer-src-port, outer-dst-port or outer-ttl for the
+	// VXLAN outer header set.
+	Field string `json:"field"`
+	From  string `json:"from"`
+	To    string `json:"to"`
+}
+
+// traceRecorder collects a trace's steps, and what its decision, which
+// is dry (translation.dry), needs beside: whether it translated a source
+// already, and the live source NAT bindings.
+type traceRecorder struct {
+	steps  []TraceStep
+	natted bool
+	nat    *natView // read on first need
+}
+
+// natView is the source NAT bindings that the flow table's connections
+// hold: all bindings but those of decisions in flight.
+type natView struct {
+	external map[natSlot]uint16 // the external port of an internal endpoint's binding
+	used     map[natSlot]bool   // the external endpoints bound
+}
+
+// natSlot is an endpoint of one class (nat.ClassTCP, ...) of the pool at
+// address pool.
+type natSlot struct {
+	pool  netip.Addr
+	class int
+	ep    netip.AddrPort
+}
+
+// natClass is proto's class of ports (nat.ClassTCP, ...).
+func natClass(proto uint8) int {
+	switch proto {
+	case dataplane.ProtoTCP:
+		return nat.ClassTCP
+	case dataplane.ProtoUDP:
+		return nat.ClassUDP
+	}
+	return nat.ClassICMP
+}
+
+// natBindings reads the bindings of the flow table's connections.
+func (s *Switch) natBindings() *natView {
+	nv := &natView{external: map[natSlot]uint16{}, used: map[natSlot]bool{}}
+	s.pl.FlowTable().Range(func(f *dataplane.Flow) bool {
+		if c := f.Conn(); c != nil && c.Fwd() == f {
+			if cs, ok := c.State.(*connState); ok && cs.nat != nil {
+				b := cs.nat
+				ip, class := b.Pool().IP(), natClass(b.Proto())
+				nv.external[natSlot{ip, class, b.Internal()}] = b.External().Port()
+				nv.used[natSlot{ip, class, b.External()}] = true
+			}
+		}
+		return true
+	})
+	return nv
+}
+
+// snat is the dry counterpart of Pool.Bind for a trace, in Switch.snat:
+// it translates the source of a packet of proto from internal to pool's
+// address with the port Bind would give, binding nothing. That is the
+// port of the endpoint's live binding, else the internal port itself if
+// the pool would preserve it. Otherwise the pool would choose a port by a
+// search that depends on its history: the trace gives port 0 and says
+// so.
+func (r *traceRecorder) snat(s *Switch, pol *compiled, pool *nat.Pool, proto uint8, internal netip.AddrPort,
+	t dataplane.Transposition, tr *dataplane.Trace, d *dataplane.Decision) (dataplane.Transposition, bool) {
+	r.natted = true
+	if r.nat == nil {
+		r.nat = s.natBindings()
+	}
+	ip, class := pool.IP(), natClass(proto)
+	ext, ok := r.nat.external[natSlot{ip, class, internal}]
+	why := ""
+	if !ok {
+		st := pool.Stats()
+		ports := st.Ports
+		if class == nat.ClassICMP {
+			ports = nat.PortRange{Lo: 0, Hi: 65535}
+		}
+		port := internal.Port()
+		switch {
+		case st.InUse[class] >= st.Capacity[class]:
+			tr.Addf("  snat: %s: %v", ip, nat.ErrExhausted)
+			d.Drop, d.NoCache = dataplane.DropNATExhausted, true
+			return t, false
+		case !ports.Contains(port):
+			why = fmt.Sprintf("%d is outside its ports %s", port, ports)
+		case class != nat.ClassICMP && pol.natReserved(ip, proto, port):
+			why = fmt.Sprintf("%d is reserved", port)
+		case r.nat.used[natSlot{ip, class, netip.AddrPortFrom(ip, port)}]:
+			why = fmt.Sprintf("%d is bound already", port)
+		default:
+			ext, ok = port, true
+		}
+	}
+	t.Set |= dataplane.FieldSrcPort
+	t.SrcPort = ext
+	switch {
+	case ok:
+		tr.Addf("  snat: %s %s -> %s", dataplane.ProtoName(proto), internal, netip.AddrPortFrom(ip, ext))
+	default:
+		tr.Addf("  snat: %s %s -> %s (port 0: the pool chooses one when the connection opens, as %s)",
+			dataplane.ProtoName(proto), internal, netip.AddrPortFrom(ip, 0), why)
+	}
+	return t, true
+}
+
+// natReserved reports whether pol reserves port of proto on the NAT pool
+// of address ip.
+func (pol *compiled) natReserved(ip netip.Addr, proto uint8, port uint16) bool {
+	for _, pc := range pol.pools {
+		if pc.IP == ip {
+			return slices.Contains(pc.Reserved, nat.Reservation{Proto: proto, Port: port})
+		}
+	}
+	return false
+}
+
+// layer records layer l's verdict vd at port p in direction dir.
+func (r *traceRecorder) layer(p *Port, dir rules.Direction, l *rules.Layer, vd *rules.Verdict) {
+	st := TraceStep{Port: p.Name, Direction: dir.String(), Layer: l.Name, Action: vd.Action.String(),
+		Default: vd.Rule == nil, Stateful: vd.Stateful()}
+	if vd.Rule != nil {
+		st.Group, st.Rule, st.Priority, st.Terminating = vd.Group.Name, vd.Rule.Name, vd.Rule.Priority, vd.Rule.Terminating
+	}
+	r.steps = append(r.steps, st)
+}
+
+// decideDry is Decide for a trace: the same decision, dry (it counts,
+// binds and remembers nothing), and whatever it allocates all the same
+// released at once. A connection's state in d.State (a cached
+// connection's) is read, never released.
+func (s *Switch) decideDry(v *dataplane.View, tr *dataplane.Trace, d *dataplane.Decision, rec *traceRecorder) {
+	x := translation{rec: rec}
+	x.prev, _ = d.State.(*connState)
+	s.decide(v, tr, d, &x)
+	if x.bound != nil {
+		x.bound.Release()
+	}
+	if x.pick != nil {
+		x.pick.release()
+	}
+}
+
+// traceSrcMAC is the source MAC of traced frames from senders the switch
+// knows no MAC of: locally administered, "ufp" in its last bytes.
+var traceSrcMAC = dataplane.MAC{0x02, 0x00, 0x00, 0x75, 0x66, 0x70}
+
+// Trace tells what the switch would do with the packet req describes,
+// arriving now: the flow the fast path would use for it, if one is
+// cached, and the slow path's decision, layer by layer, with the packet
+// as it would leave. It sends nothing and changes nothing: the decision
+// runs dry, counting no rule hit, remembering no affinity, registering no
+// balanced connection and binding no NAT port (it tells the port a bind
+// would give, or port 0 where the pool's choice depends on its history),
+// and nothing is installed in the flow table. A packet of a cached
+// stateful connection's origin direction is decided with the
+// connection's state (its mapping, its backend), as the pipeline decides
+// such a packet when it cannot use the cached flow.
+//
+// A malformed request is an error naming the field; an unknown port's
+// wraps ErrNotFound. Only IP packets are traced (not ARP or neighbour
+// discovery, which the switch answers itself). Safe for concurrent use
+// with traffic and policy changes.
+func (s *Switch) Trace(req TraceRequest) (*TraceResult, error) {
+	pol := s.pol.Load()
+	pk, err := req.packet(pol)
+	if err != nil {
+		return nil, err
+	}
+	in := pk.in
+	frame := pk.frame()
+	res := &TraceResult{Packet: Describe(frame, pol.vxlan), Steps: []TraceStep{}, Lines: []string{}}
+	p := dataplane.NewPacket(dataplane.BufferSize)
+	if !p.SetFrame(frame) {
+		return nil, fmt.Errorf("length: a frame of %d bytes is too large", len(frame))
+	}
+	p.InPort = in.ID
+	tr := &dataplane.Trace{}
+	drop := func(r dataplane.DropReason) (*TraceResult, error) {
+		res.Verdict, res.Drop, res.Lines = "drop", r.String(), append(res.Lines, tr.Lines()...)
+		return res, nil
+	}
+	// As a port's worker reads the uplink, then as the pipeline parses.
+	if dst := dataplane.MAC(frame[:6]); in.Uplink && !dst.IsMulticast() && !pol.owned[dst] {
+		tr.Addf("port %s: dst %s is no MAC of this switch: not for us", in.Name, dst)
+		res.Generation = pol.gen
+		return drop(dataplane.DropNotForUs)
+	}
+	var pr dataplane.Parsed
+	pr.VXLANPort = pol.vxlan
+	if r := pr.Decode(p.Bytes()); r != dataplane.NotDropped {
+		pr.NoVXLAN = !s.Decapsulates(in.ID)
+		if !pr.NoVXLAN || pr.Decode(p.Bytes()) != dataplane.NotDropped {
+			return nil, fmt.Errorf("the packet built does not decode: %s", r)
+		}
+	}
+	if pr.Encap && !s.Decapsulates(in.ID) {
+		pr.Encap = false
+	}
+	h := pr.Tenant()
+	icmpErr := (h.Proto == dataplane.ProtoICMPv4 || h.Proto == dataplane.ProtoICMPv6) && dataplane.IsICMPError(h)
+
+	// The fast path's lookup.
+	key := pr.Key(in.ID)
+	hash := key.Hash()
+	ft := s.pl.FlowTable()
+	now := s.Now()
+	var held *dataplane.Conn
+	if f := ft.Lookup(&key, hash); f != nil && !icmpErr && !f.Removed() && !ft.Expired(f, now) {
+		var osrc, odst [16]byte
+		if pr.Encap {
+			osrc, odst = pr.Outer.Src, pr.Outer.Dst
+		}
+		eth := dataplane.Ethernet(p.Bytes()[h.Eth:])
+		if f.Action().Gen >= s.Generation() && f.GuardMatches(eth.Src(), eth.Dst(), &osrc, &odst) {
+			info := flowInfo(pol, f, now)
+			res.Cached = &info
+		}
+		// Decided on the slow path, the packet of a stateful
+		// connection's origin keeps the connection's state.
+		if c := f.Conn(); c != nil && c.Stateful && c.Fwd() == f {
+			held = c
+		}
+	}
+
+	var v dataplane.View
+	v.FromParsed(p.Bytes(), &pr, in.ID)
+	orig := v
+	d := dataplane.Decision{Now: now}
+	if held != nil {
+		d.State, d.Revalidating = held.State, true
+	}
+	rec := &traceRecorder{steps: res.Steps}
+	s.decideDry(&v, tr, &d, rec)
+	res.Steps, res.Generation = rec.steps, d.Gen
+	if d.Drop != dataplane.NotDropped {
+		if d.Reject && dataplane.Reject(p, &pr) {
+			tr.Addf("rejected (%s): answered to the sender", d.Drop)
+			res.Answer = Describe(p.Bytes(), pol.vxlan)
+		}
+		return drop(d.Drop)
+	}
+	a, err := dataplane.NewAction(d.Out, dataplane.NotDropped, d.HT, d.Gen)
+	if err != nil {
+		tr.Addf("transposition rejected: %v", err)
+		return drop(dataplane.DropTransposition)
+	}
+	res.HT = htString(d.HT)
+	if d.Stateful && !d.NoCache && !icmpErr && hasReply(&v) {
+		reply := v.Reversed()
+		tr.Addf("stateful: reply flow %s -> %s", reply.Key(d.Out), dataplane.ReverseHT(&orig, &v))
+	}
+	if r := a.Apply(p, &pr, hash); r != dataplane.NotDropped {
+		return drop(r)
+	}
+	if d.MTU != 0 && p.Len()-dataplane.EthernetLen > int(d.MTU) {
+		tr.Addf("packet larger than the output port's MTU of %d bytes", d.MTU)
+		return drop(dataplane.DropMTUExceeded)
+	}
+	res.Verdict, res.Lines = "forward", append(res.Lines, tr.Lines()...)
+	res.OutPort = portName(s.pol.Load(), d.Out)
+	res.Output = Describe(p.Bytes(), pol.vxlan)
+	res.Changes = headerChanges(frame, p.Bytes(), pol.vxlan)
+	return res, nil
+}
+
+// hasReply reports whether the packet v describes has replies a reply
+// flow could match: any but an ICMP message other than an echo.
+func hasReply(v *dataplane.View) bool {
+	switch {
+	case v.Proto != dataplane.ProtoICMPv4 && v.Proto != dataplane.ProtoICMPv6:
+		return true
+	case v.LaterFragment || v.Proto == dataplane.ProtoICMPv4 && !v.Src.Is4() || v.Proto == dataplane.ProtoICMPv6 && !v.Src.Is6():
+		return false
+	}
+	switch v.ICMPType {
+	case dataplane.ICMPv4EchoRequest, dataplane.ICMPv4EchoReply:
+		return v.Proto == dataplane.ProtoICMPv4
+	case dataplane.ICMPv6EchoRequest, dataplane.ICMPv6EchoReply:
+		return v.Proto == dataplane.ProtoICMPv6
+	}
+	return false
+}
+
+// tracePacket is a validated TraceRequest with its defaults filled in.
+type tracePacket struct {
+	in             *Port
+	srcMAC, dstMAC dataplane.MAC
+	src, dst       netip.Addr
+	proto          uint8
+	sport, dport   uint16
+	tcpFlags       uint8
+	icmpType, icmp uint8 // type, code
+	payload        int
+	outer          *traceOuter
+}
+
+type traceOuter struct {
+	srcMAC, dstMAC dataplane.MAC
+	src, dst       netip.Addr
+	vni            uint32
+	port           uint16
+}
+
+// Values the frame builder writes.
+const (
+	traceTTL   = 64
+	traceSPort = 49152 // the outer UDP source port of a traced VXLAN packet
+)
+
+// packet validates r against policy pol and fills in its defaults.
+func (r *TraceRequest) packet(pol *compiled) (*tracePacket, error) {
+	pk := &tracePacket{}
+	if r.Port == "" {
+		return nil, fmt.Errorf("port: required")
+	}
+	if pk.in = pol.byName[r.Port]; pk.in == nil {
+		return nil, noPort("port", r.Port)
+	}
+	in := pk.in
+	if r.Proto == "" {
+		return nil, fmt.Errorf("proto: required (tcp, udp, icmp, icmpv6 or a number 0-255)")
+	}
+	proto, err := parseProto(r.Proto)
+	if err != nil {
+		return nil, fmt.Errorf("proto: %w", err)
+	}
+	for _, a := range []struct {
+		name string
+		a    netip.Addr
+	}{{"src", r.Src}, {"dst", r.Dst}} {
+		switch {
+		case !a.a.IsValid():
+			return nil, fmt.Errorf("%s: required", a.name)
+		case a.a.Zone() != "":
+			return nil, fmt.Errorf("%s: %s: zones are not allowed", a.name, a.a)
+		}
+	}
+	pk.src, pk.dst = r.Src.Unmap(), r.Dst.Unmap()
+	if pk.src.Is4() != pk.dst.Is4() {
+		return nil, fmt.Errorf("dst: %s is not of src %s's family", pk.dst, pk.src)
+	}
+	v6 := pk.src.Is6()
+	switch {
+	case proto == dataplane.ProtoICMPv4 && v6:
+		proto = dataplane.ProtoICMPv6
+	case proto == dataplane.ProtoICMPv6 && !v6:
+		return nil, fmt.Errorf("proto: icmpv6 with IPv4 addresses (use icmp)")
+	}
+	pk.proto = proto
+	ported := proto == dataplane.ProtoTCP || proto == dataplane.ProtoUDP
+	icmp := proto == dataplane.ProtoICMPv4 || proto == dataplane.ProtoICMPv6
+	pk.sport, pk.dport = r.SrcPort, r.DstPort
+	switch {
+	case r.SrcPort != 0 && !ported && !icmp:
+		return nil, fmt.Errorf("srcPort: %s has no ports", dataplane.ProtoName(proto))
+	case r.DstPort != 0 && !ported:
+		return nil, fmt.Errorf("dstPort: %s has no ports", dataplane.ProtoName(proto))
+	case r.TCPFlags != "" && proto != dataplane.ProtoTCP:
+		return nil, fmt.Errorf("tcpFlags: only tcp has flags")
+	case (r.ICMPType != nil || r.ICMPCode != 0) && !icmp:
+		name := "icmpType"
+		if r.ICMPType == nil {
+			name = "icmpCode"
+		}
+		return nil, fmt.Errorf("%s: only for icmp and icmpv6", name)
+	}
+	if proto == dataplane.ProtoTCP {
+		if pk.tcpFlags, err = parseTCPFlags(r.TCPFlags); err != nil {
+			return nil, fmt.Errorf("tcpFlags: %w", err)
+		}
+	}
+	if icmp {
+		pk.icmpType, pk.icmp = dataplane.ICMPv4EchoRequest, r.ICMPCode
+		if v6 {
+			pk.icmpType = dataplane.ICMPv6EchoRequest
+		}
+		if r.ICMPType != nil {
+			pk.icmpType = *r.ICMPType
+		}
+		if v6 && pk.icmpType >= 133 && pk.icmpType <= 137 {
+			return nil, fmt.Errorf("icmpType: %d is neighbour discovery, which the switch answers itself: not traced", pk.icmpType)
+		}
+		if r.SrcPort != 0 && !isEchoType(proto, pk.icmpType) {
+			return nil, fmt.Errorf("srcPort: only an icmp echo has an identifier")
+		}
+	}
+	if r.VXLAN != nil {
+		if pk.outer, err = r.VXLAN.outer(pol, in); err != nil {
+			return nil, fmt.Errorf("vxlan.%w", err)
+		}
+	}
+	// The largest payload that the IP length fields (16 bits, the IPv6
+	// one without its header) can carry, inner and outer.
+	most := 65535 - l4Len(proto)
+	if !v6 {
+		most -= dataplane.IPv4MinLen
+	}
+	if o := pk.outer; o != nil {
+		most -= dataplane.UDPLen + dataplane.VXLANLen + dataplane.EthernetLen
+		if v6 {
+			most -= dataplane.IPv6Len
+		}
+		if o.src.Is4() {
+			most -= dataplane.IPv4MinLen
+		}
+	}
+	if r.Length < 0 || r.Length > most {
+		return nil, fmt.Errorf("length: %d is not a payload length (0 to %d)", r.Length, most)
+	}
+	pk.payload = r.Length
+	if pk.srcMAC, err = traceMAC("srcMAC", r.SrcMAC); err != nil {
+		return nil, err
+	}
+	if pk.dstMAC, err = traceMAC("dstMAC", r.DstMAC); err != nil {
+		return nil, err
+	}
+	uplinkSide := in.Uplink || pk.outer != nil
+	if r.SrcMAC == "" {
+		pk.srcMAC = in.MAC
+		if uplinkSide {
+			pk.srcMAC = pol.senderMAC(pk.src)
+		}
+	}
+	if r.DstMAC == "" {
+		if uplinkSide {
+			pk.dstMAC = pol.underlayMAC(in, pk.dst, pk.outer != nil)
+		} else {
+			pk.dstMAC = pol.nextHopMAC(in, pk.dst)
+		}
+	}
+	return pk, nil
+}
+
+// outer validates o for a packet arriving by port in and fills in its
+// defaults. Its errors name the field within o.
+func (o *TraceOuter) outer(pol *compiled, in *Port) (*traceOuter, error) {
+	t := &traceOuter{src: o.Src.Unmap(), dst: o.Dst.Unmap(), vni: o.VNI, port: cmp.Or(pol.vxlan, dataplane.VXLANPort)}
+	if !t.src.IsValid() {
+		return nil, fmt.Errorf("src: required")
+	}
+	if !t.dst.IsValid() {
+		for _, a := range in.IPs {
+			if a.Is4() == t.src.Is4() {
+				t.dst = a
+				break
+			}
+		}
+		if !t.dst.IsValid() {
+			return nil, fmt.Errorf("dst: required (port %s has no address of src %s's family)", in.Name, t.src)
+		}
+	}
+	if t.src.Zone() != "" || t.dst.Zone() != "" {
+		return nil, fmt.Errorf("src: zones are not allowed")
+	}
+	if t.src.Is4() != t.dst.Is4() {
+		return nil, fmt.Errorf("dst: %s is not of src %s's family", t.dst, t.src)
+	}
+	if o.VNI >= 1<<24 {
+		return nil, fmt.Errorf("vni: %d does not fit in 24 bits", o.VNI)
+	}
+	var err error
+	if t.srcMAC, err = traceMAC("srcMAC", o.SrcMAC); err != nil {
+		return nil, err
+	}
+	if t.dstMAC, err = traceMAC("dstMAC", o.DstMAC); err != nil {
+		return nil, err
+	}
+	switch {
+	case o.SrcMAC != "":
+	case in.Uplink:
+		t.srcMAC = pol.senderMAC(t.src)
+	default:
+		t.srcMAC = in.MAC // a vNIC's own tunnel: plain UDP to the switch
+	}
+	switch {
+	case o.DstMAC != "":
+	case in.Uplink:
+		t.dstMAC = in.MAC
+	default:
+		t.dstMAC = pol.nextHopMAC(in, t.dst)
+	}
+	return t, nil
+}
+
+// traceMAC parses the MAC of request field name; "" is the zero MAC.
+func traceMAC(name, s string) (dataplane.MAC, error) {
+	if s == "" {
+		return dataplane.MAC{}, nil
+	}
+	return parseMAC(name, s)
+}
+
+// parseTCPFlags reads tcpdump's flag letters; "" is a SYN.
+func parseTCPFlags(s string) (uint8, error) {
+	if s == "" {
+		return dataplane.TCPSyn, nil
+	}
+	var f uint8
+	for _, c := range s {
+		switch c {
+		case 'S', 's':
+			f |= dataplane.TCPSyn
+		case 'A', 'a', '.':
+			f |= dataplane.TCPAck
+		case 'F', 'f':
+			f |= dataplane.TCPFin
+		case 'R', 'r':
+			f |= dataplane.TCPRst
+		case 'P', 'p':
+			f |= dataplane.TCPPsh
+		default:
+			return 0, fmt.Errorf("%q: %q is not a flag (want S, A or ., F, R, P)", s, c)
+		}
+	}
+	return f, nil
+}
+
+func isEchoType(proto, t uint8) bool {
+	if proto == dataplane.ProtoICMPv4 {
+		return t == dataplane.ICMPv4EchoRequest || t == dataplane.ICMPv4EchoReply
+	}
+	return t == dataplane.ICMPv6EchoRequest || t == dataplane.ICMPv6EchoReply
+}
+
+// l4Len is the length of the L4 header the frame builder writes for proto.
+func l4Len(proto uint8) int {
+	switch proto {
+	case dataplane.ProtoTCP:
+		return dataplane.TCPMinLen
+	case dataplane.ProtoUDP:
+		return dataplane.UDPLen
+	case dataplane.ProtoICMPv4, dataplane.ProtoICMPv6:
+		return dataplane.ICMPLen
+	}
+	return 0
+}
+
+// senderMAC is the MAC a frame from address ip arrives from on the uplink:
+// the gateway's if ip is a gateway address, else a router of ip's family
+// the switch knows on the underlay (a gateway serving a port that is on
+// it, lowest address first), else traceSrcMAC.
+func (pol *compiled) senderMAC(ip netip.Addr) dataplane.MAC {
+	if gw := pol.gwIPs[ip]; gw != nil {
+		return gw.mac
+	}
+	var best netip.Addr
+	mac := traceSrcMAC
+	for a, gw := range pol.gwIPs {
+		if a.Is4() != ip.Is4() || best.IsValid() && a.Compare(best) >= 0 {
+			continue
+		}
+		for _, p := range pol.ports {
+			if !p.Uplink && p.Underlay != Isolated && gw.serves(p) {
+				best, mac = a, gw.mac
+				break
+			}
+		}
+	}
+	return mac
+}
+
+// underlayMAC is the MAC a frame from the underlay for address ip is sent
+// to: the MAC its port has there (its own, or the uplink's for an
+// L2Bridge port), else the input port's. In a tunnel, the port's own MAC.
+func (pol *compiled) underlayMAC(in *Port, ip netip.Addr, tunneled bool) dataplane.MAC {
+	p := pol.byIP[ip]
+	switch {
+	case p == nil || p == in:
+		return in.MAC
+	case tunneled:
+		return p.MAC
+	}
+	if mac, ok := onUnderlay(in, p, p.MAC); ok {
+		return mac
+	}
+	return in.MAC
+}
+
+// nextHopMAC is the MAC vNIC in sends a packet for ip to, as it learns it
+// by ARP or neighbour discovery through the switch: the MAC the switch
+// answers for ip; off-link, the one it answers for the next hop of the
+// port's longest route to ip (its link's gateway MAC if it answers none),
+// else for a gateway serving the port (lowest address of ip's family
+// first). An address on the port's link that the switch does not answer
+// for is an unknown station's: traceSrcMAC.
+func (pol *compiled) nextHopMAC(in *Port, ip netip.Addr) dataplane.MAC {
+	if mac, _, ok := pol.resolve(ip, in); ok {
+		return mac
+	}
+	var via netip.Addr
+	bits, routed := -1, false
+	for _, a := range in.Link.Addrs {
+		if a.Masked().Contains(ip) && a.Bits() > bits {
+			via, bits, routed = netip.Addr{}, a.Bits(), true
+		}
+	}
+	for _, r := range in.Link.Routes {
+		if r.Dst.Contains(ip) && r.Dst.Bits() > bits {
+			via, bits, routed = r.Via, r.Dst.Bits(), true
+		}
+	}
+	switch {
+	case routed && !via.IsValid():
+		return traceSrcMAC
+	case routed:
+		if mac, _, ok := pol.resolve(via, in); ok {
+			return mac
+		}
+	}
+	if m := in.Link.GatewayMAC; !m.IsZero() {
+		return m
+	}
+	var best netip.Addr
+	mac := traceSrcMAC
+	for a, gw := range pol.gwIPs {
+		if a.Is4() == ip.Is4() && gw.serves(in) && (!best.IsValid() || a.Compare(best) < 0) {
+			best, mac = a, gw.mac
+		}
+	}
+	return mac
+}
+
+// frame builds the packet: Ethernet, IPv4 or IPv6, the L4 header and a
+// zero payload, with every checksum right, inside its VXLAN outer header
+// set if it has one.
+func (pk *tracePacket) frame() []byte {
+	inner := buildIP(pk.srcMAC, pk.dstMAC, pk.src, pk.dst, pk.proto, func(l4 []byte, pseudo uint64) {
+		switch pk.proto {
+		case dataplane.ProtoTCP:
+			be := binary.BigEndian
+			be.PutUint16(l4[0:], pk.sport)
+			be.PutUint16(l4[2:], pk.dport)
+			be.PutUint32(l4[4:], 1) // sequence number
+			if pk.tcpFlags&dataplane.TCPAck != 0 {
+				be.PutUint32(l4[8:], 1)
+			}
+			l4[12] = dataplane.TCPMinLen / 4 << 4
+			l4[13] = pk.tcpFlags
+			be.PutUint16(l4[14:], 65535) // window
+			be.PutUint16(l4[16:], dataplane.Checksum(l4, pseudo))
+		case dataplane.ProtoUDP:
+			putUDP(l4, pk.sport, pk.dport, pseudo, true)
+		case dataplane.ProtoICMPv4, dataplane.ProtoICMPv6:
+			l4[0], l4[1] = pk.icmpType, pk.icmp
+			if isEchoType(pk.proto, pk.icmpType) {
+				binary.BigEndian.PutUint16(l4[4:], pk.sport) // identifier
+				binary.BigEndian.PutUint16(l4[6:], 1)        // sequence number
+			}
+			if pk.proto == dataplane.ProtoICMPv4 {
+				pseudo = 0 // ICMPv4 has no pseudo-header
+			}
+			binary.BigEndian.PutUint16(l4[2:], dataplane.Checksum(l4, pseudo))
+		}
+	}, l4Len(pk.proto)+pk.payload)
+	o := pk.outer
+	if o == nil {
+		return inner
+	}
+	return buildIP(o.srcMAC, o.dstMAC, o.src, o.dst, dataplane.ProtoUDP, func(l4 []byte, pseudo uint64) {
+		vx := l4[dataplane.UDPLen:]
+		vx[0] = 0x08 // I: the VNI is valid
+		vx[4], vx[5], vx[6] = byte(o.vni>>16), byte(o.vni>>8), byte(o.vni)
+		copy(vx[dataplane.VXLANLen:], inner)
+		// An IPv4 outer UDP checksum is left zero, as VXLAN senders do.
+		putUDP(l4, traceSPort, o.port, pseudo, o.src.Is6())
+	}, dataplane.UDPLen+dataplane.VXLANLen+len(inner))
+}
+
+// buildIP returns an Ethernet frame carrying an IP packet from src to dst
+// of protocol proto with n bytes of payload, which fill writes given the
+// payload and its pseudo-header sum.
+func buildIP(srcMAC, dstMAC dataplane.MAC, src, dst netip.Addr, proto uint8, fill func(l4 []byte, pseudo uint64), n int) []byte {
+	be := binary.BigEndian
+	ipLen := dataplane.IPv4MinLen
+	if src.Is6() {
+		ipLen = dataplane.IPv6Len
+	}
+	b := make([]byte, dataplane.EthernetLen+ipLen+n)
+	copy(b[0:6], dstMAC[:])
+	copy(b[6:12], srcMAC[:])
+	ip := b[dataplane.EthernetLen:]
+	s, d := src.AsSlice(), dst.AsSlice()
+	if src.Is4() {
+		be.PutUint16(b[12:], dataplane.EtherTypeIPv4)
+		ip[0] = 0x45
+		be.PutUint16(ip[2:], uint16(ipLen+n))
+		be.PutUint16(ip[4:], 1) // identification
+		ip[8], ip[9] = traceTTL, proto
+		copy(ip[12:16], s)
+		copy(ip[16:20], d)
+		be.PutUint16(ip[10:], dataplane.Checksum(ip[:ipLen], 0))
+	} else {
+		be.PutUint16(b[12:], dataplane.EtherTypeIPv6)
+		ip[0] = 0x60
+		be.PutUint16(ip[4:], uint16(n))
+		ip[6], ip[7] = proto, traceTTL
+		copy(ip[8:24], s)
+		copy(ip[24:40], d)
+	}
+	fill(ip[ipLen:], dataplane.PseudoHeaderSum(s, d, proto, n))
+	return b
+}
+
+// putUDP writes a UDP header before the payload of l4, with the checksum
+// if sum is set.
+func putUDP(l4 []byte, sport, dport uint16, pseudo uint64, sum bool) {
+	be := binary.BigEndian
+	be.PutUint16(l4[0:], sport)
+	be.PutUint16(l4[2:], dport)
+	be.PutUint16(l4[4:], uint16(len(l4)))
+	if sum {
+		c := dataplane.Checksum(l4, pseudo)
+		if c == 0 {
+			c = 0xffff // zero means no checksum
+		}
+		be.PutUint16(l4[6:], c)
+	}
+}
+
+// headerChanges lists the header fields that differ between frame in and
+// frame out.
+func headerChanges(in, out []byte, vxlanPort uint16) []HeaderChange {
+	var a, b dataplane.Parsed
+	a.VXLANPort, b.VXLANPort = vxlanPort, vxlanPort
+	if a.Decode(in) != dataplane.NotDropped || b.Decode(out) != dataplane.NotDropped {
+		return nil
+	}
+	var ch []HeaderChange
+	add := func(field, from, to string) {
+		if from != to {
+			ch = append(ch, HeaderChange{Field: field, From: from, To: to})
+		}
+	}
+	ta, tb := tenantFields(in, a.Tenant()), tenantFields(out, b.Tenant())
+	for i, f := range ta {
+		add(f.name, f.value, tb[i].value)
+	}
+	oa, ob := outerFields(in, &a), outerFields(out, &b)
+	add("outer", outerSummary(in, &a), outerSummary(out, &b))
+	for i, f := range oa {
+		add(f.name, f.value, ob[i].value)
+	}
+	return ch
+}
+
+type headerField struct{ name, value string }
+
+// tenantFields are the fields of the tenant headers h of frame b that the
+// switch may change.
+func tenantFields(b []byte, h *dataplane.Headers) []headerField {
+	eth := dataplane.Ethernet(b[h.Eth:])
+	f := []headerField{{"src-mac", eth.Src().String()}, {"dst-mac", eth.Dst().String()},
+		{"src-ip", h.SrcAddr().String()}, {"dst-ip", h.DstAddr().String()}}
+	ports := h.Flags&dataplane.FlagL4 != 0
+	switch {
+	case ports && (h.Proto == dataplane.ProtoTCP || h.Proto == dataplane.ProtoUDP):
+		f = append(f, headerField{"src-port", fmt.Sprint(h.SrcPort)}, headerField{"dst-port", fmt.Sprint(h.DstPort)})
+	case ports && (h.Proto == dataplane.ProtoICMPv4 || h.Proto == dataplane.ProtoICMPv6) && isEchoType(h.Proto, uint8(h.DstPort>>8)):
+		f = append(f, headerField{"icmp-id", fmt.Sprint(h.SrcPort)})
+	}
+	ttl := "ttl"
+	if h.IPVersion == 6 {
+		ttl = "hop-limit"
+	}
+	return append(f, headerField{ttl, fmt.Sprint(h.TTL)})
+}
+
+// outerFields are the fields of the outer header set of frame b, empty
+// values if it has none.
+func outerFields(b []byte, pr *dataplane.Parsed) []headerField {
+	f := []headerField{{"vni", ""}, {"outer-src-mac", ""}, {"outer-dst-mac", ""}, {"outer-src-ip", ""},
+		{"outer-dst-ip", ""}, {"outer-src-port", ""}, {"outer-dst-port", ""}, {"outer-ttl", ""}}
+	if !pr.Encap {
+		return f
+	}
+	o := &pr.Outer
+	eth := dataplane.Ethernet(b[o.Eth:])
+	for i, v := range []any{pr.VNI, eth.Src(), eth.Dst(), o.SrcAddr(), o.DstAddr(), o.SrcPort, o.DstPort, o.TTL} {
+		f[i].value = fmt.Sprint(v)
+	}
+	return f
+}
+
+// outerSummary describes the outer header set of frame b in one line, ""
+// if it has none.
+func outerSummary(b []byte, pr *dataplane.Parsed) string {
+	if !pr.Encap {
+		return ""
+	}
+	return fmt.Sprintf("vxlan vni %d %s > %s", pr.VNI, pr.Outer.SrcAddr(), pr.Outer.DstAddr())
+}
+
+// traceRequestJSON is TraceRequest's JSON form, addresses as strings.
+type traceRequestJSON struct {
+	Port     string          `json:"port"`
+	Proto    string          `json:"proto"`
+	Src      string          `json:"src"`
+	Dst      string          `json:"dst"`
+	SrcPort  uint16          `json:"srcPort"`
+	DstPort  uint16          `json:"dstPort"`
+	TCPFlags string          `json:"tcpFlags"`
+	ICMPType *uint8          `json:"icmpType"`
+	ICMPCode uint8           `json:"icmpCode"`
+	SrcMAC   string          `json:"srcMAC"`
+	DstMAC   string          `json:"dstMAC"`
+	VXLAN    json.RawMessage `json:"vxlan"`
+	Length   int             `json:"length"`
+}
+
+type traceOuterJSON struct {
+	Src    string `json:"src"`
+	Dst    string `json:"dst"`
+	VNI    uint32 `json:"vni"`
+	SrcMAC string `json:"srcMAC"`
+	DstMAC string `json:"dstMAC"`
+}
+
+// UnmarshalJSON decodes r strictly (unknown fields are errors); errors
+// name the field ("src: \"x\" is not an IP address").
+func (r *TraceRequest) UnmarshalJSON(b []byte) error {
+	var j traceRequestJSON
+	if err := decodeStrict(b, &j); err != nil {
+		return err
+	}
+	t := TraceRequest{Port: j.Port, Proto: j.Proto, SrcPort: j.SrcPort, DstPort: j.DstPort, TCPFlags: j.TCPFlags,
+		ICMPType: j.ICMPType, ICMPCode: j.ICMPCode, SrcMAC: j.SrcMAC, DstMAC: j.DstMAC, Length: j.Length}
+	var err error
+	if t.Src, err = jsonAddr("src", j.Src); err != nil {
+		return err
+	}
+	if t.Dst, err = jsonAddr("dst", j.Dst); err != nil {
+		return err
+	}
+	if len(j.VXLAN) > 0 && !bytes.Equal(j.VXLAN, []byte("null")) {
+		t.VXLAN = new(TraceOuter)
+		if err := t.VXLAN.UnmarshalJSON(j.VXLAN); err != nil {
+			return fmt.Errorf("vxlan.%w", err)
+		}
+	}
+	*r = t
+	return nil
+}
+
+// UnmarshalJSON decodes o strictly; errors name the field.
+func (o *TraceOuter) UnmarshalJSON(b []byte) error {
+	var j traceOuterJSON
+	if err := decodeStrict(b, &j); err != nil {
+		return err
+	}
+	t := TraceOuter{VNI: j.VNI, SrcMAC: j.SrcMAC, DstMAC: j.DstMAC}
+	var err error
+	if t.Src, err = jsonAddr("src", j.Src); err != nil {
+		return err
+	}
+	if t.Dst, err = jsonAddr("dst", j.Dst); err != nil {
+		return err
+	}
+	*o = t
+	return nil
+}
+
+// decodeStrict decodes the JSON object b into v, refusing unknown fields,
+// with errors that name the field.
+func decodeStrict(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil {
+		if _, err := dec.Token(); err != io.EOF {
+			return fmt.Errorf("unexpected data after the JSON object")
+		}
+		return nil
+	}
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &te) && te.Field != "":
+		return fmt.Errorf("%s: want %s, got JSON %s", te.Field, te.Type, te.Value)
+	case errors.As(err, &te):
+		return fmt.Errorf("want a JSON object, got JSON %s", te.Value)
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		name := strings.TrimPrefix(err.Error(), "json: unknown field ")
+		return fmt.Errorf("%s: unknown field", strings.Trim(name, `"`))
+	}
+	return err
+}
+
+// jsonAddr parses the address of field name; "" is the zero Addr.
+func jsonAddr(name, s string) (netip.Addr, error) {
+	if s == "" {
+		return netip.Addr{}, nil
+	}
+	return parseAddr(name, s)
+}
