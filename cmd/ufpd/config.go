@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"strings"
 
@@ -24,6 +25,28 @@ type fileConfig struct {
 	// counted as having no device).
 	Devices []deviceConfig `json:"devices"`
 	Log     logConfig      `json:"log"`
+	// API is the control API's Unix socket (off unless set).
+	API apiConfig `json:"api"`
+	// State is the file the running configuration is persisted to after
+	// every change made through the API, and restored from at start
+	// (off unless set). Once it exists, it is the configuration: the
+	// file's policy and devices only seed it.
+	State string `json:"state,omitempty"`
+	// Metrics is the Prometheus endpoint (off unless set).
+	Metrics metricsConfig `json:"metrics"`
+}
+
+type apiConfig struct {
+	// Socket is the path of the API's Unix socket (api.DefaultSocket is
+	// /run/ufp/ufpd.sock). It is made readable and writable by ufpd's
+	// user only.
+	Socket string `json:"socket,omitempty"`
+}
+
+type metricsConfig struct {
+	// Listen is the TCP address the metrics are served on, at /metrics
+	// (e.g. 127.0.0.1:9464).
+	Listen string `json:"listen,omitempty"`
 }
 
 // deviceConfig is the device of one port.
@@ -58,6 +81,9 @@ type config struct {
 	policy  *vswitch.Config
 	devices []deviceConfig
 	log     logConfig
+	api     apiConfig
+	state   string
+	metrics metricsConfig
 }
 
 // loadConfig reads and validates the configuration file at path. Errors
@@ -91,7 +117,18 @@ func parseConfig(b []byte) (*config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
-	c := &config{policy: pol, devices: fc.Devices, log: fc.Log}
+	c := &config{policy: pol, devices: fc.Devices, log: fc.Log, api: fc.API, state: fc.State, metrics: fc.Metrics}
+	if s := c.api.Socket; s != "" && !strings.HasPrefix(s, "/") {
+		return nil, fmt.Errorf("api.socket: %q is not an absolute path", s)
+	}
+	if s := c.state; s != "" && !strings.HasPrefix(s, "/") {
+		return nil, fmt.Errorf("state: %q is not an absolute path", s)
+	}
+	if a := c.metrics.Listen; a != "" {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return nil, fmt.Errorf("metrics.listen: %q is not host:port", a)
+		}
+	}
 	if _, err := logLevel(c.log.Level); err != nil {
 		return nil, fmt.Errorf("log.level: %w", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/ufp-dev/ufp/api"
 	"github.com/ufp-dev/ufp/vswitch"
 	"github.com/ufp-dev/ufp/vswitch/device"
 )
@@ -20,10 +21,18 @@ type daemon struct {
 	log *slog.Logger
 	sw  *vswitch.Switch
 
-	mu      sync.Mutex // serialises reloads and shutdown
+	mu      sync.Mutex // serialises changes, reloads and shutdown
 	cfg     *config
 	devs    map[string]*owned // by port name
 	stopped bool              // serve has returned: nothing more is opened
+	// rev counts the accepted configuration changes (persisted with the
+	// state).
+	rev uint64
+	// devErr holds, by port, why a device of the configuration is not
+	// open (it failed to open on restore or on a change).
+	devErr map[string]string
+	// restored reports what a start from the state file brought back.
+	restored *api.RestoreReport
 }
 
 // owned is a device ufpd opened, with what it was opened from, so that a
@@ -42,9 +51,9 @@ func newDaemon(c *config, log *slog.Logger) (*daemon, error) {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
 	sw.SetLogger(log)
-	d := &daemon{log: log, sw: sw, cfg: c, devs: map[string]*owned{}}
+	d := &daemon{log: log, sw: sw, cfg: c, devs: map[string]*owned{}, devErr: map[string]string{}}
 	for _, spec := range c.devices {
-		if err := d.open(spec, sw.Port(spec.Port)); err != nil {
+		if _, err := d.open(spec, sw.Port(spec.Port)); err != nil {
 			d.closeAll()
 			return nil, err
 		}
@@ -52,22 +61,64 @@ func newDaemon(c *config, log *slog.Logger) (*daemon, error) {
 	return d, nil
 }
 
-// open opens the device spec describes for port and attaches it.
-func (d *daemon) open(spec deviceConfig, port *vswitch.Port) error {
-	if err := checkNetNS(spec); err != nil {
-		return err
-	}
-	dev, err := openDevice(spec, port.Link)
+// restoreDaemon starts a switch on c, the configuration read back from
+// the state file, and opens its devices, taking back the interfaces that
+// are still there. A device that cannot be opened (its namespace is gone)
+// leaves its port without one: it is reported, not fatal, so that the
+// other pods keep their network and the orchestrator can delete what is
+// gone.
+func restoreDaemon(c *config, rev uint64, log *slog.Logger) (*daemon, error) {
+	sw, err := vswitch.New(c.policy)
 	if err != nil {
-		return fmt.Errorf("port %s: %s device %s: %w", spec.Port, spec.Type, spec.Name, err)
+		return nil, fmt.Errorf("%s: policy: %w", c.state, err)
+	}
+	sw.SetLogger(log)
+	d := &daemon{log: log, sw: sw, cfg: c, rev: rev, devs: map[string]*owned{}, devErr: map[string]string{}}
+	r := &api.RestoreReport{From: c.state, Revision: rev}
+	r.Networks, r.Endpoints, r.LoadBalancers = len(c.policy.Networks), len(c.policy.Endpoints), len(c.policy.LoadBalancers)
+	for _, spec := range c.devices {
+		reattached, err := d.open(spec, sw.Port(spec.Port))
+		switch {
+		case err != nil:
+			d.devErr[spec.Port] = err.Error()
+			r.Failed = append(r.Failed, api.Failed{Port: spec.Port, Error: err.Error()})
+			log.Error("port device not restored; the port has no device", "port", spec.Port, "err", err)
+		case reattached:
+			r.Reattached = append(r.Reattached, spec.Port)
+		default:
+			r.Recreated = append(r.Recreated, spec.Port)
+		}
+	}
+	d.restored = r
+	log.Info("configuration restored", "state", c.state, "revision", rev,
+		"networks", r.Networks, "endpoints", r.Endpoints, "loadbalancers", r.LoadBalancers,
+		"reattached", len(r.Reattached), "recreated", len(r.Recreated), "failed", len(r.Failed))
+	return d, nil
+}
+
+// open opens the device spec describes for port and attaches it. It
+// reports whether an interface that was there already (left by a ufpd
+// that died) was taken back rather than made.
+func (d *daemon) open(spec deviceConfig, port *vswitch.Port) (reattached bool, err error) {
+	if err := checkNetNS(spec); err != nil {
+		return false, err
+	}
+	dev, reattached, err := openDevice(spec, port.Link)
+	if err != nil {
+		return false, fmt.Errorf("port %s: %s device %s: %w", spec.Port, spec.Type, spec.Name, err)
 	}
 	if err := d.sw.Attach(spec.Port, dev); err != nil {
 		dev.Close()
-		return err
+		return false, err
 	}
 	d.devs[spec.Port] = &owned{spec: spec, link: port.Link, dev: dev}
-	d.log.Info("port device up", "port", spec.Port, "type", spec.Type, "name", spec.Name, "netns", spec.NetNS)
-	return nil
+	delete(d.devErr, spec.Port)
+	how := "made"
+	if reattached {
+		how = "reattached"
+	}
+	d.log.Info("port device up", "port", spec.Port, "type", spec.Type, "name", spec.Name, "netns", spec.NetNS, "interface", how)
+	return reattached, nil
 }
 
 // checkNetNS reports a namespace that does not exist, before anything is
@@ -104,6 +155,15 @@ func (d *daemon) closeAll() {
 	}
 }
 
+// failedAs reports whether spec's port has no device because spec failed
+// to open (on restore or on an earlier change).
+func (d *daemon) failedAs(spec deviceConfig) bool {
+	if _, failed := d.devErr[spec.Port]; !failed {
+		return false
+	}
+	return slices.Contains(d.cfg.devices, spec)
+}
+
 // errRejected marks a reload that changed nothing.
 var errRejected = errors.New("rejected; the running policy stays")
 
@@ -120,6 +180,11 @@ func (d *daemon) reload(c *config) error {
 	if d.stopped {
 		return fmt.Errorf("%w: ufpd is stopping", errRejected)
 	}
+	return d.apply(c)
+}
+
+// apply is reload with d.mu held.
+func (d *daemon) apply(c *config) error {
 	ports, err := c.policy.CompilePorts()
 	if err != nil {
 		return fmt.Errorf("%w: policy: %w", errRejected, err)
@@ -142,6 +207,12 @@ func (d *daemon) reload(c *config) error {
 	}
 	for _, spec := range c.devices {
 		if o := d.devs[spec.Port]; o == nil || slices.Contains(close, spec.Port) {
+			if o == nil && d.failedAs(spec) {
+				// It failed to open as it is (its namespace went away,
+				// say): it stays without a device rather than blocking
+				// every change until it is deleted.
+				continue
+			}
 			if err := checkNetNS(spec); err != nil {
 				return fmt.Errorf("%w: %w", errRejected, err)
 			}
@@ -160,10 +231,16 @@ func (d *daemon) reload(c *config) error {
 		delete(d.devs, port)
 		d.log.Info("port device removed", "port", port, "name", o.spec.Name)
 	}
+	for port := range d.devErr {
+		if _, ok := want[port]; !ok {
+			delete(d.devErr, port)
+		}
+	}
 	var errs []error
 	for _, spec := range open {
-		if err := d.open(spec, d.sw.Port(spec.Port)); err != nil {
+		if _, err := d.open(spec, d.sw.Port(spec.Port)); err != nil {
 			d.log.Error("port device failed to open; the port has no device", "port", spec.Port, "err", err)
+			d.devErr[spec.Port] = err.Error()
 			errs = append(errs, err)
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/net/icmp"
 	"golang.org/x/net/ipv4"
 
+	"github.com/ufp-dev/ufp/api"
 	"github.com/ufp-dev/ufp/vswitch/device"
 )
 
@@ -50,9 +51,10 @@ func demo(args []string, stdout, stderr io.Writer) int {
 	fl := flag.NewFlagSet("ufpd demo", flag.ContinueOnError)
 	fl.SetOutput(stderr)
 	verbose := fl.Bool("v", false, "show ufpd's log")
-	keep := fl.Bool("keep", false, "after the steps, keep the topology running until interrupted (to look around with ip netns exec)")
+	keep := fl.Bool("keep", false, "after the steps, keep the topology and ufpd running until interrupted, its API on -api (look around with ufpctl and ip netns exec)")
+	apiSocket := fl.String("api", api.DefaultSocket, "with -keep, the API's Unix socket")
 	fl.Usage = func() {
-		fmt.Fprintf(stderr, "usage: ufpd demo [-v]\n\n"+
+		fmt.Fprintf(stderr, "usage: ufpd demo [-v] [-keep [-api SOCKET]]\n\n"+
 			"With root: creates network namespaces %s, wires two pods, the node's\n"+
 			"own vNIC and an outside host through ufpd (its embedded demo.json),\n"+
 			"runs ping, a TCP transfer, a Service and NAT through it, prints what\n"+
@@ -77,14 +79,18 @@ func demo(args []string, stdout, stderr io.Writer) int {
 		level = slog.LevelInfo
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	if err := runDemo(stdout, log, *keep); err != nil {
+	sock := ""
+	if *keep {
+		sock = *apiSocket
+	}
+	if err := runDemo(stdout, log, *keep, sock); err != nil {
 		fmt.Fprintf(stderr, "ufpd demo: %v\n", err)
 		return 1
 	}
 	return 0
 }
 
-func runDemo(w io.Writer, log *slog.Logger, keep bool) (err error) {
+func runDemo(w io.Writer, log *slog.Logger, keep bool, apiSocket string) (err error) {
 	var made []string
 	defer func() {
 		for _, ns := range made {
@@ -122,20 +128,36 @@ func runDemo(w io.Writer, log *slog.Logger, keep bool) (err error) {
 	if err != nil {
 		return fmt.Errorf("the embedded demo.json: %w", err)
 	}
+	var apiL net.Listener
+	if apiSocket != "" {
+		if apiL, err = listenAPI(apiSocket); err != nil {
+			return err
+		}
+	}
 	d, err := newDaemon(c, log)
 	if err != nil {
+		if apiL != nil {
+			apiL.Close()
+		}
 		return err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
+	served := make(chan error, 2)
 	go func() { served <- d.serve(ctx) }()
+	if apiL != nil {
+		go func() { served <- d.serveAPI(ctx, apiL) }()
+	}
 	defer func() {
 		cancel()
 		err = errors.Join(err, <-served)
+		if apiL != nil {
+			err = errors.Join(err, <-served)
+		}
 	}()
 	fmt.Fprintf(w, "ufpd demo: pods %s (%s) and %s (%s), the node %s on its vNIC, an outside host %s behind the uplink\n",
 		"pod-a", ipPodA, "pod-b", ipPodB, ipNode, ipExt)
-	fmt.Fprintf(w, "policy: overlay network flannel.4096 (VNI 4096), outbound NAT to %s, Service %s:80 -> pod-b:8080 (DSR)\n\n", ipNode, ipVIP)
+	fmt.Fprintf(w, "policy: overlay network flannel.4096 (VNI 4096), outbound NAT to %s, Service %s:80 -> pod-b:8080 (DSR),\n"+
+		"        ACL deny-ssh on pod-b: TCP port 22 in is blocked\n\n", ipNode, ipVIP)
 	time.Sleep(500 * time.Millisecond) // the first frame on a new TAP can be lost (FIELD-NOTES)
 
 	steps := []struct {
@@ -149,6 +171,7 @@ func runDemo(w io.Writer, log *slog.Logger, keep bool) (err error) {
 		{"ping node -> pod-a", func() (string, error) { return ping(nsNode, ipPodA, 3) }},
 		{"ping pod-b -> node", func() (string, error) { return ping(nsPodB, ipNode, 3) }},
 		{"ping pod-a -> outside (NAT)", func() (string, error) { return ping(nsPodA, ipExt, 3) }},
+		{"TCP pod-a -> pod-b:22 (ACL deny-ssh)", func() (string, error) { return blocked(nsPodA, nsPodB, ipPodB+":22") }},
 	}
 	failed := 0
 	for _, s := range steps {
@@ -170,7 +193,10 @@ func runDemo(w io.Writer, log *slog.Logger, keep bool) (err error) {
 		fmt.Fprintf(w, "  port %-10s rx %7d frames  tx %7d frames  tx errors %d\n", st.Port, st.RxFrames, st.TxFrames, st.TxErrors)
 	}
 	if keep {
-		fmt.Fprintf(w, "\nthe topology stays up (try: ip netns exec %s ping %s); interrupt to remove it\n", nsPodA, ipPodB)
+		fmt.Fprintf(w, "\nthe topology and ufpd stay up, the API on %s; interrupt to remove them. Try:\n"+
+			"  ufpctl ports\n"+
+			"  ufpctl trace pod-a tcp %s:40000 %s:22     # why the SSH attempt was dropped\n"+
+			"  ip netns exec %s ping %s\n", apiSocket, ipPodA, ipPodB, nsPodA, ipPodB)
 		sig := make(chan os.Signal, 1)
 		signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 		<-sig
@@ -180,6 +206,33 @@ func runDemo(w io.Writer, log *slog.Logger, keep bool) (err error) {
 		return fmt.Errorf("%d of %d steps failed", failed, len(steps))
 	}
 	return nil
+}
+
+// blocked checks that a TCP connection from namespace client to addr,
+// listened on in namespace server, is not let through: the SYN is
+// dropped, so the dial times out, and the listener accepts nothing.
+func blocked(client, server, addr string) (string, error) {
+	var ln net.Listener
+	if err := device.InNetNS(nsPath(server), func() (err error) {
+		ln, err = net.Listen("tcp", addr)
+		return err
+	}); err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	var c net.Conn
+	err := device.InNetNS(nsPath(client), func() (err error) {
+		c, err = net.DialTimeout("tcp", addr, time.Second)
+		return err
+	})
+	if err == nil {
+		c.Close()
+		return "", fmt.Errorf("connected to %s: the ACL let it through", addr)
+	}
+	if ne, ok := err.(net.Error); !ok || !ne.Timeout() {
+		return "", fmt.Errorf("dial %s: %w (want a timeout: the SYN dropped)", addr, err)
+	}
+	return "no answer within 1 s: dropped, as the ACL says", nil
 }
 
 func ipCmd(args ...string) error {

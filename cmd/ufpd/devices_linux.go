@@ -7,16 +7,20 @@ import (
 	"github.com/ufp-dev/ufp/vswitch/device"
 )
 
-// openDevice opens the device spec describes, with the port's link set-up.
-func openDevice(spec deviceConfig, link device.Link) (vswitch.Device, error) {
+// openDevice opens the device spec describes, with the port's link
+// set-up. It reports whether an interface left by an earlier ufpd was
+// taken back (reattached) rather than made.
+func openDevice(spec deviceConfig, link device.Link) (dev vswitch.Device, reattached bool, err error) {
 	link.Name, link.NetNS = spec.Name, spec.netnsPath()
 	switch spec.Type {
 	case "tap":
-		return device.CreateTAP(link)
+		return device.OpenOrCreateTAP(link)
 	case "tun":
-		return device.CreateTUN(link)
+		return device.OpenOrCreateTUN(link)
 	default: // afpacket
-		return openUplink(spec.Name, spec.netnsPath())
+		// An existing interface: taken again, never made.
+		u, err := openUplink(spec.Name, spec.netnsPath())
+		return u, err == nil, err
 	}
 }
 

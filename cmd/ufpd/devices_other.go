@@ -12,13 +12,13 @@ import (
 
 // openDevice opens the device spec describes. Off Linux only L3 ports
 // (tun: Wintun on Windows) exist.
-func openDevice(spec deviceConfig, link device.Link) (vswitch.Device, error) {
+func openDevice(spec deviceConfig, link device.Link) (vswitch.Device, bool, error) {
 	if spec.Type != "tun" {
-		return nil, fmt.Errorf("%s devices need Linux (this is %s): use tun", spec.Type, runtime.GOOS)
+		return nil, false, fmt.Errorf("%s devices need Linux (this is %s): use tun", spec.Type, runtime.GOOS)
 	}
 	if spec.NetNS != "" {
-		return nil, fmt.Errorf("network namespaces need Linux (this is %s)", runtime.GOOS)
+		return nil, false, fmt.Errorf("network namespaces need Linux (this is %s)", runtime.GOOS)
 	}
 	link.Name = spec.Name
-	return device.CreateTUN(link)
+	return device.OpenOrCreateTUN(link)
 }

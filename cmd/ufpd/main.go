@@ -21,8 +21,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 )
 
@@ -49,19 +51,23 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fl.Usage()
 		return 2
 	}
-	c, err := loadConfig(*path)
+	c, rev, fromState, err := loadRunning(*path)
 	if err != nil {
 		fmt.Fprintf(stderr, "ufpd: %v\n", err)
 		return 2
 	}
 	if *check {
-		fmt.Fprintf(stdout, "%s: valid (%d devices)\n", *path, len(c.devices))
+		from := *path
+		if fromState {
+			from = c.state
+		}
+		fmt.Fprintf(stdout, "%s: valid (%d devices)\n", from, len(c.devices))
 		return 0
 	}
 	log := newLogger(stderr, c.log)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := daemonMain(ctx, *path, c, log); err != nil {
+	if err := daemonMain(ctx, *path, c, rev, fromState, log); err != nil {
 		log.Error("ufpd stopped", "err", err)
 		return 1
 	}
@@ -78,10 +84,76 @@ func newLogger(w io.Writer, lc logConfig) *slog.Logger {
 }
 
 // daemonMain runs the daemon until ctx ends, reloading path on SIGHUP.
-func daemonMain(ctx context.Context, path string, c *config, log *slog.Logger) error {
-	d, err := newDaemon(c, log)
+// c is the configuration to start from: the file's, or the state file's
+// (fromState) at revision rev.
+func daemonMain(ctx context.Context, path string, c *config, rev uint64, fromState bool, log *slog.Logger) error {
+	var apiL net.Listener
+	if c.api.Socket != "" {
+		l, err := listenAPI(c.api.Socket)
+		if err != nil {
+			return err
+		}
+		apiL = l
+	}
+	var metricsL net.Listener
+	if c.metrics.Listen != "" {
+		l, err := net.Listen("tcp", c.metrics.Listen)
+		if err != nil {
+			if apiL != nil {
+				apiL.Close()
+			}
+			return fmt.Errorf("metrics.listen: %w", err)
+		}
+		metricsL = l
+	}
+	closeListeners := func() {
+		for _, l := range []net.Listener{apiL, metricsL} {
+			if l != nil {
+				l.Close()
+			}
+		}
+	}
+	if c.state != "" {
+		removeStaleTemps(c.state)
+	}
+	var d *daemon
+	var err error
+	if fromState {
+		d, err = restoreDaemon(c, rev, log)
+	} else {
+		d, err = newDaemon(c, log)
+	}
 	if err != nil {
+		closeListeners()
 		return err
+	}
+	if c.state != "" && !fromState {
+		// The file seeds the state: from now on the state file is the
+		// configuration.
+		if err := writeState(c.state, c, 0); err != nil {
+			d.closeAll()
+			closeListeners()
+			return fmt.Errorf("state: %w", err)
+		}
+		log.Info("state seeded from the configuration file", "state", c.state)
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	if apiL != nil {
+		wg.Go(func() {
+			if err := d.serveAPI(ctx, apiL); err != nil {
+				log.Error("api stopped", "err", err)
+			}
+		})
+		log.Info("api listening", "socket", c.api.Socket)
+	}
+	if metricsL != nil {
+		wg.Go(func() {
+			if err := d.serveMetrics(ctx, metricsL); err != nil {
+				log.Error("metrics stopped", "err", err)
+			}
+		})
+		log.Info("metrics listening", "address", metricsL.Addr().String())
 	}
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -105,9 +177,10 @@ func daemonMain(ctx context.Context, path string, c *config, log *slog.Logger) e
 	return nil
 }
 
-// reloadFile reloads the configuration at path, logging the outcome.
+// reloadFile reloads the configuration at path (and the state file, if
+// it names one that exists), logging the outcome.
 func (d *daemon) reloadFile(path string) {
-	c, err := loadConfig(path)
+	c, _, _, err := loadRunning(path)
 	if err == nil {
 		err = d.reload(c)
 	} else {

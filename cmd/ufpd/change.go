@@ -1,0 +1,148 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/ufp-dev/ufp/api"
+	"github.com/ufp-dev/ufp/vswitch"
+)
+
+// apiError is an error with the HTTP status the API answers it with.
+type apiError struct {
+	status int
+	object string
+	msg    string
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+func errorf(status int, object, format string, args ...any) error {
+	msg := fmt.Sprintf(format, args...)
+	if object != "" {
+		msg = object + ": " + msg
+	}
+	return &apiError{status: status, object: object, msg: msg}
+}
+
+// draft is a copy of the running configuration that an API call changes
+// before it is validated and applied.
+type draft struct {
+	doc  *vswitch.Config
+	devs []deviceConfig
+}
+
+// device returns the index of port's device in the draft, or -1.
+func (dr *draft) device(port string) int {
+	return slices.IndexFunc(dr.devs, func(d deviceConfig) bool { return d.Port == port })
+}
+
+// setDevice makes dev (nil: none) the device of port.
+func (dr *draft) setDevice(port string, dev *api.Device) {
+	i := dr.device(port)
+	if dev == nil {
+		if i >= 0 {
+			dr.devs = slices.Delete(dr.devs, i, i+1)
+		}
+		return
+	}
+	dc := deviceConfig(*dev)
+	dc.Port = port
+	if i >= 0 {
+		dr.devs[i] = dc
+	} else {
+		dr.devs = append(dr.devs, dc)
+	}
+}
+
+// change makes a copy of the running configuration, lets fn change it,
+// and makes the result the running configuration: validated as a
+// configuration file is, compiled and applied atomically, then persisted
+// to the state file. If anything fails the running configuration stays
+// as it was (a device that failed to open is closed again and the policy
+// put back) and the error says what and where. ifMatch, if not empty, is
+// the revision the change was made against: another change since is a
+// conflict. It returns the new revision.
+func (d *daemon) change(object, ifMatch string, fn func(dr *draft) error) (uint64, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.stopped {
+		return 0, errorf(http.StatusServiceUnavailable, "", "ufpd is stopping")
+	}
+	if ifMatch != "" {
+		want, err := strconv.ParseUint(strings.Trim(ifMatch, `"`), 10, 64)
+		if err != nil {
+			return 0, errorf(http.StatusBadRequest, "", "If-Match: %q is not a revision", ifMatch)
+		}
+		if want != d.rev {
+			return 0, errorf(http.StatusPreconditionFailed, object, "changed meanwhile: revision %d is running, the change was made against %d", d.rev, want)
+		}
+	}
+	cur := d.cfg
+	dr := &draft{devs: slices.Clone(cur.devices)}
+	b, err := json.Marshal(cur.policy)
+	if err != nil {
+		return 0, err
+	}
+	if err := json.Unmarshal(b, &dr.doc); err != nil {
+		return 0, err
+	}
+	if err := fn(dr); err != nil {
+		return 0, err
+	}
+	c, err := d.validate(dr)
+	if err != nil {
+		return 0, errorf(http.StatusBadRequest, object, "%v", err)
+	}
+	if err := d.apply(c); err != nil {
+		if errors.Is(err, errRejected) {
+			return 0, errorf(http.StatusBadRequest, object, "%v", err)
+		}
+		d.rollback(cur)
+		return 0, errorf(http.StatusBadRequest, object, "%v; the change was undone", err)
+	}
+	if c.state != "" {
+		if err := writeState(c.state, c, d.rev+1); err != nil {
+			d.rollback(cur)
+			return 0, errorf(http.StatusInternalServerError, object, "persisting to %s: %v; the change was undone", c.state, err)
+		}
+	}
+	d.rev++
+	return d.rev, nil
+}
+
+// validate turns a draft into a configuration, checked as a file is
+// (with the daemon's own settings kept).
+func (d *daemon) validate(dr *draft) (*config, error) {
+	pol, err := json.Marshal(dr.doc)
+	if err != nil {
+		return nil, err
+	}
+	cur := d.cfg
+	b, err := json.Marshal(fileConfig{Policy: pol, Devices: dr.devs, Log: cur.log, API: cur.api, State: cur.state, Metrics: cur.metrics})
+	if err != nil {
+		return nil, err
+	}
+	return parseConfig(b)
+}
+
+// rollback puts configuration c back after a change failed half way.
+func (d *daemon) rollback(c *config) {
+	if err := d.apply(c); err != nil {
+		d.log.Error("putting the configuration back after a failed change", "err", err)
+	}
+}
+
+// hns returns the running policy document if it is HNS level; the API's
+// objects (networks, endpoints, load balancers) exist only there.
+func hns(dr *draft) error {
+	if !dr.doc.IsHNS() && len(dr.doc.Ports) > 0 {
+		return errorf(http.StatusConflict, "", "the running policy is VFP level (ports): networks, endpoints and load balancers are HNS objects; replace the whole configuration with PUT /v1/config")
+	}
+	return nil
+}

@@ -1,0 +1,649 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/ufp-dev/ufp/api"
+	"github.com/ufp-dev/ufp/vswitch"
+)
+
+// maxBody bounds a request body.
+const maxBody = 4 << 20
+
+// listenAPI listens on the Unix socket at path, readable and writable by
+// ufpd's user only. A socket file left by a ufpd that died is replaced;
+// one a running ufpd answers on is an error.
+func listenAPI(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("api.socket: %w", err)
+	}
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("api.socket: %s exists and is not a socket", path)
+		}
+		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("api.socket: another process listens on %s", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("api.socket: %w", err)
+		}
+	}
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("api.socket: %w", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("api.socket: %w", err)
+	}
+	return l, nil
+}
+
+// serveAPI serves the API on l until ctx ends, then removes the socket.
+func (d *daemon) serveAPI(ctx context.Context, l net.Listener) error {
+	defer os.Remove(l.Addr().String())
+	return serveHTTP(ctx, l, d.handler())
+}
+
+// serveHTTP serves h on l until ctx ends, then shuts down, giving
+// requests under way two seconds to finish.
+func serveHTTP(ctx context.Context, l net.Listener, h http.Handler) error {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	stopped := make(chan struct{})
+	defer close(stopped)
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-stopped:
+			return
+		}
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		srv.Shutdown(sctx)
+	}()
+	if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// handler returns the API's routes (docs/API.md).
+func (d *daemon) handler() http.Handler {
+	mux := http.NewServeMux()
+	h := func(pattern string, fn func(w http.ResponseWriter, r *http.Request) (any, error)) {
+		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+			v, err := fn(w, r)
+			d.answer(w, r, v, err)
+		})
+	}
+	h("GET /v1/status", d.getStatus)
+	h("GET /v1/config", d.getConfig)
+	h("PUT /v1/config", d.putConfig)
+
+	h("GET /v1/networks", d.listNetworks)
+	h("POST /v1/networks", d.createNetwork)
+	h("GET /v1/networks/{name}", d.getNetwork)
+	h("PUT /v1/networks/{name}", d.putNetwork)
+	h("DELETE /v1/networks/{name}", d.deleteNetwork)
+
+	h("GET /v1/endpoints", d.listEndpoints)
+	h("POST /v1/endpoints", d.createEndpoint)
+	h("GET /v1/endpoints/{name}", d.getEndpoint)
+	h("PUT /v1/endpoints/{name}", d.putEndpoint)
+	h("DELETE /v1/endpoints/{name}", d.deleteEndpoint)
+	h("GET /v1/endpoints/{name}/policies", d.listPolicies)
+	h("POST /v1/endpoints/{name}/policies", d.addPolicy)
+	h("PUT /v1/endpoints/{name}/policies", d.setPolicies)
+	h("DELETE /v1/endpoints/{name}/policies/{index}", d.deletePolicy)
+
+	h("GET /v1/loadbalancers", d.listLBs)
+	h("POST /v1/loadbalancers", d.createLB)
+	h("GET /v1/loadbalancers/{name}", d.getLB)
+	h("PUT /v1/loadbalancers/{name}", d.putLB)
+	h("DELETE /v1/loadbalancers/{name}", d.deleteLB)
+
+	d.inspectRoutes(h, mux)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		d.answer(w, r, nil, errorf(http.StatusNotFound, "", "%s %s: no such API call (see docs/API.md)", r.Method, r.URL.Path))
+	})
+	return mux
+}
+
+// answer writes v (or err) as the JSON response, with the running
+// revision in the ETag header.
+func (d *daemon) answer(w http.ResponseWriter, r *http.Request, v any, err error) {
+	d.mu.Lock()
+	rev := d.rev
+	d.mu.Unlock()
+	w.Header().Set("ETag", strconv.Quote(strconv.FormatUint(rev, 10)))
+	if err != nil {
+		e := api.Error{Message: err.Error()}
+		status := http.StatusInternalServerError
+		var ae *apiError
+		if errors.As(err, &ae) {
+			status, e.Object = ae.status, ae.object
+		}
+		if status >= 500 {
+			d.log.Error("api", "method", r.Method, "path", r.URL.Path, "err", err)
+		} else if r.Method != http.MethodGet {
+			d.log.Info("api request refused", "method", r.Method, "path", r.URL.Path, "status", status, "err", err)
+		}
+		writeJSON(w, status, e)
+		return
+	}
+	status := http.StatusOK
+	switch {
+	case v == nil:
+		w.WriteHeader(http.StatusNoContent)
+		return
+	case r.Method == http.MethodPost && r.URL.Path != "/v1/trace":
+		status = http.StatusCreated
+	}
+	writeJSON(w, status, v)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false) // traces print packets as "a > b"
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		status = http.StatusInternalServerError
+		b.Reset()
+		json.NewEncoder(&b).Encode(api.Error{Message: err.Error()})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(b.Bytes())
+}
+
+// decode reads r's JSON body into v strictly: unknown fields, trailing
+// data and bodies over maxBody are errors naming the object.
+func decode(r *http.Request, object string, v any) error {
+	b, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	if err != nil {
+		return errorf(http.StatusBadRequest, object, "reading the body: %v", err)
+	}
+	if len(b) > maxBody {
+		return errorf(http.StatusRequestEntityTooLarge, object, "the body is larger than %d bytes", maxBody)
+	}
+	if len(bytes.TrimSpace(b)) == 0 {
+		return errorf(http.StatusBadRequest, object, "the request needs a JSON body")
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var se *json.SyntaxError
+		var te *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &se):
+			return errorf(http.StatusBadRequest, object, "malformed JSON at byte %d: %v", se.Offset, err)
+		case errors.Is(err, io.ErrUnexpectedEOF):
+			return errorf(http.StatusBadRequest, object, "malformed JSON: the document ends early")
+		case errors.As(err, &te):
+			field := te.Field
+			if field == "" {
+				field = "body"
+			}
+			return errorf(http.StatusBadRequest, object, "%s: %v", field, err)
+		}
+		return errorf(http.StatusBadRequest, object, "%v", err)
+	}
+	if dec.More() {
+		return errorf(http.StatusBadRequest, object, "unexpected data after the JSON document")
+	}
+	return nil
+}
+
+// ifMatch returns the revision a write was made against, if it says.
+func ifMatch(r *http.Request) string { return r.Header.Get("If-Match") }
+
+// changed is the answer to an accepted change.
+type changed struct {
+	Revision   uint64 `json:"revision"`
+	Generation uint64 `json:"generation"`
+}
+
+func (d *daemon) accepted(rev uint64, err error) (any, error) {
+	if err != nil {
+		return nil, err
+	}
+	return changed{Revision: rev, Generation: d.sw.Generation()}, nil
+}
+
+// snapshot returns the running policy document and devices (read-only).
+func (d *daemon) snapshot() (*vswitch.Config, []deviceConfig) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.cfg.policy, d.cfg.devices
+}
+
+func (d *daemon) getStatus(w http.ResponseWriter, r *http.Request) (any, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return api.Status{
+		PID: os.Getpid(), Generation: d.sw.Generation(), Revision: d.rev, State: d.cfg.state,
+		Restored: d.restored, Ports: len(d.sw.Ports()), Devices: len(d.devs), Metrics: d.cfg.metrics.Listen,
+	}, nil
+}
+
+func (d *daemon) getConfig(w http.ResponseWriter, r *http.Request) (any, error) {
+	doc, devs := d.snapshot()
+	pol, err := json.Marshal(doc)
+	if err != nil {
+		return nil, err
+	}
+	out := api.Config{Policy: pol, Devices: make([]api.Device, len(devs))}
+	for i, dc := range devs {
+		out.Devices[i] = api.Device(dc)
+	}
+	return out, nil
+}
+
+func (d *daemon) putConfig(w http.ResponseWriter, r *http.Request) (any, error) {
+	var in api.Config
+	if err := decode(r, "config", &in); err != nil {
+		return nil, err
+	}
+	if len(in.Policy) == 0 {
+		return nil, errorf(http.StatusBadRequest, "config", "policy: the configuration needs a policy document")
+	}
+	return d.accepted(d.change("config", ifMatch(r), func(dr *draft) error {
+		doc, err := vswitch.ParseConfig(in.Policy)
+		if err != nil {
+			return errorf(http.StatusBadRequest, "config", "policy: %v", err)
+		}
+		dr.doc = doc
+		dr.devs = make([]deviceConfig, len(in.Devices))
+		for i, dev := range in.Devices {
+			dr.devs[i] = deviceConfig(dev)
+		}
+		return nil
+	}))
+}
+
+// findByName returns the index of the element of s named name, or -1.
+func findByName[T any](s []T, name string, nameOf func(*T) string) int {
+	for i := range s {
+		if nameOf(&s[i]) == name {
+			return i
+		}
+	}
+	return -1
+}
+
+func networkName(n *vswitch.NetworkConfig) string   { return n.Name }
+func endpointName(e *vswitch.EndpointConfig) string { return e.Name }
+func lbName(l *vswitch.LoadBalancerConfig) string   { return l.Name }
+
+// named checks the Name of an object in a body against the URL's, and
+// fills it in if the body leaves it out.
+func named(object string, body *string, url string) error {
+	switch *body {
+	case "":
+		*body = url
+	case url:
+	default:
+		return errorf(http.StatusBadRequest, object, "Name: %q differs from the URL's %q (objects are not renamed: delete and create)", *body, url)
+	}
+	return nil
+}
+
+func (d *daemon) listNetworks(w http.ResponseWriter, r *http.Request) (any, error) {
+	doc, _ := d.snapshot()
+	return nonNil(doc.Networks), nil
+}
+
+func (d *daemon) getNetwork(w http.ResponseWriter, r *http.Request) (any, error) {
+	name := r.PathValue("name")
+	doc, _ := d.snapshot()
+	i := findByName(doc.Networks, name, networkName)
+	if i < 0 {
+		return nil, errorf(http.StatusNotFound, "network "+name, "no such network")
+	}
+	return doc.Networks[i], nil
+}
+
+func (d *daemon) createNetwork(w http.ResponseWriter, r *http.Request) (any, error) {
+	var n api.Network
+	if err := decode(r, "network", &n); err != nil {
+		return nil, err
+	}
+	object := "network " + n.Name
+	if n.Name == "" {
+		return nil, errorf(http.StatusBadRequest, "network", "Name: a network needs a name")
+	}
+	return d.accepted(d.change(object, ifMatch(r), func(dr *draft) error {
+		if err := hns(dr); err != nil {
+			return err
+		}
+		if findByName(dr.doc.Networks, n.Name, networkName) >= 0 {
+			return errorf(http.StatusConflict, object, "Name: a network of that name exists")
+		}
+		dr.doc.Networks = append(dr.doc.Networks, n)
+		return nil
+	}))
+}
+
+func (d *daemon) putNetwork(w http.ResponseWriter, r *http.Request) (any, error) {
+	name := r.PathValue("name")
+	object := "network " + name
+	var n api.Network
+	if err := decode(r, object, &n); err != nil {
+		return nil, err
+	}
+	if err := named(object, &n.Name, name); err != nil {
+		return nil, err
+	}
+	return d.accepted(d.change(object, ifMatch(r), func(dr *draft) error {
+		i := findByName(dr.doc.Networks, name, networkName)
+		if i < 0 {
+			return errorf(http.StatusNotFound, object, "no such network")
+		}
+		dr.doc.Networks[i] = n
+		return nil
+	}))
+}
+
+func (d *daemon) deleteNetwork(w http.ResponseWriter, r *http.Request) (any, error) {
+	name := r.PathValue("name")
+	object := "network " + name
+	return d.accepted(d.change(object, ifMatch(r), func(dr *draft) error {
+		i := findByName(dr.doc.Networks, name, networkName)
+		if i < 0 {
+			return errorf(http.StatusNotFound, object, "no such network")
+		}
+		var on []string
+		for _, e := range dr.doc.Endpoints {
+			if e.HostComputeNetwork == name {
+				on = append(on, e.Name)
+			}
+		}
+		if len(on) > 0 {
+			return errorf(http.StatusConflict, object, "endpoints are on it: %v (delete them first)", on)
+		}
+		dr.doc.Networks = slices.Delete(dr.doc.Networks, i, i+1)
+		return nil
+	}))
+}
+
+func (d *daemon) listEndpoints(w http.ResponseWriter, r *http.Request) (any, error) {
+	doc, devs := d.snapshot()
+	out := make([]api.Endpoint, len(doc.Endpoints))
+	for i := range doc.Endpoints {
+		out[i] = d.endpoint(&doc.Endpoints[i], devs)
+	}
+	return out, nil
+}
+
+func (d *daemon) getEndpoint(w http.ResponseWriter, r *http.Request) (any, error) {
+	name := r.PathValue("name")
+	doc, devs := d.snapshot()
+	i := findByName(doc.Endpoints, name, endpointName)
+	if i < 0 {
+		return nil, errorf(http.StatusNotFound, "endpoint "+name, "no such endpoint")
+	}
+	return d.endpoint(&doc.Endpoints[i], devs), nil
+}
+
+// endpoint returns ec as the API shows it: with its device and status.
+func (d *daemon) endpoint(ec *vswitch.EndpointConfig, devs []deviceConfig) api.Endpoint {
+	e := api.Endpoint{EndpointConfig: *ec}
+	if i := slices.IndexFunc(devs, func(dc deviceConfig) bool { return dc.Port == ec.Name }); i >= 0 {
+		dev := api.Device(devs[i])
+		dev.Port = ""
+		e.Device = &dev
+	}
+	d.endpointStatus(&e)
+	return e
+}
+
+func (d *daemon) createEndpoint(w http.ResponseWriter, r *http.Request) (any, error) {
+	var e api.Endpoint
+	if err := decode(r, "endpoint", &e); err != nil {
+		return nil, err
+	}
+	if e.Name == "" {
+		return nil, errorf(http.StatusBadRequest, "endpoint", "Name: an endpoint needs a name")
+	}
+	object := "endpoint " + e.Name
+	return d.accepted(d.change(object, ifMatch(r), func(dr *draft) error {
+		if err := hns(dr); err != nil {
+			return err
+		}
+		if findByName(dr.doc.Endpoints, e.Name, endpointName) >= 0 {
+			return errorf(http.StatusConflict, object, "Name: an endpoint of that name exists")
+		}
+		if err := checkEndpointDevice(object, &e, dr); err != nil {
+			return err
+		}
+		dr.doc.Endpoints = append(dr.doc.Endpoints, e.EndpointConfig)
+		dr.setDevice(e.Name, e.Device)
+		return nil
+	}))
+}
+
+// checkEndpointDevice checks what the configuration file's checks cannot
+// name an endpoint for: a device naming another port, a port that has a
+// device already.
+func checkEndpointDevice(object string, e *api.Endpoint, dr *draft) error {
+	if e.Device == nil {
+		return nil
+	}
+	if e.Device.Port != "" && e.Device.Port != e.Name {
+		return errorf(http.StatusBadRequest, object, "Device.port: %q is not the endpoint's name (leave it out)", e.Device.Port)
+	}
+	for _, dc := range dr.devs {
+		if dc.Port != e.Name && dc.netnsPath() == (&deviceConfig{NetNS: e.Device.NetNS}).netnsPath() &&
+			dc.Name != "" && dc.Name == deviceName(e) {
+			return errorf(http.StatusConflict, object, "Device.name: interface %q in namespace %q is port %s's", dc.Name, dc.NetNS, dc.Port)
+		}
+	}
+	return nil
+}
+
+// deviceName is the interface name e's device gets (its default filled
+// in as the configuration's check does).
+func deviceName(e *api.Endpoint) string {
+	switch {
+	case e.Device.Name != "":
+		return e.Device.Name
+	case e.Device.NetNS != "":
+		return "eth0"
+	}
+	return e.Name
+}
+
+func (d *daemon) putEndpoint(w http.ResponseWriter, r *http.Request) (any, error) {
+	name := r.PathValue("name")
+	object := "endpoint " + name
+	var e api.Endpoint
+	if err := decode(r, object, &e); err != nil {
+		return nil, err
+	}
+	if err := named(object, &e.Name, name); err != nil {
+		return nil, err
+	}
+	return d.accepted(d.change(object, ifMatch(r), func(dr *draft) error {
+		i := findByName(dr.doc.Endpoints, name, endpointName)
+		if i < 0 {
+			return errorf(http.StatusNotFound, object, "no such endpoint")
+		}
+		if err := checkEndpointDevice(object, &e, dr); err != nil {
+			return err
+		}
+		dr.doc.Endpoints[i] = e.EndpointConfig
+		dr.setDevice(name, e.Device)
+		return nil
+	}))
+}
+
+// deleteEndpoint removes an endpoint, its device (the interface ufpd
+// made goes with it) and its place among load balancers' backends.
+func (d *daemon) deleteEndpoint(w http.ResponseWriter, r *http.Request) (any, error) {
+	name := r.PathValue("name")
+	object := "endpoint " + name
+	return d.accepted(d.change(object, ifMatch(r), func(dr *draft) error {
+		i := findByName(dr.doc.Endpoints, name, endpointName)
+		if i < 0 {
+			return errorf(http.StatusNotFound, object, "no such endpoint")
+		}
+		dr.doc.Endpoints = slices.Delete(dr.doc.Endpoints, i, i+1)
+		dr.setDevice(name, nil)
+		for j := range dr.doc.LoadBalancers {
+			lb := &dr.doc.LoadBalancers[j]
+			lb.HostComputeEndpoints = slices.DeleteFunc(lb.HostComputeEndpoints, func(s string) bool { return s == name })
+		}
+		return nil
+	}))
+}
+
+// withEndpoint runs fn on the draft's endpoint named by the URL.
+func (d *daemon) withEndpoint(r *http.Request, fn func(e *vswitch.EndpointConfig) error) (any, error) {
+	name := r.PathValue("name")
+	object := "endpoint " + name
+	return d.accepted(d.change(object, ifMatch(r), func(dr *draft) error {
+		i := findByName(dr.doc.Endpoints, name, endpointName)
+		if i < 0 {
+			return errorf(http.StatusNotFound, object, "no such endpoint")
+		}
+		return fn(&dr.doc.Endpoints[i])
+	}))
+}
+
+func (d *daemon) listPolicies(w http.ResponseWriter, r *http.Request) (any, error) {
+	name := r.PathValue("name")
+	doc, _ := d.snapshot()
+	i := findByName(doc.Endpoints, name, endpointName)
+	if i < 0 {
+		return nil, errorf(http.StatusNotFound, "endpoint "+name, "no such endpoint")
+	}
+	return nonNil(doc.Endpoints[i].Policies), nil
+}
+
+func (d *daemon) addPolicy(w http.ResponseWriter, r *http.Request) (any, error) {
+	var p api.Policy
+	if err := decode(r, "endpoint "+r.PathValue("name")+" policy", &p); err != nil {
+		return nil, err
+	}
+	return d.withEndpoint(r, func(e *vswitch.EndpointConfig) error {
+		e.Policies = append(e.Policies, p)
+		return nil
+	})
+}
+
+func (d *daemon) setPolicies(w http.ResponseWriter, r *http.Request) (any, error) {
+	var ps []api.Policy
+	if err := decode(r, "endpoint "+r.PathValue("name")+" policies", &ps); err != nil {
+		return nil, err
+	}
+	return d.withEndpoint(r, func(e *vswitch.EndpointConfig) error {
+		e.Policies = ps
+		return nil
+	})
+}
+
+func (d *daemon) deletePolicy(w http.ResponseWriter, r *http.Request) (any, error) {
+	object := "endpoint " + r.PathValue("name")
+	idx, err := strconv.Atoi(r.PathValue("index"))
+	if err != nil || idx < 0 {
+		return nil, errorf(http.StatusBadRequest, object, "Policies[%s]: not a policy index", r.PathValue("index"))
+	}
+	return d.withEndpoint(r, func(e *vswitch.EndpointConfig) error {
+		if idx >= len(e.Policies) {
+			return errorf(http.StatusNotFound, object, "Policies[%d]: the endpoint has %d policies", idx, len(e.Policies))
+		}
+		e.Policies = slices.Delete(e.Policies, idx, idx+1)
+		return nil
+	})
+}
+
+func (d *daemon) listLBs(w http.ResponseWriter, r *http.Request) (any, error) {
+	doc, _ := d.snapshot()
+	return nonNil(doc.LoadBalancers), nil
+}
+
+func (d *daemon) getLB(w http.ResponseWriter, r *http.Request) (any, error) {
+	name := r.PathValue("name")
+	doc, _ := d.snapshot()
+	i := findByName(doc.LoadBalancers, name, lbName)
+	if i < 0 {
+		return nil, errorf(http.StatusNotFound, "load balancer "+name, "no such load balancer")
+	}
+	return doc.LoadBalancers[i], nil
+}
+
+func (d *daemon) createLB(w http.ResponseWriter, r *http.Request) (any, error) {
+	var lb api.LoadBalancer
+	if err := decode(r, "load balancer", &lb); err != nil {
+		return nil, err
+	}
+	if lb.Name == "" {
+		return nil, errorf(http.StatusBadRequest, "load balancer", "Name: a load balancer needs a name")
+	}
+	object := "load balancer " + lb.Name
+	return d.accepted(d.change(object, ifMatch(r), func(dr *draft) error {
+		if err := hns(dr); err != nil {
+			return err
+		}
+		if findByName(dr.doc.LoadBalancers, lb.Name, lbName) >= 0 {
+			return errorf(http.StatusConflict, object, "Name: a load balancer of that name exists")
+		}
+		dr.doc.LoadBalancers = append(dr.doc.LoadBalancers, lb)
+		return nil
+	}))
+}
+
+func (d *daemon) putLB(w http.ResponseWriter, r *http.Request) (any, error) {
+	name := r.PathValue("name")
+	object := "load balancer " + name
+	var lb api.LoadBalancer
+	if err := decode(r, object, &lb); err != nil {
+		return nil, err
+	}
+	if err := named(object, &lb.Name, name); err != nil {
+		return nil, err
+	}
+	return d.accepted(d.change(object, ifMatch(r), func(dr *draft) error {
+		i := findByName(dr.doc.LoadBalancers, name, lbName)
+		if i < 0 {
+			return errorf(http.StatusNotFound, object, "no such load balancer")
+		}
+		dr.doc.LoadBalancers[i] = lb
+		return nil
+	}))
+}
+
+func (d *daemon) deleteLB(w http.ResponseWriter, r *http.Request) (any, error) {
+	name := r.PathValue("name")
+	object := "load balancer " + name
+	return d.accepted(d.change(object, ifMatch(r), func(dr *draft) error {
+		i := findByName(dr.doc.LoadBalancers, name, lbName)
+		if i < 0 {
+			return errorf(http.StatusNotFound, object, "no such load balancer")
+		}
+		dr.doc.LoadBalancers = slices.Delete(dr.doc.LoadBalancers, i, i+1)
+		return nil
+	}))
+}
+
+// nonNil makes an empty list answer [] rather than null.
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
