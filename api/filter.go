@@ -18,7 +18,9 @@ type FlowFilter struct {
 	// Src and Dst are an address or a prefix.
 	Src, Dst         string
 	SrcPort, DstPort uint16
-	Limit            int
+	// Limit bounds the flows listed: 0 is ufpd's default (1000), a
+	// negative limit lists them all.
+	Limit int
 }
 
 func (f FlowFilter) query() string {
@@ -39,7 +41,7 @@ func (f FlowFilter) query() string {
 		q.Set("dport", strconv.Itoa(int(f.DstPort)))
 	}
 	if f.Limit != 0 {
-		q.Set("limit", strconv.Itoa(f.Limit))
+		q.Set("limit", strconv.Itoa(max(f.Limit, 0))) // limit=0: all
 	}
 	if len(q) == 0 {
 		return ""

@@ -680,12 +680,40 @@ func l4Len(proto uint8) int {
 }
 
 // senderMAC is the MAC a frame from address ip arrives from on the uplink:
-// the gateway's if ip is a gateway address, else a router of ip's family
-// the switch knows on the underlay (a gateway serving a port that is on
-// it, lowest address first), else traceSrcMAC.
+// the gateway's if ip is a gateway address; the neighbour's if the uplink
+// lists ip among its neighbours (a remote host); the underlay's default
+// gateway of ip's family if the uplink names one with its MAC; else a
+// router of ip's family the switch knows on the underlay (a gateway
+// serving a port that is on it, lowest address first), else traceSrcMAC.
 func (pol *compiled) senderMAC(ip netip.Addr) dataplane.MAC {
 	if gw := pol.gwIPs[ip]; gw != nil {
 		return gw.mac
+	}
+	if u := pol.cfg.Uplink; u != nil {
+		gw := u.DefaultGateway
+		if ip.Is6() {
+			gw = u.DefaultGatewayV6
+		}
+		var viaGW dataplane.MAC
+		for _, n := range u.Neighbors {
+			a, err := netip.ParseAddr(n.IpAddress)
+			if err != nil {
+				continue
+			}
+			mac, err := parseMAC("", n.MacAddress)
+			if err != nil {
+				continue
+			}
+			if a == ip {
+				return mac
+			}
+			if gw != "" && n.IpAddress == gw {
+				viaGW = mac
+			}
+		}
+		if viaGW != (dataplane.MAC{}) {
+			return viaGW
+		}
 	}
 	var best netip.Addr
 	mac := traceSrcMAC

@@ -836,7 +836,7 @@ func TestTraceDefaultMACs(t *testing.T) {
 		{"L2Bridge pod to the internet, by the router", ulDoc, TraceRequest{Port: "l2-a", Proto: "udp", Src: addr("192.168.1.100"), Dst: addr("8.8.8.8")}, ulL2A, ulRouter},
 		{"L2Bridge pod to a host on its link", ulDoc, TraceRequest{Port: "l2-a", Proto: "udp", Src: addr("192.168.1.100"), Dst: addr("192.168.1.50")}, ulL2A, traceSrcMAC},
 		{"from the wire to an L2Bridge pod", ulDoc, TraceRequest{Port: "uplink", Proto: "udp", Src: addr("8.8.8.8"), Dst: addr("192.168.1.100")}, ulRouter, ulHost},
-		{"from the wire to the host", natDoc, TraceRequest{Port: "uplink", Proto: "udp", Src: addr("192.168.1.1"), Dst: addr("192.168.1.10")}, traceSrcMAC, natHost},
+		{"from the wire to the host, by its default gateway", natDoc, TraceRequest{Port: "uplink", Proto: "udp", Src: addr("192.168.1.1"), Dst: addr("192.168.1.10")}, natRouter, natHost},
 		{"in a tunnel", lbDoc, TraceRequest{Port: "uplink", Proto: "udp", Src: addr("10.244.1.5"), Dst: addr("10.244.0.11"),
 			VXLAN: &TraceOuter{Src: addr("192.168.1.20")}}, traceSrcMAC, lbOvB},
 	} {
