@@ -292,6 +292,9 @@ type FlowInfo struct {
 	Dst     netip.Addr `json:"dst"`
 	SrcPort uint16     `json:"srcPort"`
 	DstPort uint16     `json:"dstPort"`
+	// Echo marks an ICMP echo flow (request or reply): both ports are its
+	// identifier.
+	Echo bool `json:"echo,omitempty"`
 	// VNI is the VXLAN VNI of a flow that arrives encapsulated (Encap).
 	VNI   uint32 `json:"vni,omitempty"`
 	Encap bool   `json:"encap,omitempty"`
@@ -419,6 +422,7 @@ func flowInfo(pol *compiled, fl *dataplane.Flow, now int64) FlowInfo {
 		InPort: portName(pol, k.InPort), Proto: dataplane.ProtoName(k.Proto),
 		Src: k.SrcAddr(), Dst: k.DstAddr(), SrcPort: k.SrcPort, DstPort: k.DstPort,
 		Packets: fl.Packets(), Bytes: fl.Bytes(), Generation: a.Gen,
+		Echo: k.Flags&dataplane.KeyEcho != 0,
 	}
 	if k.Flags&dataplane.KeyEncap != 0 {
 		info.Encap, info.VNI = true, k.VNI

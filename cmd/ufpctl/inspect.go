@@ -234,7 +234,7 @@ func (c *cli) flows(args []string) error {
 		if fl.Reply {
 			flags = append(flags, "reply")
 		}
-		t.row(fl.InPort, fl.Proto, endpointString(fl.Proto, fl.Src, fl.SrcPort, true), endpointString(fl.Proto, fl.Dst, fl.DstPort, false),
+		t.row(fl.InPort, fl.Proto, endpointString(&fl, true), endpointString(&fl, false),
 			out, fl.HT, strings.Join(flags, ","), fmt.Sprint(fl.Packets), fmt.Sprint(fl.Bytes),
 			fmt.Sprintf("%.1fs", fl.IdleSeconds), fmt.Sprint(fl.Generation))
 	}
@@ -250,14 +250,19 @@ func (c *cli) flows(args []string) error {
 // endpointString is one end of a flow: the address with the port for
 // tcp and udp, with an icmp echo's identifier (src) or the type and
 // code of another icmp message (dst).
-func endpointString(proto string, a netip.Addr, port uint16, src bool) string {
+func endpointString(fl *vswitch.FlowInfo, src bool) string {
+	a, port := fl.Dst, fl.DstPort
+	if src {
+		a, port = fl.Src, fl.SrcPort
+	}
 	switch {
-	case proto == "tcp" || proto == "udp":
+	case fl.Proto == "tcp" || fl.Proto == "udp":
 		return netip.AddrPortFrom(a, port).String()
-	case (proto == "icmp" || proto == "icmpv6") && port != 0:
-		if src {
-			return fmt.Sprintf("%s id %d", a, port)
-		}
+	case fl.Echo && src:
+		return fmt.Sprintf("%s id %d", a, port)
+	case fl.Echo:
+		return a.String()
+	case (fl.Proto == "icmp" || fl.Proto == "icmpv6") && !src:
 		return fmt.Sprintf("%s type %d code %d", a, port>>8, port&0xff)
 	}
 	return a.String()

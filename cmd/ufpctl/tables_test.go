@@ -124,7 +124,7 @@ func TestFlowsTable(t *testing.T) {
 			 "outPort": "pod-b", "ht": "modify(dst-ip=10.244.1.11 dst-port=8080)", "stateful": true, "packets": 12, "bytes": 3456, "idleSeconds": 1.25, "generation": 1},
 			{"inPort": "pod-b", "proto": "tcp", "src": "10.244.1.11", "dst": "10.244.1.10", "srcPort": 8080, "dstPort": 40000,
 			 "outPort": "pod-a", "ht": "modify(src-ip=10.96.0.10 src-port=80)", "stateful": true, "reply": true, "packets": 10, "bytes": 9000, "idleSeconds": 1.5, "generation": 1},
-			{"inPort": "uplink", "proto": "icmp", "src": "10.244.2.5", "dst": "10.244.1.11", "srcPort": 7, "vni": 4096, "encap": true,
+			{"inPort": "uplink", "proto": "icmp", "src": "10.244.2.5", "dst": "10.244.1.11", "srcPort": 7, "dstPort": 7, "echo": true, "vni": 4096, "encap": true,
 			 "drop": "blocked-by-policy", "packets": 1, "bytes": 98, "idleSeconds": 0, "generation": 1},
 			{"inPort": "pod-a", "proto": "icmpv6", "src": "fd00::10", "dst": "fd00::11", "dstPort": 256,
 			 "outPort": "pod-b", "packets": 1, "bytes": 70, "idleSeconds": 3, "generation": 2}],
