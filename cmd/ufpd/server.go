@@ -93,11 +93,7 @@ func (d *daemon) handler() http.Handler {
 	h("GET /v1/config", d.getConfig)
 	h("PUT /v1/config", d.putConfig)
 
-	h("GET /v1/networks", d.listNetworks)
-	h("POST /v1/networks", d.createNetwork)
-	h("GET /v1/networks/{name}", d.getNetwork)
-	h("PUT /v1/networks/{name}", d.putNetwork)
-	h("DELETE /v1/networks/{name}", d.deleteNetwork)
+	routeCollection(h, d, "/v1/networks", networks)
 
 	h("GET /v1/endpoints", d.listEndpoints)
 	h("POST /v1/endpoints", d.createEndpoint)
@@ -109,11 +105,7 @@ func (d *daemon) handler() http.Handler {
 	h("PUT /v1/endpoints/{name}/policies", d.setPolicies)
 	h("DELETE /v1/endpoints/{name}/policies/{index}", d.deletePolicy)
 
-	h("GET /v1/loadbalancers", d.listLBs)
-	h("POST /v1/loadbalancers", d.createLB)
-	h("GET /v1/loadbalancers/{name}", d.getLB)
-	h("PUT /v1/loadbalancers/{name}", d.putLB)
-	h("DELETE /v1/loadbalancers/{name}", d.deleteLB)
+	routeCollection(h, d, "/v1/loadbalancers", loadBalancers)
 
 	d.inspectRoutes(h, mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -285,9 +277,7 @@ func findByName[T any](s []T, name string, nameOf func(*T) string) int {
 	return -1
 }
 
-func networkName(n *vswitch.NetworkConfig) string   { return n.Name }
 func endpointName(e *vswitch.EndpointConfig) string { return e.Name }
-func lbName(l *vswitch.LoadBalancerConfig) string   { return l.Name }
 
 // named checks the Name of an object in a body against the URL's, and
 // fills it in if the body leaves it out.
@@ -300,84 +290,6 @@ func named(object string, body *string, url string) error {
 		return errorf(http.StatusBadRequest, object, "Name: %q differs from the URL's %q (objects are not renamed: delete and create)", *body, url)
 	}
 	return nil
-}
-
-func (d *daemon) listNetworks(w http.ResponseWriter, r *http.Request) (any, error) {
-	doc, _ := d.snapshot()
-	return nonNil(doc.Networks), nil
-}
-
-func (d *daemon) getNetwork(w http.ResponseWriter, r *http.Request) (any, error) {
-	name := r.PathValue("name")
-	doc, _ := d.snapshot()
-	i := findByName(doc.Networks, name, networkName)
-	if i < 0 {
-		return nil, errorf(http.StatusNotFound, "network "+name, "no such network")
-	}
-	return doc.Networks[i], nil
-}
-
-func (d *daemon) createNetwork(w http.ResponseWriter, r *http.Request) (any, error) {
-	var n api.Network
-	if err := decode(r, "network", &n); err != nil {
-		return nil, err
-	}
-	object := "network " + n.Name
-	if n.Name == "" {
-		return nil, errorf(http.StatusBadRequest, "network", "Name: a network needs a name")
-	}
-	return d.accepted(d.change(object, ifMatch(r), func(dr *draft) error {
-		if err := hns(dr); err != nil {
-			return err
-		}
-		if findByName(dr.doc.Networks, n.Name, networkName) >= 0 {
-			return errorf(http.StatusConflict, object, "Name: a network of that name exists")
-		}
-		dr.doc.Networks = append(dr.doc.Networks, n)
-		return nil
-	}))
-}
-
-func (d *daemon) putNetwork(w http.ResponseWriter, r *http.Request) (any, error) {
-	name := r.PathValue("name")
-	object := "network " + name
-	var n api.Network
-	if err := decode(r, object, &n); err != nil {
-		return nil, err
-	}
-	if err := named(object, &n.Name, name); err != nil {
-		return nil, err
-	}
-	return d.accepted(d.change(object, ifMatch(r), func(dr *draft) error {
-		i := findByName(dr.doc.Networks, name, networkName)
-		if i < 0 {
-			return errorf(http.StatusNotFound, object, "no such network")
-		}
-		dr.doc.Networks[i] = n
-		return nil
-	}))
-}
-
-func (d *daemon) deleteNetwork(w http.ResponseWriter, r *http.Request) (any, error) {
-	name := r.PathValue("name")
-	object := "network " + name
-	return d.accepted(d.change(object, ifMatch(r), func(dr *draft) error {
-		i := findByName(dr.doc.Networks, name, networkName)
-		if i < 0 {
-			return errorf(http.StatusNotFound, object, "no such network")
-		}
-		var on []string
-		for _, e := range dr.doc.Endpoints {
-			if e.HostComputeNetwork == name {
-				on = append(on, e.Name)
-			}
-		}
-		if len(on) > 0 {
-			return errorf(http.StatusConflict, object, "endpoints are on it: %v (delete them first)", on)
-		}
-		dr.doc.Networks = slices.Delete(dr.doc.Networks, i, i+1)
-		return nil
-	}))
 }
 
 func (d *daemon) listEndpoints(w http.ResponseWriter, r *http.Request) (any, error) {
@@ -569,75 +481,6 @@ func (d *daemon) deletePolicy(w http.ResponseWriter, r *http.Request) (any, erro
 		e.Policies = slices.Delete(e.Policies, idx, idx+1)
 		return nil
 	})
-}
-
-func (d *daemon) listLBs(w http.ResponseWriter, r *http.Request) (any, error) {
-	doc, _ := d.snapshot()
-	return nonNil(doc.LoadBalancers), nil
-}
-
-func (d *daemon) getLB(w http.ResponseWriter, r *http.Request) (any, error) {
-	name := r.PathValue("name")
-	doc, _ := d.snapshot()
-	i := findByName(doc.LoadBalancers, name, lbName)
-	if i < 0 {
-		return nil, errorf(http.StatusNotFound, "load balancer "+name, "no such load balancer")
-	}
-	return doc.LoadBalancers[i], nil
-}
-
-func (d *daemon) createLB(w http.ResponseWriter, r *http.Request) (any, error) {
-	var lb api.LoadBalancer
-	if err := decode(r, "load balancer", &lb); err != nil {
-		return nil, err
-	}
-	if lb.Name == "" {
-		return nil, errorf(http.StatusBadRequest, "load balancer", "Name: a load balancer needs a name")
-	}
-	object := "load balancer " + lb.Name
-	return d.accepted(d.change(object, ifMatch(r), func(dr *draft) error {
-		if err := hns(dr); err != nil {
-			return err
-		}
-		if findByName(dr.doc.LoadBalancers, lb.Name, lbName) >= 0 {
-			return errorf(http.StatusConflict, object, "Name: a load balancer of that name exists")
-		}
-		dr.doc.LoadBalancers = append(dr.doc.LoadBalancers, lb)
-		return nil
-	}))
-}
-
-func (d *daemon) putLB(w http.ResponseWriter, r *http.Request) (any, error) {
-	name := r.PathValue("name")
-	object := "load balancer " + name
-	var lb api.LoadBalancer
-	if err := decode(r, object, &lb); err != nil {
-		return nil, err
-	}
-	if err := named(object, &lb.Name, name); err != nil {
-		return nil, err
-	}
-	return d.accepted(d.change(object, ifMatch(r), func(dr *draft) error {
-		i := findByName(dr.doc.LoadBalancers, name, lbName)
-		if i < 0 {
-			return errorf(http.StatusNotFound, object, "no such load balancer")
-		}
-		dr.doc.LoadBalancers[i] = lb
-		return nil
-	}))
-}
-
-func (d *daemon) deleteLB(w http.ResponseWriter, r *http.Request) (any, error) {
-	name := r.PathValue("name")
-	object := "load balancer " + name
-	return d.accepted(d.change(object, ifMatch(r), func(dr *draft) error {
-		i := findByName(dr.doc.LoadBalancers, name, lbName)
-		if i < 0 {
-			return errorf(http.StatusNotFound, object, "no such load balancer")
-		}
-		dr.doc.LoadBalancers = slices.Delete(dr.doc.LoadBalancers, i, i+1)
-		return nil
-	}))
 }
 
 // nonNil makes an empty list answer [] rather than null.
