@@ -393,62 +393,21 @@ func (c *cli) readObject(file string, v any) error {
 	return nil
 }
 
-func (c *cli) create(args []string) error {
+func (c *cli) create(args []string) error { return c.write(args, false) }
+
+func (c *cli) update(args []string) error { return c.write(args, true) }
+
+// write creates an object from a JSON file (update: replaces the object
+// named in the file or by NAME).
+func (c *cli) write(args []string, update bool) error {
 	var file string
+	most := 1
+	if update {
+		most = 2
+	}
 	pos, err := c.parse(args, func(fl *flagSet) {
 		fl.StringVar(&file, "f", "", "the object's JSON `file` (- for standard input)")
-	}, 1, 1)
-	if err != nil {
-		return err
-	}
-	kind, err := c.kind(pos[0])
-	if err != nil {
-		return err
-	}
-	if file == "" {
-		return c.usageErr("-f FILE is required")
-	}
-	var name string
-	switch kind {
-	case "network":
-		var n api.Network
-		if err := c.readObject(file, &n); err != nil {
-			return err
-		}
-		name, err = n.Name, c.client.CreateNetwork(c.ctx, &n)
-	case "endpoint":
-		var e api.Endpoint
-		if err := c.readObject(file, &e); err != nil {
-			return err
-		}
-		e.Status = nil
-		name, err = e.Name, c.client.CreateEndpoint(c.ctx, &e)
-	case "lb":
-		var lb api.LoadBalancer
-		if err := c.readObject(file, &lb); err != nil {
-			return err
-		}
-		name, err = lb.Name, c.client.CreateLoadBalancer(c.ctx, &lb)
-	}
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(c.stdout, "%s %s created\n", kindName(kind), name)
-	return nil
-}
-
-func kindName(kind string) string {
-	if kind == "lb" {
-		return "load balancer"
-	}
-	return kind
-}
-
-func (c *cli) update(args []string) error {
-	var file string
-	pos, err := c.parse(args, func(fl *flagSet) {
-		fl.StringVar(&file, "f", "", "the object's JSON `file` (- for standard input)")
-	}, 1, 2)
+	}, 1, most)
 	if err != nil {
 		return err
 	}
@@ -463,7 +422,7 @@ func (c *cli) update(args []string) error {
 	// that they agree.
 	named := func(name *string) error {
 		if len(pos) < 2 {
-			if *name == "" {
+			if update && *name == "" {
 				return fmt.Errorf("%s: the %s has no Name: give it in the JSON or as NAME", file, kindName(kind))
 			}
 			return nil
@@ -477,42 +436,62 @@ func (c *cli) update(args []string) error {
 		}
 		return nil
 	}
-	var name string
+	var obj any
+	var name *string
 	switch kind {
 	case "network":
-		var n api.Network
-		if err := c.readObject(file, &n); err != nil {
-			return err
-		}
-		if err := named(&n.Name); err != nil {
-			return err
-		}
-		name, err = n.Name, c.client.UpdateNetwork(c.ctx, &n)
+		n := &api.Network{}
+		obj, name = n, &n.Name
 	case "endpoint":
-		var e api.Endpoint
-		if err := c.readObject(file, &e); err != nil {
-			return err
-		}
-		if err := named(&e.Name); err != nil {
-			return err
-		}
-		e.Status = nil
-		name, err = e.Name, c.client.UpdateEndpoint(c.ctx, &e)
+		e := &api.Endpoint{}
+		obj, name = e, &e.Name
 	case "lb":
-		var lb api.LoadBalancer
-		if err := c.readObject(file, &lb); err != nil {
-			return err
+		lb := &api.LoadBalancer{}
+		obj, name = lb, &lb.Name
+	}
+	if err := c.readObject(file, obj); err != nil {
+		return err
+	}
+	if err := named(name); err != nil {
+		return err
+	}
+	switch o := obj.(type) {
+	case *api.Network:
+		if update {
+			err = c.client.UpdateNetwork(c.ctx, o)
+		} else {
+			err = c.client.CreateNetwork(c.ctx, o)
 		}
-		if err := named(&lb.Name); err != nil {
-			return err
+	case *api.Endpoint:
+		o.Status = nil
+		if update {
+			err = c.client.UpdateEndpoint(c.ctx, o)
+		} else {
+			err = c.client.CreateEndpoint(c.ctx, o)
 		}
-		name, err = lb.Name, c.client.UpdateLoadBalancer(c.ctx, &lb)
+	case *api.LoadBalancer:
+		if update {
+			err = c.client.UpdateLoadBalancer(c.ctx, o)
+		} else {
+			err = c.client.CreateLoadBalancer(c.ctx, o)
+		}
 	}
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(c.stdout, "%s %s updated\n", kindName(kind), name)
+	did := "created"
+	if update {
+		did = "updated"
+	}
+	fmt.Fprintf(c.stdout, "%s %s %s\n", kindName(kind), *name, did)
 	return nil
+}
+
+func kindName(kind string) string {
+	if kind == "lb" {
+		return "load balancer"
+	}
+	return kind
 }
 
 func (c *cli) delete(args []string) error {
