@@ -92,11 +92,11 @@ func (s *Switch) Capture(ctx context.Context, port string, w io.Writer, opt Capt
 		return sum, fmt.Errorf("capture of port %q: %w", port, err)
 	}
 	if s.Port(port) == nil {
-		return sum, fmt.Errorf("capture: no port %q in the policy", port)
+		return sum, noPort("capture", port)
 	}
 	a := s.attachment(port)
 	if a == nil {
-		return sum, fmt.Errorf("capture: port %q: %w", port, ErrNoDevice)
+		return sum, fmt.Errorf("capture of port %q: %w", port, ErrNoDevice)
 	}
 	ng, err := pcapgo.NewNgWriterInterface(w, pcapgo.NgInterface{
 		Name:                port,
@@ -179,7 +179,7 @@ drain:
 	case werr != nil:
 		return sum, fmt.Errorf("capture of port %q: %w", port, werr)
 	case detached:
-		return sum, fmt.Errorf("capture: port %q: %w", port, ErrDetached)
+		return sum, fmt.Errorf("capture of port %q: %w", port, ErrDetached)
 	}
 	return sum, nil
 }

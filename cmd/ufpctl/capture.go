@@ -47,18 +47,6 @@ func (c *cli) capture(args []string) error {
 	default:
 		return c.usageErr("-direction: %q is not in or out", opt.Direction)
 	}
-	// A port with no device has nothing to capture: say so before
-	// starting (ufpd's capture call would just end).
-	ports, err := c.client.Ports(c.ctx)
-	if err != nil {
-		return err
-	}
-	for _, p := range ports {
-		if p.Name == port && p.Device == nil {
-			return fmt.Errorf("capture of port %s: the port has no device attached: there is nothing to capture", port)
-		}
-	}
-
 	ctx := c.ctx
 	if dur > 0 {
 		var cancel context.CancelFunc

@@ -31,9 +31,9 @@ func TestCaptureErrors(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"capture", "pod-a", "-w", file}, 1, "ufpctl: capture of port pod-a: the port has no device attached: there is nothing to capture\n"},
-		{[]string{"capture", "pod-a", "-w", "-", "-c", "1", "-t", "5s"}, 1, "ufpctl: capture of port pod-a: the port has no device attached"},
-		{[]string{"capture", "nope", "-w", file}, 1, "ufpctl: capture of port nope: no port \"nope\"\n"},
+		{[]string{"capture", "pod-a", "-w", file}, 1, "ufpctl: capture of port \"pod-a\": no device attached\n"},
+		{[]string{"capture", "pod-a", "-w", "-", "-c", "1", "-t", "5s"}, 1, "ufpctl: capture of port \"pod-a\": no device attached"},
+		{[]string{"capture", "nope", "-w", file}, 1, "ufpctl: capture: no port \"nope\"\n"},
 		{[]string{"capture", "pod-a"}, 2, "ufpctl capture: -w FILE is required (- for standard output)"},
 		{[]string{"capture", "pod-a", "-w", file, "-direction", "both"}, 2, `ufpctl capture: -direction: "both" is not in or out`},
 		{[]string{"capture", "pod-a", "-w", file, "-c", "-1"}, 2, "ufpctl capture: -c: -1 is negative"},

@@ -30,26 +30,20 @@ func (d *daemon) inspectRoutes(h func(string, func(http.ResponseWriter, *http.Re
 		return nonNil(d.sw.RuleCounters()), nil
 	})
 	h("GET /v1/flows", func(w http.ResponseWriter, r *http.Request) (any, error) {
-		f, err := api.ParseFlowFilter(r.URL.Query())
+		f, err := d.flowFilter(r)
 		if err != nil {
-			return nil, errorf(http.StatusBadRequest, "flows", "%v", err)
+			return nil, err
 		}
 		if r.URL.Query().Get("limit") == "" {
 			f.Limit = 1000
-		}
-		if f.Port != "" && d.sw.Port(f.Port) == nil {
-			return nil, errorf(http.StatusNotFound, "flows", "port: no port %q", f.Port)
 		}
 		flows, n := d.sw.Flows(f)
 		return api.FlowList{Flows: nonNil(flows), Matched: n}, nil
 	})
 	h("DELETE /v1/flows", func(w http.ResponseWriter, r *http.Request) (any, error) {
-		f, err := api.ParseFlowFilter(r.URL.Query())
+		f, err := d.flowFilter(r)
 		if err != nil {
-			return nil, errorf(http.StatusBadRequest, "flows", "%v", err)
-		}
-		if f.Port != "" && d.sw.Port(f.Port) == nil {
-			return nil, errorf(http.StatusNotFound, "flows", "port: no port %q", f.Port)
+			return nil, err
 		}
 		n := d.sw.FlushFlows(f)
 		d.log.Info("flows flushed", "filter", r.URL.RawQuery, "removed", n)
@@ -67,6 +61,16 @@ func (d *daemon) inspectRoutes(h func(string, func(http.ResponseWriter, *http.Re
 		return res, switchError("trace", err)
 	})
 	mux.HandleFunc("GET /v1/ports/{name}/capture", d.capture)
+}
+
+// flowFilter reads the flow filter of r's query, checked against the
+// running policy.
+func (d *daemon) flowFilter(r *http.Request) (vswitch.FlowFilter, error) {
+	f, err := api.ParseFlowFilter(r.URL.Query())
+	if err != nil {
+		return f, errorf(http.StatusBadRequest, "flows", "%v", err)
+	}
+	return f, switchError("flows", d.sw.CheckFlowFilter(f))
 }
 
 // switchError gives an error of the switch's its API status.
@@ -115,17 +119,7 @@ func (d *daemon) capture(w http.ResponseWriter, r *http.Request) {
 			*dst = n
 		}
 	}
-	opt.Direction = q.Get("direction")
-	switch opt.Direction {
-	case "", "in", "out":
-	default:
-		d.answer(w, r, nil, errorf(http.StatusBadRequest, object, "direction: %q is not in or out", opt.Direction))
-		return
-	}
-	if d.sw.Port(port) == nil {
-		d.answer(w, r, nil, errorf(http.StatusNotFound, object, "no port %q", port))
-		return
-	}
+	opt.Direction = q.Get("direction") // checked by Capture, as the port is
 	fw := &flushWriter{w: w, rc: http.NewResponseController(w)}
 	sum, err := d.sw.Capture(r.Context(), port, fw, opt)
 	if !fw.started {
@@ -140,7 +134,8 @@ func (d *daemon) capture(w http.ResponseWriter, r *http.Request) {
 		case errors.Is(err, vswitch.ErrNoDevice):
 			status = http.StatusConflict
 		}
-		d.answer(w, r, nil, errorf(status, object, "%v", err))
+		// The switch's message names the capture and the port.
+		d.answer(w, r, nil, &apiError{status: status, object: object, msg: err.Error()})
 		return
 	}
 	d.log.Info("capture ended", "port", port, "captured", sum.Captured, "dropped", sum.Dropped, "err", err)

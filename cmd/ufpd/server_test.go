@@ -539,6 +539,9 @@ func TestAPIInspect(t *testing.T) {
 	if err := c.Capture(ctx, "pod-z", io.Discard, api.CaptureOptions{Count: 1}); !api.IsNotFound(err) {
 		t.Errorf("capture of pod-z: %v", err)
 	}
+	if status, msg := raw(t, c, "GET", "/v1/ports/pod-b/capture?direction=up", ""); status != 400 || !strings.Contains(msg, `direction: "up"`) {
+		t.Errorf("a capture in direction up: %d %s", status, msg)
+	}
 }
 
 func waitFor(t *testing.T, cond func() bool) {
