@@ -322,3 +322,25 @@ func TestInspectJSON(t *testing.T) {
 		t.Errorf("%v: %s", err, b)
 	}
 }
+
+// TestFlowsEcho checks that an ICMP echo flow says so, its identifier in
+// both ports.
+func TestFlowsEcho(t *testing.T) {
+	r := ulNewRig(t, mustParse(t, traceACLDoc))
+	traceSend(t, r, "pod-a", natPkt{smac: traceA, dmac: traceB, src: "10.0.0.10", sport: 7, dst: "10.0.0.11", proto: "echo"}, "drop blocked-by-policy")
+	flows, n := r.sw.Flows(FlowFilter{Proto: dataplane.ProtoICMPv4})
+	if n == 0 {
+		t.Fatal("no icmp flow")
+	}
+	for _, f := range flows {
+		if !f.Echo || f.SrcPort != 7 || f.DstPort != 7 {
+			t.Errorf("echo flow %+v: want Echo with identifier 7 in both ports", f)
+		}
+	}
+	tcp, _ := flowRig(t).sw.Flows(FlowFilter{Proto: dataplane.ProtoTCP})
+	for _, f := range tcp {
+		if f.Echo {
+			t.Errorf("tcp flow %+v says echo", f)
+		}
+	}
+}

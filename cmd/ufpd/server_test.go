@@ -659,3 +659,28 @@ func TestStateRestore(t *testing.T) {
 		t.Errorf("a torn state file: %v", err)
 	}
 }
+
+// TestRemoveStaleTemps checks that the temporary files a crash inside
+// writeState leaves are removed at start, and nothing else.
+func TestRemoveStaleTemps(t *testing.T) {
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state.json")
+	keep := []string{state, filepath.Join(dir, "other.json"), filepath.Join(dir, ".other.json.1")}
+	stale := []string{filepath.Join(dir, ".state.json.123"), filepath.Join(dir, ".state.json.456")}
+	for _, f := range append(slices.Clone(keep), stale...) {
+		if err := os.WriteFile(f, []byte("{}"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	removeStaleTemps(state)
+	for _, f := range keep {
+		if _, err := os.Stat(f); err != nil {
+			t.Errorf("%s: %v, want it kept", f, err)
+		}
+	}
+	for _, f := range stale {
+		if _, err := os.Stat(f); !os.IsNotExist(err) {
+			t.Errorf("%s is still there (%v)", f, err)
+		}
+	}
+}
