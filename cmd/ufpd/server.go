@@ -339,7 +339,7 @@ func (d *daemon) createEndpoint(w http.ResponseWriter, r *http.Request) (any, er
 		if findByName(dr.doc.Endpoints, e.Name, endpointName) >= 0 {
 			return errorf(http.StatusConflict, object, "Name: an endpoint of that name exists")
 		}
-		if err := checkEndpointDevice(object, &e, dr); err != nil {
+		if err := checkEndpointDevice(object, &e); err != nil {
 			return err
 		}
 		dr.doc.Endpoints = append(dr.doc.Endpoints, e.EndpointConfig)
@@ -348,35 +348,15 @@ func (d *daemon) createEndpoint(w http.ResponseWriter, r *http.Request) (any, er
 	}))
 }
 
-// checkEndpointDevice checks what the configuration file's checks cannot
-// name an endpoint for: a device naming another port, a port that has a
-// device already.
-func checkEndpointDevice(object string, e *api.Endpoint, dr *draft) error {
-	if e.Device == nil {
-		return nil
-	}
-	if e.Device.Port != "" && e.Device.Port != e.Name {
+// checkEndpointDevice checks what the configuration's own checks cannot
+// name for an endpoint: a device that names another port. (An interface
+// that another port's device has is refused by the configuration's
+// check.)
+func checkEndpointDevice(object string, e *api.Endpoint) error {
+	if e.Device != nil && e.Device.Port != "" && e.Device.Port != e.Name {
 		return errorf(http.StatusBadRequest, object, "Device.port: %q is not the endpoint's name (leave it out)", e.Device.Port)
 	}
-	for _, dc := range dr.devs {
-		if dc.Port != e.Name && dc.netnsPath() == (&deviceConfig{NetNS: e.Device.NetNS}).netnsPath() &&
-			dc.Name != "" && dc.Name == deviceName(e) {
-			return errorf(http.StatusConflict, object, "Device.name: interface %q in namespace %q is port %s's", dc.Name, dc.NetNS, dc.Port)
-		}
-	}
 	return nil
-}
-
-// deviceName is the interface name e's device gets (its default filled
-// in as the configuration's check does).
-func deviceName(e *api.Endpoint) string {
-	switch {
-	case e.Device.Name != "":
-		return e.Device.Name
-	case e.Device.NetNS != "":
-		return "eth0"
-	}
-	return e.Name
 }
 
 func (d *daemon) putEndpoint(w http.ResponseWriter, r *http.Request) (any, error) {
@@ -394,7 +374,7 @@ func (d *daemon) putEndpoint(w http.ResponseWriter, r *http.Request) (any, error
 		if i < 0 {
 			return errorf(http.StatusNotFound, object, "no such endpoint")
 		}
-		if err := checkEndpointDevice(object, &e, dr); err != nil {
+		if err := checkEndpointDevice(object, &e); err != nil {
 			return err
 		}
 		dr.doc.Endpoints[i] = e.EndpointConfig

@@ -271,6 +271,7 @@ func TestAPIErrors(t *testing.T) {
 		{"namespace missing", "POST", "/v1/endpoints", `{"Name": "pod-x", "HostComputeNetwork": "flannel.4096", "MacAddress": "02:00:00:00:01:0c", "IpConfigurations": [{"IpAddress": "10.244.1.12"}], "Device": {"type": "tap", "netns": "/nonexistent/ns"}}`, 400, "endpoint pod-x: rejected; the running policy stays: port pod-x: netns /nonexistent/ns"},
 		{"stale revision", "DELETE", "/v1/loadbalancers/web", ``, 412, "load balancer web: changed meanwhile"},
 		{"no such call", "GET", "/v1/nothing", ``, 404, "GET /v1/nothing: no such API call"},
+		{"interface twice", "PUT", "/v1/config", `{"policy": {"switch": {}, "ports": [{"name": "a", "mac": "02:00:00:00:00:0a"}, {"name": "b", "mac": "02:00:00:00:00:0b"}]}, "devices": [{"port": "a", "type": "tap", "name": "x0"}, {"port": "b", "type": "tap", "name": "x0"}]}`, 400, `config: devices[1].name: interface "x0" in that namespace is devices[0]'s too`},
 		{"bad config", "PUT", "/v1/config", `{"policy": {"switch": {}, "ports": [{"name": "a", "mac": "zz"}]}}`, 400, "config: policy: ports[0].mac"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
