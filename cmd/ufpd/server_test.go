@@ -420,22 +420,24 @@ func TestAPIInspect(t *testing.T) {
 	var pcap lockedBuffer
 	captured := make(chan error, 1)
 	go func() { captured <- c.Capture(ctx, "pod-b", &pcap, api.CaptureOptions{Count: 2}) }()
-	waitFor(t, func() bool { // the capture is running when a frame shows in it
-		podA.Inject(udpFrame(t, "02:00:00:00:01:0a", "02:00:00:00:01:0b", "10.244.1.10", "10.244.1.11", 40000, 53))
-		_, ok := podB.Receive(100 * time.Millisecond)
-		return ok && pcap.Len() > 0
-	})
-	podA.Inject(udpFrame(t, "02:00:00:00:01:0a", "02:00:00:00:01:0b", "10.244.1.10", "10.244.1.11", 40001, 53))
-	if _, ok := podB.Receive(5 * time.Second); !ok {
-		t.Fatal("nothing reached pod-b")
-	}
-	select {
-	case err := <-captured:
-		if err != nil {
-			t.Fatal(err)
+	// Frames until the capture has two: those sent before it started
+	// are not in it.
+	deadline := time.After(10 * time.Second)
+	for sport, done := uint16(40000), false; !done; sport++ {
+		podA.Inject(udpFrame(t, "02:00:00:00:01:0a", "02:00:00:00:01:0b", "10.244.1.10", "10.244.1.11", sport, 53))
+		if _, ok := podB.Receive(5 * time.Second); !ok {
+			t.Fatal("nothing reached pod-b")
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the capture of 2 frames did not end")
+		select {
+		case err := <-captured:
+			if err != nil {
+				t.Fatal(err)
+			}
+			done = true
+		case <-deadline:
+			t.Fatal("the capture of 2 frames did not end")
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 	r, err := pcapgo.NewNgReader(bytes.NewReader(pcap.Bytes()), pcapgo.DefaultNgReaderOptions)
 	if err != nil {
@@ -543,16 +545,6 @@ func TestAPIInspect(t *testing.T) {
 	if status, msg := raw(t, c, "GET", "/v1/ports/pod-b/capture?direction=up", ""); status != 400 || !strings.Contains(msg, `direction: "up"`) {
 		t.Errorf("a capture in direction up: %d %s", status, msg)
 	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
-		if cond() {
-			return
-		}
-	}
-	t.Fatal("timed out")
 }
 
 // lockedBuffer is a bytes.Buffer written and read by different
