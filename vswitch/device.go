@@ -25,6 +25,17 @@ type Device interface {
 	Close() error
 }
 
+// GSOWriter is implemented by a Device that takes frames with their
+// offload metadata as it is: a partial checksum (Offload.NeedsCsum) left
+// for the kernel or the NIC to finish, and a TCP or UDP super-frame
+// (Offload.GSOType) whose segmented header is the frame's own, written
+// whole. The switch segments in software (dataplane.Segmenter) every
+// super-frame bound for a device without it, and every tunnelled one. A
+// device without it completes partial checksums itself.
+type GSOWriter interface {
+	WritesGSO() bool
+}
+
 // ErrClosed is returned by a closed device (the same error as
 // device.ErrClosed, so that real devices and memory ones agree).
 var ErrClosed = device.ErrClosed

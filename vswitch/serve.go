@@ -215,10 +215,11 @@ func (s *Switch) Now() int64 { return int64(time.Since(s.epoch)) }
 func (s *Switch) TxNoDevice() uint64 { return s.txNoDevice.Load() }
 
 // write sends pkts to the device of port id, counted by w (the worker
-// that forwards them). A write that fails is counted against the
-// destination's port and logged when its writes start and stop failing;
-// it never stops the worker that forwards.
-func (s *Switch) write(w *dataplane.Worker, id dataplane.PortID, pkts []*dataplane.Packet) {
+// that forwards them). Super-frames the device cannot take whole are
+// segmented first, with sg (the worker's). A write that fails is counted
+// against the destination's port and logged when its writes start and
+// stop failing; it never stops the worker that forwards.
+func (s *Switch) write(w *dataplane.Worker, sg *dataplane.Segmenter, id dataplane.PortID, pkts []*dataplane.Packet) {
 	port := s.PortByID(id)
 	var a *attachment
 	if port != nil {
@@ -226,6 +227,31 @@ func (s *Switch) write(w *dataplane.Worker, id dataplane.PortID, pkts []*datapla
 	}
 	if a == nil || a.failed.Load() != nil {
 		s.txNoDevice.Add(uint64(len(pkts)))
+		return
+	}
+	gw, ok := a.dev.(GSOWriter)
+	whole := ok && gw.WritesGSO()
+	from := 0 // the frames before pkts[from] are written
+	for i, p := range pkts {
+		if p.Offload.GSOType == dataplane.GSONone || whole && dataplane.GSOPlain(p) {
+			continue
+		}
+		s.writeDev(w, a, id, pkts[from:i])
+		from = i + 1
+		segs, ok := sg.Segment(p)
+		if !ok {
+			// Offload metadata that does not describe the frame.
+			w.SendFailed(id, 1)
+			continue
+		}
+		s.writeDev(w, a, id, segs)
+	}
+	s.writeDev(w, a, id, pkts[from:])
+}
+
+// writeDev writes pkts to a's device (port id) and counts them.
+func (s *Switch) writeDev(w *dataplane.Worker, a *attachment, id dataplane.PortID, pkts []*dataplane.Packet) {
+	if len(pkts) == 0 {
 		return
 	}
 	n, err := a.dev.WritePackets(pkts)
@@ -267,6 +293,7 @@ func (s *Switch) servePort(ctx context.Context, a *attachment) error {
 		pkts[i] = dataplane.NewPacket(dataplane.BufferSize)
 	}
 	out := make([]*dataplane.Packet, 0, BatchSize)
+	var sg dataplane.Segmenter
 	for {
 		n, err := a.dev.ReadPackets(pkts)
 		if err != nil {
@@ -310,7 +337,7 @@ func (s *Switch) servePort(ctx context.Context, a *attachment) error {
 			for j < len(out) && out[j].OutPort == out[i].OutPort {
 				j++
 			}
-			s.write(w, out[i].OutPort, out[i:j])
+			s.write(w, &sg, out[i].OutPort, out[i:j])
 			i = j
 		}
 	}

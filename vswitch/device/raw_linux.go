@@ -29,10 +29,13 @@ import (
 // local sender's checksum offload; for a tunnelled frame, the inner one)
 // is read as Offload.NeedsCsum with the kernel's own CsumStart and
 // CsumOffset, a frame it verified gets Offload.DataValid, and a GRO or TSO
-// super-frame its GSO type and segment size. Frames are written with an
-// empty header: a partial checksum is completed in software before, and a
-// GSO super-frame is dropped (TxDropped). VLAN tags the kernel stripped
-// are put back in the frame (offsets moved to match).
+// super-frame its GSO type and segment size. Frames are written with
+// their offloads in the header in turn: the kernel finishes a partial
+// checksum, and segments a TCP or UDP super-frame (or has the NIC do it,
+// with TSO). A tunnelled super-frame cannot be described to the kernel:
+// the switch segments those before the write (WritesGSO), and one written
+// anyway is dropped (TxDropped). VLAN tags the kernel stripped are put
+// back in the frame (offsets moved to match).
 //
 // A link that goes down does not end the device: writes are counted in
 // TxErrors until it is up again, and reads wait. An interface that is
@@ -418,38 +421,6 @@ func (r *Raw) takeFrame(i int) bool {
 	return r.count(p)
 }
 
-// vnetLen is the size of struct virtio_net_hdr.
-const vnetLen = 10
-
-// virtio-net header flags (virtio spec 5.1.6).
-const (
-	vnetNeedsCsum = 1
-	vnetDataValid = 2
-)
-
-// vnetOffload sets p's offload metadata from the virtio-net header h the
-// kernel gave with it (fields in the machine's byte order), its offsets
-// moved by shift bytes. It reports false for offsets outside the frame.
-func vnetOffload(h []byte, shift uint16, p *dataplane.Packet) bool {
-	o := &p.Offload
-	flags, gso := h[0], h[1]
-	if flags&vnetNeedsCsum != 0 {
-		start := binary.NativeEndian.Uint16(h[6:]) + shift
-		off := binary.NativeEndian.Uint16(h[8:])
-		if int(start)+int(off)+2 > p.Len() {
-			return false
-		}
-		o.NeedsCsum, o.CsumStart, o.CsumOffset = true, start, off
-	} else if flags&vnetDataValid != 0 {
-		o.DataValid = true
-	}
-	if gso != dataplane.GSONone {
-		o.GSOType, o.GSOSize = gso, binary.NativeEndian.Uint16(h[4:])
-		o.HdrLen = binary.NativeEndian.Uint16(h[2:]) + shift
-	}
-	return true
-}
-
 // count counts p's frame as received.
 func (r *Raw) count(p *dataplane.Packet) bool {
 	r.cnt.RxFrames.Add(1)
@@ -491,10 +462,14 @@ func insertVLAN(p *dataplane.Packet, tpid, tci uint16) bool {
 	return true
 }
 
+// WritesGSO reports that the device takes untunnelled super-frames and
+// partial checksums as they are (see Raw).
+func (r *Raw) WritesGSO() bool { return true }
+
 // WritePackets implements vswitch.Device: it sends the frames of pkts
-// with sendmmsg, RawMaxBatch at a time. A partial checksum is completed
-// in software; GSO super-frames and frames the kernel refuses (too short, longer than the MTU) are dropped
-// and counted in TxDropped; frames refused because the link is down
+// with sendmmsg, RawMaxBatch at a time, each with its offloads in a
+// virtio-net header. Tunnelled super-frames and frames the kernel refuses
+// (too short, longer than the MTU) are dropped and counted in TxDropped; frames refused because the link is down
 // (ENETDOWN) or gone (ENXIO), or for lack of buffers, are counted in
 // TxErrors; a link that is down is reported with an error wrapping
 // ErrLinkDown. The device stays usable. It returns the number of frames
@@ -542,11 +517,12 @@ func (r *Raw) writeVec(pkts []*dataplane.Packet) (int, error) {
 func (v *rawVec) prepareTx(pkts []*dataplane.Packet, cnt *Counters) {
 	v.k, v.next, v.n, v.err = 0, 0, 0, nil
 	for _, p := range pkts {
-		if p.Len() == 0 || !plainFrame(p) {
+		if p.Len() == 0 || !vnetWritable(p) {
 			cnt.TxDropped.Add(1)
 			continue
 		}
-		v.setIov(v.k, p.Bytes()) // the header stays zero: nothing to do
+		v.setIov(v.k, p.Bytes())
+		putVnet(v.vnet[v.k*vnetLen:], p)
 		h := &v.hdrs[v.k]
 		*h = mmsghdr{}
 		h.hdr.Iov = &v.iovs[2*v.k]

@@ -432,6 +432,8 @@ func TestVnetOffload(t *testing.T) {
 		{"super-frame", hdr(vnetNeedsCsum, dataplane.GSOTCPv4, 66, 1448, 34, 16), 0,
 			dataplane.Offload{NeedsCsum: true, CsumStart: 34, CsumOffset: 16, GSOType: dataplane.GSOTCPv4, GSOSize: 1448, HdrLen: 66}, true},
 		{"checksum beyond the frame", hdr(vnetNeedsCsum, 0, 0, 0, 90, 16), 0, dataplane.Offload{}, false},
+		{"super-frame without a segment size", hdr(vnetNeedsCsum, dataplane.GSOTCPv4, 66, 0, 34, 16), 0, dataplane.Offload{}, false},
+		{"headers beyond the frame", hdr(0, dataplane.GSOTCPv4, 100, 1448, 0, 0), 0, dataplane.Offload{}, false},
 	} {
 		p := dataplane.NewPacket(dataplane.BufferSize)
 		p.SetFrame(make([]byte, 100))

@@ -19,9 +19,17 @@ import (
 
 // TAP is a switch port on a Linux TAP interface: the switch holds the
 // file descriptor, the interface is a pod's eth0 (or any Link) in its
-// network namespace. Frames carry no virtio-net header: a partial
-// checksum is completed in software before a write, and a GSO super-frame
-// cannot be written (it is dropped and counted).
+// network namespace.
+//
+// Offloads: the TAP is opened with IFF_VNET_HDR and told (TUNSETOFFLOAD)
+// that the switch takes partial checksums and TCP (and, where the kernel
+// has it, UDP) segmentation, so the pod's stack hands over super-frames of
+// up to 64 KiB whose checksums it left unfinished, described in each
+// frame's virtio-net header (read into Packet.Offload). Writes describe
+// each frame's offloads the same way: a super-frame reaches the pod whole
+// and a partial checksum unfinished, as between two virtual NICs. A
+// tunnelled super-frame cannot be described: the switch segments those
+// before the write (WritesGSO).
 //
 // A TAP is read by one goroutine and written by any number (writes are
 // serialised); Close, Name and Counters may be called at any time.
@@ -41,14 +49,18 @@ type TAP struct {
 	// allocates nothing.
 	rx     tapBatch
 	readFn func(fd uintptr) bool
-	// riov is the reader's iovec pair: the packet's buffer, then one
-	// spare byte that only a frame too large for the buffer reaches.
-	riov  [2]unix.Iovec
+	// riov is the reader's iovecs: the virtio-net header, the packet's
+	// buffer, then one spare byte that only a frame too large for the
+	// buffer reaches.
+	riov  [3]unix.Iovec
+	rhdr  [vnetLen]byte
 	spare [1]byte
 
-	wmu     sync.Mutex // serialises writers; guards tx
+	wmu     sync.Mutex // serialises writers; guards tx, wiov and whdr
 	tx      tapBatch
 	writeFn func(fd uintptr) bool
+	wiov    [2]unix.Iovec // the virtio-net header, the frame
+	whdr    [vnetLen]byte
 }
 
 // tapBatch is the state of one ReadPackets or WritePackets call, shared
@@ -65,11 +77,18 @@ var _ interface {
 	Close() error
 } = (*TAP)(nil)
 
-// tapIfFlags are the TUNSETIFF flags of a TAP. Adding IFF_VNET_HDR later
-// means also changing readFrame (an iovec for the header in front),
-// tapWriteFrame and plainFrame, the only places that know the frame
-// layout on the fd.
-const tapIfFlags = unix.IFF_TAP | unix.IFF_NO_PI
+// tapIfFlags are the TUNSETIFF flags of a TAP: each frame on the fd has a
+// virtio-net header in front (readFrame and writeFrame are the only
+// places that know that layout).
+const tapIfFlags = unix.IFF_TAP | unix.IFF_NO_PI | unix.IFF_VNET_HDR
+
+// tapOffloads are the offloads a TAP announces (TUNSETOFFLOAD): what the
+// switch takes from the pod's stack. UDP segmentation (TUN_F_USO4/6,
+// Linux 6.2) is dropped from them on a kernel that refuses it.
+const (
+	tapOffloads    = unix.TUN_F_CSUM | unix.TUN_F_TSO4 | unix.TUN_F_TSO6 | unix.TUN_F_TSO_ECN | tapOffloadsUSO
+	tapOffloadsUSO = 0x20 | 0x40 // TUN_F_USO4 | TUN_F_USO6 (linux/if_tun.h; not in x/sys/unix)
+)
 
 // tapTempName is the name pattern of a TAP before it gets l.Name: the
 // kernel replaces %d with the lowest free number in the caller's
@@ -186,7 +205,32 @@ func newTAP(fd int, name string, remove bool) (*TAP, error) {
 	}
 	t.rc = rc
 	t.readFn, t.writeFn = t.readBatch, t.writeBatch
+	if err := setOffloads(fd); err != nil {
+		if remove {
+			unix.IoctlSetInt(fd, unix.TUNSETPERSIST, 0)
+		}
+		t.f.Close()
+		return nil, fmt.Errorf("tap %s: %w", name, err)
+	}
 	return t, nil
+}
+
+// setOffloads sets the virtio-net header's size on the TAP fd (the
+// default; a process that had the interface before may have changed it)
+// and announces tapOffloads, without UDP segmentation if the kernel
+// refuses it.
+func setOffloads(fd int) error {
+	if err := unix.IoctlSetPointerInt(fd, unix.TUNSETVNETHDRSZ, vnetLen); err != nil {
+		return fmt.Errorf("TUNSETVNETHDRSZ: %w", err)
+	}
+	err := unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, tapOffloads)
+	if err == unix.EINVAL {
+		err = unix.IoctlSetInt(fd, unix.TUNSETOFFLOAD, tapOffloads&^tapOffloadsUSO)
+	}
+	if err != nil {
+		return fmt.Errorf("TUNSETOFFLOAD: %w", err)
+	}
+	return nil
 }
 
 // openTAPFd opens /dev/net/tun non-blocking and attaches it to a new TAP
@@ -318,46 +362,66 @@ func (t *TAP) readBatch(fd uintptr) bool {
 	return true
 }
 
-// readFrame reads one frame from fd into p with readv. It returns the
-// frame's length, or 0 with a nil error if the frame was consumed but did
-// not fit in p (the kernel silently truncates a frame to the buffer; the
-// spare byte tells).
+// readFrame reads one frame and its virtio-net header from fd into p
+// with readv. It returns the frame's length, or 0 with a nil error if the
+// frame was consumed but did not fit in p (the kernel silently truncates
+// a frame to the buffer; the spare byte tells) or its header does not fit
+// the frame.
 func (t *TAP) readFrame(fd int, p *dataplane.Packet) (int, error) {
 	buf := p.Reset()
-	t.riov[0].Base = &buf[0]
-	t.riov[0].SetLen(len(buf))
-	t.riov[1].Base = &t.spare[0]
-	t.riov[1].SetLen(len(t.spare))
+	t.riov[0].Base = &t.rhdr[0]
+	t.riov[0].SetLen(vnetLen)
+	t.riov[1].Base = &buf[0]
+	t.riov[1].SetLen(len(buf))
+	t.riov[2].Base = &t.spare[0]
+	t.riov[2].SetLen(len(t.spare))
 	r, _, errno := unix.Syscall(unix.SYS_READV, uintptr(fd), uintptr(unsafe.Pointer(&t.riov[0])), uintptr(len(t.riov)))
-	t.riov[0] = unix.Iovec{} // keep no reference to the caller's buffer
+	t.riov[1] = unix.Iovec{} // keep no reference to the caller's buffer
 	if errno != 0 {
 		if errno == unix.EFAULT || errno == unix.EMSGSIZE {
 			return 0, nil // too large
 		}
 		return 0, errno
 	}
-	n := int(r)
-	if n <= 0 || n > len(buf) || !p.SetLen(n) {
+	n := int(r) - vnetLen
+	if n <= 0 || n > len(buf) || !p.SetLen(n) || !vnetOffload(t.rhdr[:], 0, p) {
 		p.Reset()
 		return 0, nil
 	}
 	return n, nil
 }
 
-// tapWriteFrame writes p's frame to fd.
-func tapWriteFrame(fd int, p *dataplane.Packet) error {
+// writeFrame writes p's frame to fd behind the virtio-net header that
+// describes its offloads (wmu held).
+func (t *TAP) writeFrame(fd int, p *dataplane.Packet) error {
+	putVnet(t.whdr[:], p)
+	f := p.Bytes()
+	t.wiov[0].Base = &t.whdr[0]
+	t.wiov[0].SetLen(vnetLen)
+	t.wiov[1].Base = &f[0]
+	t.wiov[1].SetLen(len(f))
+	var errno syscall.Errno
 	for {
-		_, err := unix.Write(fd, p.Bytes())
-		if err != unix.EINTR {
-			return err
+		_, _, errno = unix.Syscall(unix.SYS_WRITEV, uintptr(fd), uintptr(unsafe.Pointer(&t.wiov[0])), uintptr(len(t.wiov)))
+		if errno != unix.EINTR {
+			break
 		}
 	}
+	t.wiov[1] = unix.Iovec{} // keep no reference to the caller's buffer
+	if errno != 0 {
+		return errno
+	}
+	return nil
 }
 
+// WritesGSO reports that the TAP takes untunnelled super-frames and
+// partial checksums as they are (see TAP).
+func (t *TAP) WritesGSO() bool { return true }
+
 // WritePackets implements vswitch.Device: one write per frame, as a TAP
-// has no batch write. A partial checksum is completed in software; GSO
-// super-frames and frames the kernel refuses as malformed are dropped and
-// counted in TxDropped; frames refused because the link is down (EIO) or
+// has no batch write, with the frame's offloads in its virtio-net header.
+// Tunnelled super-frames and frames the kernel refuses as malformed are
+// dropped and counted in TxDropped; frames refused because the link is down (EIO) or
 // for lack of memory are counted in TxErrors, and a link that is down is
 // reported with an error wrapping ErrLinkDown (the device stays usable).
 // It returns the number of frames written, and an error naming the
@@ -386,11 +450,11 @@ func (t *TAP) WritePackets(pkts []*dataplane.Packet) (int, error) {
 // writeBatch writes the frames of t.tx to fd, one write each.
 func (t *TAP) writeBatch(fd uintptr) bool {
 	for _, p := range t.tx.pkts {
-		if !plainFrame(p) {
+		if p.Len() == 0 || !vnetWritable(p) {
 			t.cnt.TxDropped.Add(1)
 			continue
 		}
-		switch err := tapWriteFrame(int(fd), p); err {
+		switch err := t.writeFrame(int(fd), p); err {
 		case nil:
 			t.cnt.TxFrames.Add(1)
 			t.cnt.TxBytes.Add(uint64(p.Len()))
