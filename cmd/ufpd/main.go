@@ -24,6 +24,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"sync"
 	"syscall"
 )
@@ -40,8 +41,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fl.SetOutput(stderr)
 	path := fl.String("config", "", "configuration file (JSON: policy and devices)")
 	check := fl.Bool("check", false, "validate the configuration and exit")
+	cpuProfile := fl.String("cpuprofile", "", "write a CPU profile (go tool pprof) of the whole run to this `file`")
 	fl.Usage = func() {
-		fmt.Fprintf(stderr, "usage: ufpd -config FILE [-check]\n       ufpd demo [-h]\n\n")
+		fmt.Fprintf(stderr, "usage: ufpd -config FILE [-check] [-cpuprofile FILE]\n       ufpd demo [-h]\n\n")
 		fl.PrintDefaults()
 	}
 	if err := fl.Parse(args); err != nil {
@@ -65,6 +67,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	log := newLogger(stderr, c.log)
+	if *cpuProfile != "" {
+		stopProfile, err := startCPUProfile(*cpuProfile)
+		if err != nil {
+			fmt.Fprintf(stderr, "ufpd: -cpuprofile: %v\n", err)
+			return 2
+		}
+		defer stopProfile()
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := daemonMain(ctx, *path, c, rev, fromState, log); err != nil {
@@ -72,6 +82,23 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// startCPUProfile starts profiling the process's CPU use into the file
+// at path; the function returned stops it and closes the file.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
 
 func newLogger(w io.Writer, lc logConfig) *slog.Logger {
