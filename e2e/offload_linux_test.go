@@ -47,7 +47,9 @@ func (c linkCounts) avg(later linkCounts, rx bool) float64 {
 // per-segment checksums before they leave by the uplink (an AF_PACKET
 // socket cannot describe a tunnelled super-frame to the kernel): node1's
 // eth0 sends frames no larger than the underlay's MTU, the peer ufpd
-// delivers them and the transfer verifies.
+// delivers them and the transfer verifies; the segments arriving from
+// the underlay are coalesced into super-frames again (GRO) before they
+// are written to the pod.
 func TestUfpdTSO(t *testing.T) {
 	l := newLab(t)
 	n1, n2 := overlayNode{1}, overlayNode{2}
@@ -106,6 +108,19 @@ func TestUfpdTSO(t *testing.T) {
 		// Pod MTU 1500 plus VXLAN's 50 bytes and the Ethernet header.
 		if wire > 1564 {
 			t.Errorf("the underlay carried %.0f bytes per frame: super-frames left unsegmented", wire)
+		}
+	})
+	// The other way, the segments that arrive in VXLAN are coalesced
+	// again before they are written to the pod.
+	t.Run("vxlan-in", func(t *testing.T) {
+		recvB := l.linkStats(b1, "eth0")
+		if _, err := tcpSend(a2, hostPort(ipB, 7000), size, nil); err != nil {
+			t.Fatalf("tcp: %v", err)
+		}
+		got := recvB.avg(l.linkStats(b1, "eth0"), true)
+		t.Logf("bytes per frame received by the pod on node1: %.0f", got)
+		if got < 3000 {
+			t.Errorf("pod B received %.0f bytes per frame: the segments from the underlay were not coalesced", got)
 		}
 	})
 }

@@ -215,8 +215,10 @@ func (s *Switch) Now() int64 { return int64(time.Since(s.epoch)) }
 func (s *Switch) TxNoDevice() uint64 { return s.txNoDevice.Load() }
 
 // write sends pkts to the device of port id, counted by w (the worker
-// that forwards them). Super-frames the device cannot take whole are
-// segmented first, with sg (the worker's). A write that fails is counted
+// that forwards them). For a device that takes super-frames whole, a
+// connection's consecutive TCP segments are coalesced into one first;
+// super-frames the device cannot take whole are segmented, with sg (the
+// worker's). A write that fails is counted
 // against the destination's port and logged when its writes start and
 // stop failing; it never stops the worker that forwards.
 func (s *Switch) write(w *dataplane.Worker, sg *dataplane.Segmenter, id dataplane.PortID, pkts []*dataplane.Packet) {
@@ -231,6 +233,10 @@ func (s *Switch) write(w *dataplane.Worker, sg *dataplane.Segmenter, id dataplan
 	}
 	gw, ok := a.dev.(GSOWriter)
 	whole := ok && gw.WritesGSO()
+	if whole {
+		// Consecutive segments of a connection go as one super-frame.
+		pkts = pkts[:dataplane.Coalesce(pkts)]
+	}
 	from := 0 // the frames before pkts[from] are written
 	for i, p := range pkts {
 		if p.Offload.GSOType == dataplane.GSONone || whole && dataplane.GSOPlain(p) {
