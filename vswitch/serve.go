@@ -14,7 +14,9 @@ import (
 	"github.com/ufp-dev/ufp/dataplane"
 )
 
-// BatchSize is how many frames a port's worker reads and processes at once.
+// BatchSize is how many frames a port's worker reads and processes at once
+// (more for a device with a larger BatchSize method, such as a TUN with
+// GSO).
 const BatchSize = 64
 
 // attachment is a device bound to a port, and the worker that serves it.
@@ -294,11 +296,17 @@ func (s *Switch) writeDev(w *dataplane.Worker, a *attachment, id dataplane.PortI
 func (s *Switch) servePort(ctx context.Context, a *attachment) error {
 	w := s.pl.NewWorker()
 	defer w.Release()
-	pkts := make([]*dataplane.Packet, BatchSize)
+	size := BatchSize
+	if d, ok := a.dev.(interface{ BatchSize() int }); ok {
+		// A TUN with GSO splits a super-frame into as many packets as
+		// its batch: one read must have room for them all.
+		size = max(size, d.BatchSize())
+	}
+	pkts := make([]*dataplane.Packet, size)
 	for i := range pkts {
 		pkts[i] = dataplane.NewPacket(dataplane.BufferSize)
 	}
-	out := make([]*dataplane.Packet, 0, BatchSize)
+	out := make([]*dataplane.Packet, 0, size)
 	var sg dataplane.Segmenter
 	for {
 		n, err := a.dev.ReadPackets(pkts)
