@@ -33,7 +33,7 @@ type Device struct {
 	// Uplink.HostPort). An endpoint's device may leave it empty: it is
 	// the endpoint's.
 	Port string `json:"port,omitempty"`
-	// Type is tap, tun or afpacket.
+	// Type is tap, tun, afpacket or afxdp.
 	Type string `json:"type"`
 	// Name is the interface's name: for tap and tun the name it gets in
 	// its namespace (default eth0 in another namespace, the port's name

@@ -55,15 +55,17 @@ type deviceConfig struct {
 	// uplink's, Uplink.HostPort's).
 	Port string `json:"port"`
 	// Type is "tap" (a pod's vNIC or the host's, made by ufpd), "tun" (an
-	// L3 port made by ufpd: a Linux TUN or a Wintun adapter) or
-	// "afpacket" (the uplink on an existing interface).
+	// L3 port made by ufpd: a Linux TUN or a Wintun adapter), "afpacket"
+	// (the uplink on an existing interface, through an AF_PACKET socket)
+	// or "afxdp" (the same through AF_XDP sockets and an XDP program,
+	// falling back to AF_PACKET where the kernel or the driver cannot).
 	Type string `json:"type"`
 	// Name is the interface's name: for tap and tun the name it gets in
 	// its namespace (default eth0 in another namespace, the port's name
-	// otherwise); for afpacket the existing interface to use.
+	// otherwise); for afpacket and afxdp the existing interface to use.
 	Name string `json:"name,omitempty"`
-	// NetNS is the network namespace the interface is in (afpacket) or is
-	// moved into (tap, tun): a path (/var/run/netns/pod-a,
+	// NetNS is the network namespace the interface is in (afpacket,
+	// afxdp) or is moved into (tap, tun): a path (/var/run/netns/pod-a,
 	// /proc/PID/ns/net) or a name under /var/run/netns. Empty: ufpd's.
 	NetNS string `json:"netns,omitempty"`
 }
@@ -178,7 +180,7 @@ func (d *deviceConfig) check(at string, pc *vswitch.PortConfig) error {
 	switch d.Type {
 	case "tap", "tun":
 		if pc.Uplink {
-			return fmt.Errorf("%s.type: the uplink is an existing interface (afpacket), not a %s ufpd makes", at, d.Type)
+			return fmt.Errorf("%s.type: the uplink is an existing interface (afpacket or afxdp), not a %s ufpd makes", at, d.Type)
 		}
 		if d.Name == "" {
 			d.Name = pc.Name
@@ -186,14 +188,14 @@ func (d *deviceConfig) check(at string, pc *vswitch.PortConfig) error {
 				d.Name = "eth0"
 			}
 		}
-	case "afpacket":
+	case "afpacket", "afxdp":
 		if d.Name == "" {
-			return fmt.Errorf("%s.name: an afpacket device needs the interface to use", at)
+			return fmt.Errorf("%s.name: an %s device needs the interface to use", at, d.Type)
 		}
 	case "":
-		return fmt.Errorf("%s.type: a device needs a type (tap, tun or afpacket)", at)
+		return fmt.Errorf("%s.type: a device needs a type (tap, tun or afpacket, or afxdp)", at)
 	default:
-		return fmt.Errorf("%s.type: %q is not tap, tun or afpacket", at, d.Type)
+		return fmt.Errorf("%s.type: %q is not tap, tun or afpacket, nor afxdp", at, d.Type)
 	}
 	if len(d.Name) > 15 || strings.ContainsAny(d.Name, "/ \t\n:") {
 		return fmt.Errorf("%s.name: %q is not an interface name (at most 15 bytes, no '/', ':' or spaces)", at, d.Name)

@@ -38,6 +38,9 @@ func TestConfigErrors(t *testing.T) {
 		{"bad type", withDevices(`{"port": "pod-a", "type": "veth"}`), `devices[0].type: "veth" is not tap, tun or afpacket`},
 		{"uplink as tap", withDevices(`{"port": "uplink", "type": "tap"}`), "devices[0].type: the uplink is an existing interface"},
 		{"afpacket without name", withDevices(`{"port": "uplink", "type": "afpacket"}`), "devices[0].name: an afpacket device needs the interface"},
+		{"afxdp without name", withDevices(`{"port": "uplink", "type": "afxdp"}`), "devices[0].name: an afxdp device needs the interface"},
+		{"afxdp long name", withDevices(`{"port": "uplink", "type": "afxdp", "name": "a-very-long-interface"}`), "devices[0].name: \"a-very-long-interface\" is not an interface name"},
+		{"afxdp and afpacket on one interface", withDevices(`{"port": "uplink", "type": "afxdp", "name": "eth0"}, {"port": "pod-a", "type": "afpacket", "name": "eth0"}`), `devices[1].name: interface "eth0" in that namespace is devices[0]'s too`},
 		{"long name", withDevices(`{"port": "pod-a", "type": "tap", "name": "a-very-long-interface"}`), "devices[0].name: \"a-very-long-interface\" is not an interface name"},
 		{"relative netns path", withDevices(`{"port": "pod-a", "type": "tap", "netns": "run/netns/x"}`), "devices[0].netns: \"run/netns/x\" is neither a name nor an absolute path"},
 		{"same interface twice", withDevices(`{"port": "pod-a", "type": "tap", "netns": "x"}, {"port": "pod-b", "type": "tap", "netns": "/var/run/netns/x"}`), `devices[1].name: interface "eth0" in that namespace is devices[0]'s too`},
@@ -50,6 +53,11 @@ func TestConfigErrors(t *testing.T) {
 				t.Errorf("error %v\nwant it to contain %q", err, tc.want)
 			}
 		})
+	}
+	if c, err := parseConfig([]byte(withDevices(`{"port": "uplink", "type": "afxdp", "netns": "node", "name": "eth0"}`))); err != nil {
+		t.Errorf("afxdp uplink: %v", err)
+	} else if d := c.devices[0]; d.Type != "afxdp" || d.Name != "eth0" || d.netnsPath() != "/var/run/netns/node" {
+		t.Errorf("afxdp uplink: %+v", d)
 	}
 	c, err := parseConfig([]byte(withDevices(`{"port": "pod-a", "type": "tap", "netns": "x"}, {"port": "pod-b", "type": "tap"}`)))
 	if err != nil {

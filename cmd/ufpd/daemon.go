@@ -117,7 +117,15 @@ func (d *daemon) open(spec deviceConfig, port *vswitch.Port) (reattached bool, e
 	if reattached {
 		how = "reattached"
 	}
-	d.log.Info("port device up", "port", spec.Port, "type", spec.Type, "name", spec.Name, "netns", spec.NetNS, "interface", how)
+	attrs := []any{"port", spec.Port, "type", spec.Type, "name", spec.Name, "netns", spec.NetNS, "interface", how}
+	if u, ok := dev.(interface{ uplinkIO() (string, error) }); ok {
+		io, fellBack := u.uplinkIO()
+		if fellBack != nil {
+			d.log.Warn("uplink: AF_XDP not available, using AF_PACKET", "port", spec.Port, "reason", fellBack)
+		}
+		attrs = append(attrs, "io", io)
+	}
+	d.log.Info("port device up", attrs...)
 	return reattached, nil
 }
 

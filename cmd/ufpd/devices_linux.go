@@ -17,36 +17,52 @@ func openDevice(spec deviceConfig, link device.Link) (dev vswitch.Device, reatta
 		return device.OpenOrCreateTAP(link)
 	case "tun":
 		return device.OpenOrCreateTUN(link)
+	case "afxdp":
+		// AF_XDP where the kernel and the driver have it, else AF_PACKET
+		// (the reason is logged by the caller through fallback).
+		u, err := openUplink(spec.Name, spec.netnsPath(), device.UplinkAuto)
+		return u, err == nil, err
 	default: // afpacket
 		// An existing interface: taken again, never made.
-		u, err := openUplink(spec.Name, spec.netnsPath())
+		u, err := openUplink(spec.Name, spec.netnsPath(), device.UplinkAFPacket)
 		return u, err == nil, err
 	}
 }
 
-// uplink is the uplink's raw socket on an interface the switch owns while
-// it is open: the kernel's own stack is kept off it (device.Dedicate) and
-// given it back on Close.
+// uplink is the uplink's device (AF_PACKET or AF_XDP) on an interface the
+// switch owns while it is open: the kernel's own stack is kept off it
+// (device.Dedicate) and given it back on Close.
 type uplink struct {
-	*device.Raw
+	device.Uplink
 	restore func() error
+	// fellBack says why an afxdp device is AF_PACKET (nil otherwise).
+	fellBack error
 }
 
-func openUplink(ifname, netns string) (*uplink, error) {
+func openUplink(ifname, netns string, mode device.UplinkMode) (*uplink, error) {
 	restore, err := device.Dedicate(ifname, netns)
 	if err != nil {
 		return nil, err
 	}
-	raw, err := device.OpenRaw(ifname, netns)
+	dev, fellBack, err := device.OpenUplink(ifname, netns, mode, device.XDPConfig{})
 	if err != nil {
 		return nil, errors.Join(err, restore())
 	}
-	return &uplink{Raw: raw, restore: restore}, nil
+	return &uplink{Uplink: dev, restore: restore, fellBack: fellBack}, nil
 }
 
-// Close closes the socket and gives the interface back to the kernel.
+// uplinkIO describes the uplink's I/O for the log ("AF_PACKET", or the
+// AF_XDP set-up) and says why AF_XDP was not used when it was asked for.
+func (u *uplink) uplinkIO() (io string, fellBack error) {
+	if x, ok := u.Uplink.(*device.XDP); ok {
+		return x.Info().String(), nil
+	}
+	return "AF_PACKET", u.fellBack
+}
+
+// Close closes the device and gives the interface back to the kernel.
 func (u *uplink) Close() error {
-	err := u.Raw.Close()
+	err := u.Uplink.Close()
 	if u.restore != nil {
 		err = errors.Join(err, u.restore())
 		u.restore = nil
