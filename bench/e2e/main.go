@@ -1,20 +1,28 @@
 // Command e2e measures pod-to-pod performance through ufpd and, on the
-// same topology, through a Linux bridge, and compares them.
+// same topologies, through the kernel (a Linux bridge) and Open vSwitch's
+// userspace datapath, and compares them.
 //
-//	sudo go run ./bench/e2e [-rounds 3] [-t 5] [-md FILE] [-v]
+//	sudo go run ./bench/e2e [-switches ufpd,bridge,ovs-tap,ovs-tso,ovs-afxdp]
+//	    [-topology pair|overlay|both] [-rounds 3] [-t 5] [-md FILE] [-v]
 //
-// For each switch under test it builds two pod namespaces (and, for the
-// bridge, a switch namespace), all named ufpb-<run id>-..., with no route
-// out of them. ufpd is built with `go build` into a temporary directory
-// and run as a child process on a generated configuration (ufpd-policy.json:
-// an Overlay network, two endpoints with OutBoundNAT exceptions and ACLs).
+// Topology pair puts pod A, the switch and pod B on one node; topology
+// overlay puts pod A on node 1 and pod B on node 2, each node with its own
+// switch, joined by VXLAN (VNI 4096, UDP 4789) over an underlay veth. For
+// each switch under test it builds the pods' and nodes' namespaces, all
+// named ufpb-<run id>-..., with no route out of them. ufpd is built with
+// `go build` into a temporary directory and run as child processes on
+// generated configurations (ufpd-policy.json: an Overlay network, the
+// pods' endpoints with OutBoundNAT exceptions and ACLs). Open vSwitch runs
+// as child processes too (ovsdb-server and ovs-vswitchd per node), each
+// in a private run directory with its own database.
 //
-// Rounds are interleaved (ufpd, bridge, ufpd, bridge, ...). Each round
+// Rounds are interleaved (A, B, C, ..., A, B, C, ...). Each round
 // measures, from pod A to pod B: ping latency, iperf3 TCP with 1 and 4
 // streams, and 64-byte UDP frames delivered per second, counted at pod B's
-// interface, with the switch's CPU time per delivered frame (ufpd's
-// utime+stime; the bridge's is the kernel's, not measured). The medians go
-// to standard output and, with -md, to a Markdown file.
+// interface, with the switch's CPU time per delivered frame (the
+// processes' utime+stime; the kernel's is not measured). The medians, and
+// the ratios of ufpd's to each other switch's, go to standard output and,
+// with -md, to a Markdown file.
 //
 // Everything the harness makes (namespaces, processes, files) is removed at
 // the end, also after an error or on SIGINT or SIGTERM. Processes are
@@ -43,29 +51,42 @@ func main() {
 
 // options are the command line's settings.
 type options struct {
-	rounds  int
-	seconds int    // iperf3 -t of each throughput test
-	mdPath  string // Markdown report; empty: none
-	verbose bool
-	args    []string // the flags as given, for the report
+	switches   []string // the switches under test, in round order
+	explicit   bool     // -switches named them (not "all")
+	topologies []string // pair, overlay or both, in that order
+	rounds     int
+	seconds    int    // iperf3 -t of each throughput test
+	mdPath     string // Markdown report; empty: none
+	verbose    bool
+	args       []string // the flags as given, for the report
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	o := options{args: args}
 	fl := flag.NewFlagSet("e2e", flag.ContinueOnError)
 	fl.SetOutput(stderr)
-	fl.IntVar(&o.rounds, "rounds", 3, "rounds per switch, interleaved (ufpd, bridge, ufpd, ...)")
+	switches := fl.String("switches", "all", "the `switches` under test, comma-separated, in round order: "+strings.Join(switchNames, ", ")+"; all: every one whose tools are installed")
+	topology := fl.String("topology", "both", "pair (pods on one node), overlay (pods on two nodes, VXLAN) or both")
+	fl.IntVar(&o.rounds, "rounds", 3, "rounds per switch, interleaved (ufpd, bridge, ovs-tap, ..., ufpd, ...)")
 	fl.IntVar(&o.seconds, "t", 5, "seconds of each iperf3 test (TCP 1 stream, TCP 4 streams, UDP)")
 	fl.StringVar(&o.mdPath, "md", "", "also write the results as Markdown to this `file`")
 	fl.BoolVar(&o.verbose, "v", false, "print every command the harness runs")
 	fl.Usage = func() {
-		fmt.Fprintf(stderr, "usage: sudo go run ./bench/e2e [-rounds N] [-t SECONDS] [-md FILE] [-v]\n\n"+
-			"Builds pod namespaces (ufpb-*) wired through ufpd and through a Linux bridge,\n"+
-			"measures TCP, 64-byte UDP frames and ping from pod A to pod B on each,\n"+
-			"prints the medians and removes everything it made.\n\n")
+		fmt.Fprintf(stderr, "usage: sudo go run ./bench/e2e [-switches LIST] [-topology pair|overlay|both] [-rounds N] [-t SECONDS] [-md FILE] [-v]\n\n"+
+			"Builds pod namespaces (ufpb-*) wired through ufpd, a Linux bridge and Open vSwitch's\n"+
+			"userspace datapath, on one node and across two nodes over VXLAN, measures TCP,\n"+
+			"64-byte UDP frames and ping from pod A to pod B on each, prints the medians and\n"+
+			"ratios, and removes everything it made.\n\n")
 		fl.PrintDefaults()
 	}
 	if err := fl.Parse(args); err != nil {
+		return o, err
+	}
+	var err error
+	if o.switches, o.explicit, err = parseSwitches(*switches); err != nil {
+		return o, err
+	}
+	if o.topologies, err = parseTopology(*topology); err != nil {
 		return o, err
 	}
 	switch {
@@ -88,10 +109,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "e2e: %v\n", err)
 		return 2
 	}
-	if err := checkPrerequisites(); err != nil {
+	if runtime.GOOS != "linux" {
+		fmt.Fprintln(stderr, "e2e: needs Linux (network namespaces, veth, TAP)")
+		return 2
+	}
+	avail, notes, err := checkPrerequisites(o.switches, o.explicit, os.Geteuid() == 0, exec.LookPath)
+	for _, n := range notes {
+		fmt.Fprintf(stderr, "e2e: %s\n", n)
+	}
+	if err != nil {
 		fmt.Fprintf(stderr, "e2e: %v\n", err)
 		return 2
 	}
+	o.switches = avail
 	ctx, stop := cancelOnSignal(stderr)
 	defer stop()
 	if err := bench(ctx, o, stdout, stderr); err != nil {
@@ -103,41 +133,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
-}
-
-// requiredTools are the programs the harness runs, with the Debian
-// package that has each.
-var requiredTools = []struct{ cmd, pkg string }{
-	{"ip", "iproute2"},
-	{"ss", "iproute2"},
-	{"iperf3", "iperf3"},
-	{"ping", "iputils-ping"},
-	{"go", "golang (the Go toolchain that builds ufpd)"},
-}
-
-// checkPrerequisites reports what is missing to run the benchmark: root,
-// and the programs it runs, with what to install.
-func checkPrerequisites() error {
-	if runtime.GOOS != "linux" {
-		return errors.New("needs Linux (network namespaces, veth, TAP)")
-	}
-	var errs []error
-	if os.Geteuid() != 0 {
-		errs = append(errs, errors.New("needs root (it creates network namespaces and runs ufpd): run it with sudo"))
-	}
-	var pkgs []string
-	for _, t := range requiredTools {
-		if _, err := exec.LookPath(t.cmd); err != nil {
-			errs = append(errs, fmt.Errorf("%s not found (package %s)", t.cmd, t.pkg))
-			if t.cmd != "go" && !slices.Contains(pkgs, t.pkg) {
-				pkgs = append(pkgs, t.pkg)
-			}
-		}
-	}
-	if len(pkgs) > 0 {
-		errs = append(errs, fmt.Errorf("install with: apt-get install -y %s", strings.Join(pkgs, " ")))
-	}
-	return errors.Join(errs...)
 }
 
 // cancelOnSignal returns a context that SIGINT, SIGTERM or SIGHUP cancels,
@@ -175,7 +170,7 @@ func cancelOnSignal(stderr io.Writer) (ctx context.Context, stop func()) {
 // the next starts.
 const pause = 500 * time.Millisecond
 
-// bench builds both testbeds, runs the interleaved rounds and reports.
+// bench runs each topology in turn and reports.
 func bench(ctx context.Context, o options, stdout, stderr io.Writer) (err error) {
 	r := &runner{verbose: o.verbose, log: stderr}
 	var td teardown
@@ -189,55 +184,140 @@ func bench(ctx context.Context, o options, stdout, stderr io.Writer) (err error)
 	id := newRunID()
 	fmt.Fprintf(stdout, "e2e: run %s: namespaces %s-*, work directory %s\n", id, namePrefix+id, work)
 
-	bin, err := buildUFPD(ctx, r, work)
-	if err != nil {
-		return err
-	}
-	ufpd, err := setupUFPD(ctx, r, &td, id, work, bin)
-	if err != nil {
-		return fmt.Errorf("ufpd testbed: %w", err)
-	}
-	bridge, err := setupBridge(ctx, r, &td, id)
-	if err != nil {
-		return fmt.Errorf("bridge testbed: %w", err)
-	}
-	beds := []*testbed{ufpd, bridge}
-	for _, b := range beds {
-		if err := b.prepare(ctx, r, &td, work); err != nil {
-			return fmt.Errorf("%s testbed: %w", b.name, err)
+	l := &lab{r: r, id: id, work: work}
+	if slices.Contains(o.switches, swUFPD) {
+		if l.ufpd, err = buildUFPD(ctx, r, work); err != nil {
+			return err
 		}
 	}
+	if slices.ContainsFunc(o.switches, isOVS) {
+		if l.ovs, err = readOVSVersion(ctx, r); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "e2e: %s\n", l.ovs)
+	}
+	var all []*results
+	for _, topo := range o.topologies {
+		res, err := benchTopology(ctx, l, topo, o, stdout)
+		if err != nil {
+			return fmt.Errorf("%s topology: %w", topo, err)
+		}
+		all = append(all, res)
+	}
+	return report(all, o, l.ovs, stdout)
+}
 
-	res := newResults(beds)
+// benchTopology builds the testbeds of topology topo, runs the
+// interleaved rounds, and removes the testbeds before it returns.
+func benchTopology(ctx context.Context, l *lab, topo string, o options, stdout io.Writer) (res *results, err error) {
+	var td teardown
+	defer func() { err = errors.Join(err, td.run()) }()
+	l.td = &td
+	defer func() { l.td = nil }()
+
+	var beds []*testbed
+	var skipped []string
+	for _, sw := range o.switches {
+		b, err := setups(topo, sw)(ctx, l)
+		var se *skipError
+		if errors.As(err, &se) {
+			note := fmt.Sprintf("%s: %v", sw, err)
+			fmt.Fprintf(stdout, "e2e: %s: %s\n", topo, note)
+			skipped = append(skipped, note)
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s testbed: %w", sw, err)
+		}
+		if err := b.prepare(ctx, l.r, &td, l.work, topo); err != nil {
+			return nil, fmt.Errorf("%s testbed: %w", sw, err)
+		}
+		if b.idle != nil {
+			if err := b.idle(); err != nil {
+				return nil, fmt.Errorf("%s testbed: %w", sw, err)
+			}
+		}
+		beds = append(beds, b)
+	}
+	if len(beds) == 0 {
+		return nil, errors.New("no testbed to measure")
+	}
+
+	res = newResults(topo, beds)
+	res.skipped = skipped
 	res.started, res.loadStart = time.Now(), loadAverage()
-	fmt.Fprintf(stdout, "e2e: %d rounds of %d s tests, load average %s\n", o.rounds, o.seconds, res.loadStart)
+	fmt.Fprintf(stdout, "e2e: %s: %d rounds of %d s tests on %s, load average %s\n", topo, o.rounds, o.seconds, bedOrder(res), res.loadStart)
 	for round := 1; round <= o.rounds; round++ {
 		for _, b := range beds {
-			s, errs := measureRound(ctx, r, b, o.seconds)
+			s, errs := measureAwake(ctx, l.r, b, o.seconds)
 			if ctx.Err() != nil {
-				return ctx.Err()
+				return nil, ctx.Err()
 			}
 			res.add(b.name, s, errs)
-			fmt.Fprintf(stdout, "round %d %-6s %s\n", round, b.name, s.brief())
+			fmt.Fprintf(stdout, "%s round %d %-9s %s\n", topo, round, b.name, s.brief())
 			for _, e := range errs {
-				fmt.Fprintf(stdout, "round %d %-6s failed: %v\n", round, b.name, e)
+				fmt.Fprintf(stdout, "%s round %d %-9s failed: %v\n", topo, round, b.name, e)
 			}
 		}
 	}
 	res.loadEnd = loadAverage()
-	return report(res, o, stdout)
+	return res, nil
 }
 
-// report prints the results and writes the Markdown file if asked.
-func report(res *results, o options, stdout io.Writer) error {
-	fmt.Fprintf(stdout, "\nload average %s at the start, %s at the end\n\n", res.loadStart, res.loadEnd)
-	writeText(stdout, res.medianRows())
-	fmt.Fprintln(stdout)
-	writeText(stdout, res.cpuRows())
+// measureAwake measures a round on b, waking it first and parking it
+// after if it polls (testbed.idle).
+func measureAwake(ctx context.Context, r *runner, b *testbed, seconds int) (sample, []error) {
+	if b.wake != nil {
+		if err := b.wake(); err != nil {
+			return newSample(), []error{err}
+		}
+		if err := sleep(ctx, pause); err != nil {
+			return newSample(), []error{err}
+		}
+	}
+	var before uint64
+	if b.datapath != nil {
+		var err error
+		if before, err = b.datapath(ctx); err != nil {
+			return newSample(), []error{err}
+		}
+	}
+	s, errs := measureRound(ctx, r, b, seconds)
+	if b.datapath != nil {
+		after, err := b.datapath(ctx)
+		switch {
+		case err != nil:
+			errs = append(errs, err)
+		case after <= before:
+			errs = append(errs, fmt.Errorf("%s's datapath looked up no packet during the round", b.name))
+		case r.verbose:
+			fmt.Fprintf(r.log, "e2e: %s's datapath looked up %d packets during the round\n", b.name, after-before)
+		}
+	}
+	if b.idle != nil {
+		if err := b.idle(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return s, errs
+}
+
+// report prints the results of each topology and writes the Markdown
+// file if asked.
+func report(all []*results, o options, ovs ovsVersion, stdout io.Writer) error {
+	for _, res := range all {
+		fmt.Fprintf(stdout, "\n%s: load average %s at the start, %s at the end\n\n", topologyTitle(res.topology), res.loadStart, res.loadEnd)
+		writeText(stdout, res.medianRows())
+		fmt.Fprintln(stdout)
+		writeText(stdout, res.cpuRows())
+		for _, n := range res.skipped {
+			fmt.Fprintf(stdout, "not measured: %s\n", n)
+		}
+	}
 	if o.mdPath == "" {
 		return nil
 	}
-	md := markdownReport(res, describeRun(o, res.started))
+	md := markdownReport(all, describeRun(o, all[0].started, ovs))
 	if err := os.WriteFile(o.mdPath, []byte(md), 0o644); err != nil {
 		return fmt.Errorf("-md: %w", err)
 	}

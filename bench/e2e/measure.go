@@ -93,7 +93,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 // measurePing records the average RTT of pingCount pings from pod A to
 // pod B.
 func measurePing(ctx context.Context, r *runner, b *testbed, s *sample) error {
-	argv := inNetns(b.podA, "ping", "-q", "-n", "-c", strconv.Itoa(pingCount), "-i", pingInterval, "-w", "10", podBIP)
+	argv := inNetns(b.podA, "ping", "-q", "-n", "-c", strconv.Itoa(pingCount), "-i", pingInterval, "-w", "10", b.target)
 	out, err := r.output(ctx, 15*time.Second, argv...)
 	p, perr := parsePing(out)
 	if perr != nil {
@@ -109,7 +109,7 @@ func measurePing(ctx context.Context, r *runner, b *testbed, s *sample) error {
 // iperfClient returns the argv of an iperf3 client in pod A to pod B's
 // server, for seconds, with extra arguments.
 func iperfClient(b *testbed, seconds int, extra ...string) []string {
-	argv := []string{"iperf3", "-c", podBIP, "-p", iperfPort, "-t", strconv.Itoa(seconds), "-J", "--connect-timeout", "3000"}
+	argv := []string{"iperf3", "-c", b.target, "-p", iperfPort, "-t", strconv.Itoa(seconds), "-J", "--connect-timeout", "3000"}
 	return inNetns(b.podA, append(argv, extra...)...)
 }
 
@@ -187,7 +187,10 @@ func measureUDP(ctx context.Context, r *runner, b *testbed, seconds int, s *samp
 	if _, err := parseIperf(stdout.Bytes()); err != nil {
 		return err
 	}
-	first.rateTo(last, b.switchPID != 0, s)
+	first.rateTo(last, len(b.switchPIDs) > 0, s)
+	if last.rx == first.rx {
+		return fmt.Errorf("pod B's %s received no frame in the middle of the run", podIfName)
+	}
 	return nil
 }
 

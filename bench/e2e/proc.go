@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -14,7 +16,8 @@ import (
 
 // Time limits of the commands the harness runs.
 const (
-	ipTimeout    = 10 * time.Second // one ip or ss command
+	ipTimeout    = 10 * time.Second // one ip, ss or ethtool command
+	ovsTimeout   = 20 * time.Second // one ovs-vsctl, ovs-appctl or ovsdb-tool command
 	buildTimeout = 5 * time.Minute  // go build of ufpd
 	stopGrace    = 5 * time.Second  // from SIGTERM to SIGKILL
 )
@@ -28,13 +31,17 @@ type runner struct {
 	log     io.Writer
 }
 
-// command returns the command argv, in its own process group.
-func (r *runner) command(argv []string) *exec.Cmd {
+// command returns the command argv, in its own process group, with env
+// (NAME=value entries) added to the harness's environment.
+func (r *runner) command(env, argv []string) *exec.Cmd {
 	if r.verbose {
-		fmt.Fprintf(r.log, "+ %s\n", strings.Join(argv, " "))
+		fmt.Fprintf(r.log, "+ %s\n", strings.Join(append(slices.Clip(env), argv...), " "))
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.SysProcAttr = ownProcessGroup()
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	return cmd
 }
 
@@ -42,8 +49,14 @@ func (r *runner) command(argv []string) *exec.Cmd {
 // returns its standard output. The error names the command and carries
 // its standard error.
 func (r *runner) output(ctx context.Context, timeout time.Duration, argv ...string) ([]byte, error) {
+	return r.outputEnv(ctx, timeout, nil, argv...)
+}
+
+// outputEnv is output with env (NAME=value entries) added to the
+// command's environment.
+func (r *runner) outputEnv(ctx context.Context, timeout time.Duration, env []string, argv ...string) ([]byte, error) {
 	var stdout, stderr bytes.Buffer
-	c, err := r.start(argv, &stdout, &stderr)
+	c, err := r.startEnv(env, argv, &stdout, &stderr)
 	if err != nil {
 		return nil, err
 	}
@@ -71,7 +84,13 @@ type child struct {
 // start starts argv with its output going to stdout and stderr (nil:
 // discarded).
 func (r *runner) start(argv []string, stdout, stderr io.Writer) (*child, error) {
-	cmd := r.command(argv)
+	return r.startEnv(nil, argv, stdout, stderr)
+}
+
+// startEnv is start with env (NAME=value entries) added to the child's
+// environment.
+func (r *runner) startEnv(env, argv []string, stdout, stderr io.Writer) (*child, error) {
+	cmd := r.command(env, argv)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", argv[0], err)
@@ -133,4 +152,28 @@ func (c *child) stop() error {
 	_ = c.cmd.Process.Kill()
 	<-c.done
 	return fmt.Errorf("pid %d did not stop within %v of SIGTERM; killed", c.pid(), stopGrace)
+}
+
+// pause stops the child with SIGSTOP (it keeps its state and uses no CPU)
+// until resume; a no-op once it has exited.
+func (c *child) pause() error {
+	if c.exited() {
+		return nil
+	}
+	if err := stopProcess(c.cmd.Process); err != nil {
+		return fmt.Errorf("pausing pid %d: %w", c.pid(), err)
+	}
+	return nil
+}
+
+// resume continues a child that pause stopped (SIGCONT); a no-op for a
+// running or exited child.
+func (c *child) resume() error {
+	if c.exited() {
+		return nil
+	}
+	if err := continueProcess(c.cmd.Process); err != nil {
+		return fmt.Errorf("resuming pid %d: %w", c.pid(), err)
+	}
+	return nil
 }

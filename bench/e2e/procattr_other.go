@@ -2,8 +2,18 @@
 
 package main
 
-import "syscall"
+import (
+	"errors"
+	"os"
+	"syscall"
+)
 
-// ownProcessGroup: the harness runs on Linux only (checkPrerequisites);
-// elsewhere it only builds.
+// ownProcessGroup: the harness runs on Linux only (run checks); elsewhere
+// it only builds.
 func ownProcessGroup() *syscall.SysProcAttr { return nil }
+
+// errLinuxOnly is what the process controls return off Linux.
+var errLinuxOnly = errors.New("the harness runs on Linux only")
+
+func stopProcess(*os.Process) error     { return errLinuxOnly }
+func continueProcess(*os.Process) error { return errLinuxOnly }

@@ -36,18 +36,23 @@ type runInfo struct {
 	rounds  int
 	seconds int
 	machine string
+	ovs     string // Open vSwitch's version; empty when not measured
 }
 
 // describeRun returns what the report says about the run, started at
-// start, and the machine.
-func describeRun(o options, start time.Time) runInfo {
-	return runInfo{
+// start, the machine and Open vSwitch's version.
+func describeRun(o options, start time.Time, ovs ovsVersion) runInfo {
+	ri := runInfo{
 		date:    start.UTC().Format("2006-01-02 15:04 UTC"),
 		command: strings.TrimSpace("go run ./bench/e2e " + strings.Join(o.args, " ")),
 		rounds:  o.rounds,
 		seconds: o.seconds,
 		machine: machine(),
 	}
+	if ovs.known() {
+		ri.ovs = ovs.String()
+	}
+	return ri
 }
 
 // machine describes this machine: CPUs, CPU model, kernel, Go.
@@ -81,28 +86,40 @@ func loadAverage() string {
 	return strings.Join(f[:3], " ")
 }
 
-// markdownReport returns the results as Markdown: how the run was made,
-// the medians, the CPU use, every round and any failure.
-func markdownReport(res *results, ri runInfo) string {
+// markdownReport returns the results of each topology as Markdown: how
+// the run was made, the medians and ratios, the CPU use, every round and
+// any failure.
+func markdownReport(all []*results, ri runInfo) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "Run started %s, as root: `%s` (rounds: %d, interleaved %s; %d s per iperf3 test).\n",
-		ri.date, ri.command, ri.rounds, bedOrder(res), ri.seconds)
-	fmt.Fprintf(&b, "Machine: %s. Load average (1, 5, 15 min): %s at the start, %s at the end.\n\n",
-		ri.machine, res.loadStart, res.loadEnd)
-	fmt.Fprintf(&b, "Medians over the rounds (%d):\n\n", ri.rounds)
-	writeMarkdown(&b, res.medianRows())
-	b.WriteString("\nThe switch's CPU use (utime+stime of its process over the test), median, in cores:\n\n")
-	writeMarkdown(&b, res.cpuRows())
-	b.WriteString("\nEvery round, in the order run:\n\n")
-	writeMarkdown(&b, res.roundRows())
-	var failures []string
-	for _, br := range res.beds {
-		for _, e := range br.errs {
-			failures = append(failures, fmt.Sprintf("- %s %s", br.name, e))
-		}
+	fmt.Fprintf(&b, "Run started %s, as root: `%s` (rounds: %d, interleaved; %d s per iperf3 test).\n",
+		ri.date, ri.command, ri.rounds, ri.seconds)
+	fmt.Fprintf(&b, "Machine: %s.", ri.machine)
+	if ri.ovs != "" {
+		fmt.Fprintf(&b, " %s.", ri.ovs)
 	}
-	if len(failures) > 0 {
-		fmt.Fprintf(&b, "\nFailures (their figures are left out of the medians):\n\n%s\n", strings.Join(failures, "\n"))
+	b.WriteString("\n")
+	for _, res := range all {
+		fmt.Fprintf(&b, "\n## %s\n\n", topologyTitle(res.topology))
+		fmt.Fprintf(&b, "Rounds interleaved %s. Load average (1, 5, 15 min): %s at the start, %s at the end.\n\n",
+			bedOrder(res), res.loadStart, res.loadEnd)
+		fmt.Fprintf(&b, "Medians over the rounds (%d), and the ratios of %s's to each other switch's:\n\n", ri.rounds, res.beds[0].name)
+		writeMarkdown(&b, res.medianRows())
+		b.WriteString("\nThe switch's CPU use (utime+stime of its processes over the test, all nodes), median, in cores:\n\n")
+		writeMarkdown(&b, res.cpuRows())
+		b.WriteString("\nEvery round, in the order run:\n\n")
+		writeMarkdown(&b, res.roundRows())
+		var failures []string
+		for _, br := range res.beds {
+			for _, e := range br.errs {
+				failures = append(failures, fmt.Sprintf("- %s %s", br.name, e))
+			}
+		}
+		if len(failures) > 0 {
+			fmt.Fprintf(&b, "\nFailures (their figures are left out of the medians):\n\n%s\n", strings.Join(failures, "\n"))
+		}
+		if len(res.skipped) > 0 {
+			fmt.Fprintf(&b, "\nNot measured:\n\n- %s\n", strings.Join(res.skipped, "\n- "))
+		}
 	}
 	return b.String()
 }

@@ -8,11 +8,13 @@ import (
 	"time"
 )
 
-// results are the samples of every round, per testbed, in the order the
-// testbeds ran. The first testbed is the one under study (ufpd), the last
-// the reference (the bridge).
+// results are the samples of every round of one topology, per testbed,
+// in the order the testbeds ran. The first testbed is the one under study
+// (ufpd); the ratios are of its figures to each other testbed's.
 type results struct {
+	topology           string // topoPair or topoOverlay
 	beds               []*bedResults
+	skipped            []string  // switches not measured, and why
 	started            time.Time // when the first round started
 	loadStart, loadEnd string    // /proc/loadavg's three averages
 }
@@ -25,12 +27,20 @@ type bedResults struct {
 	errs    []string // "round N: test: error"
 }
 
-func newResults(beds []*testbed) *results {
-	res := &results{}
+func newResults(topology string, beds []*testbed) *results {
+	res := &results{topology: topology}
 	for _, b := range beds {
-		res.beds = append(res.beds, &bedResults{name: b.name, kernel: b.switchPID == 0})
+		res.beds = append(res.beds, &bedResults{name: b.name, kernel: len(b.switchPIDs) == 0})
 	}
 	return res
+}
+
+// topologyTitle describes a topology in a line.
+func topologyTitle(topo string) string {
+	if topo == topoOverlay {
+		return "overlay: pod A on node 1, pod B on node 2, VXLAN (VNI 4096, UDP 4789) over an underlay veth"
+	}
+	return "pair: pod A, switch, pod B on one node"
 }
 
 // add records a round of the testbed name.
@@ -112,7 +122,7 @@ var mainColumns = []struct {
 	head   string
 	m      metric
 	format func(float64) string
-	cpu    bool // the switch's CPU: "kernel" for the bridge, no ratio
+	cpu    bool // the switch's CPU: "kernel" for the bridge, a ratio only between processes
 }{
 	{"TCP 1 stream", tcp1Gbps, fmtGbps, false},
 	{"TCP 4 streams", tcp4Gbps, fmtGbps, false},
@@ -133,7 +143,8 @@ var cpuColumns = []struct {
 }
 
 // medianRows returns the medians of each testbed and the ratios of the
-// first testbed's to the last's.
+// first testbed's to each other's. A ratio of CPU figures is given only
+// when both switches are processes.
 func (res *results) medianRows() table {
 	t := table{header: []string{"switch"}}
 	for _, c := range mainColumns {
@@ -150,17 +161,21 @@ func (res *results) medianRows() table {
 	if len(res.beds) < 2 {
 		return t
 	}
-	a, b := res.beds[0], res.beds[len(res.beds)-1]
-	ma, mb := a.medians(), b.medians()
-	row := []string{a.name + "/" + b.name}
-	for _, c := range mainColumns {
-		if c.cpu {
-			row = append(row, "-")
-			continue
+	a := res.beds[0]
+	ma := a.medians()
+	for _, b := range res.beds[1:] {
+		mb := b.medians()
+		row := []string{a.name + "/" + b.name}
+		for _, c := range mainColumns {
+			if c.cpu && (a.kernel || b.kernel) {
+				row = append(row, "-")
+				continue
+			}
+			row = append(row, fmtRatio(ratio(ma[c.m], mb[c.m])))
 		}
-		row = append(row, fmtRatio(ratio(ma[c.m], mb[c.m])))
+		t.rows = append(t.rows, row)
 	}
-	return table{header: t.header, rows: append(t.rows, row)}
+	return t
 }
 
 // cell formats figure m of s, "kernel" for a CPU figure of the kernel's

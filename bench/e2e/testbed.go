@@ -11,8 +11,9 @@ import (
 	"time"
 )
 
-// The two pods of every testbed: the same addresses and MACs on each
-// switch (ufpd-policy.json has them too). Pod A sends, pod B receives.
+// The two pods of every testbed of the pair topology: the same addresses
+// and MACs on each switch (ufpd-policy.json has them too). Pod A sends,
+// pod B receives. The overlay topology's are in overlay.go.
 const (
 	podAIP     = "10.244.1.10"
 	podBIP     = "10.244.1.11"
@@ -25,25 +26,36 @@ const (
 )
 
 // testbed is one switch under test with its two pods: namespaces podA
-// and podB, each with an eth0 on the switch.
+// and podB, each with an eth0 on the switch (on one node, or on two
+// joined by an underlay).
 type testbed struct {
-	name       string // "ufpd" or "bridge"
+	name       string // a switch name (switchNames)
 	podA, podB string // namespace names
-	// switchPID is the switch's process, whose CPU time is measured; 0
-	// when the switch is the kernel's.
-	switchPID int
-	// alive reports an error once the switch process is gone; nil for
+	target     string // pod B's address, which pod A's tests go to
+	// switchPIDs are the switch's processes (one per node), whose CPU
+	// time is measured and summed; none when the switch is the kernel's.
+	switchPIDs []int
+	// alive reports an error once a switch process is gone; nil for
 	// the kernel's.
 	alive func() error
+	// idle and wake, when set, park a switch that polls (Open vSwitch's
+	// AF_XDP threads spin on a core) while the other testbeds are
+	// measured, and bring it back before its own round.
+	idle, wake func() error
+	// datapath, when set, returns how many packets the switch's
+	// datapath has looked up so far (Open vSwitch's hit+missed, summed
+	// over the nodes): a check that the traffic really crosses it.
+	datapath func(ctx context.Context) (uint64, error)
 }
 
 // prepare makes the testbed ready to measure: pod B is reachable from
 // pod A, and an iperf3 server runs in pod B (stopped by the teardown).
-func (b *testbed) prepare(ctx context.Context, r *runner, td *teardown, work string) error {
+// topo names the topology, for the server's log file.
+func (b *testbed) prepare(ctx context.Context, r *runner, td *teardown, work, topo string) error {
 	if err := b.waitReachable(ctx, r); err != nil {
 		return err
 	}
-	log, err := os.Create(filepath.Join(work, b.name+"-iperf3-server.log"))
+	log, err := os.Create(filepath.Join(work, topo+"-"+b.name+"-iperf3-server.log"))
 	if err != nil {
 		return fmt.Errorf("iperf3 server log: %w", err)
 	}
@@ -68,7 +80,7 @@ func inNetns(ns string, argv ...string) []string {
 func (b *testbed) waitReachable(ctx context.Context, r *runner) error {
 	deadline := time.Now().Add(readyLimit)
 	for {
-		_, err := r.output(ctx, 3*time.Second, inNetns(b.podA, "ping", "-c", "1", "-W", "1", podBIP)...)
+		_, err := r.output(ctx, 3*time.Second, inNetns(b.podA, "ping", "-c", "1", "-W", "1", b.target)...)
 		if err == nil {
 			return nil
 		}
@@ -78,7 +90,7 @@ func (b *testbed) waitReachable(ctx context.Context, r *runner) error {
 			}
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("pod B (%s) does not answer pod A's ping after %v: %w", podBIP, readyLimit, err)
+			return fmt.Errorf("pod B (%s) does not answer pod A's ping after %v: %w", b.target, readyLimit, err)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -103,18 +115,23 @@ func (b *testbed) waitListening(ctx context.Context, r *runner, srv *child) erro
 }
 
 // cpuTime returns the CPU time (user and system, all threads) the switch
-// process has used so far. ok is false when the switch is the kernel's.
+// processes have used so far, summed. ok is false when the switch is the
+// kernel's.
 func (b *testbed) cpuTime() (d time.Duration, ok bool, err error) {
-	if b.switchPID == 0 {
+	if len(b.switchPIDs) == 0 {
 		return 0, false, nil
 	}
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(b.switchPID) + "/stat")
-	if err != nil {
-		return 0, true, fmt.Errorf("%s CPU time: %w", b.name, err)
-	}
-	ticks, err := parseProcStatTicks(stat)
-	if err != nil {
-		return 0, true, fmt.Errorf("%s CPU time: /proc/%d/stat: %w", b.name, b.switchPID, err)
+	var ticks uint64
+	for _, pid := range b.switchPIDs {
+		stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			return 0, true, fmt.Errorf("%s CPU time: %w", b.name, err)
+		}
+		t, err := parseProcStatTicks(stat)
+		if err != nil {
+			return 0, true, fmt.Errorf("%s CPU time: /proc/%d/stat: %w", b.name, pid, err)
+		}
+		ticks += t
 	}
 	return time.Duration(ticks) * time.Second / time.Duration(clockTicks), true, nil
 }

@@ -39,6 +39,7 @@ type ufpdConfig struct {
 type ufpdDevice struct {
 	Port  string `json:"port"`
 	Type  string `json:"type"`
+	Name  string `json:"name,omitempty"` // afpacket: the existing interface
 	NetNS string `json:"netns"`
 }
 
@@ -73,15 +74,15 @@ func buildUFPD(ctx context.Context, r *runner, dir string) (string, error) {
 	return bin, nil
 }
 
-// setupUFPD builds the ufpd testbed: two pod namespaces, and ufpd (the
-// binary bin) running as a child process on a generated configuration
-// that gives each pod a TAP as its eth0. The teardown stops ufpd by its
-// PID with SIGTERM (it then removes its TAPs) before it deletes the
-// namespaces.
-func setupUFPD(ctx context.Context, r *runner, td *teardown, id, work, bin string) (*testbed, error) {
-	b := &testbed{name: "ufpd", podA: nsName(id, "ufpd-a"), podB: nsName(id, "ufpd-b")}
+// setupUFPD builds the ufpd testbed of the pair topology: two pod
+// namespaces, and ufpd (the binary l.ufpd) running as a child process on
+// a generated configuration that gives each pod a TAP as its eth0. The
+// teardown stops ufpd by its PID with SIGTERM (it then removes its TAPs)
+// before it deletes the namespaces.
+func setupUFPD(ctx context.Context, l *lab) (*testbed, error) {
+	b := &testbed{name: swUFPD, podA: nsName(l.id, "ufpd-a"), podB: nsName(l.id, "ufpd-b"), target: podBIP}
 	for _, ns := range []string{b.podA, b.podB} {
-		if err := addNetns(ctx, r, td, ns); err != nil {
+		if err := addNetns(ctx, l.r, l.td, ns); err != nil {
 			return nil, err
 		}
 	}
@@ -89,37 +90,49 @@ func setupUFPD(ctx context.Context, r *runner, td *teardown, id, work, bin strin
 	if err != nil {
 		return nil, err
 	}
-	cfgPath := filepath.Join(work, "ufpd.json")
-	if err := os.WriteFile(cfgPath, cfg, 0o644); err != nil {
-		return nil, fmt.Errorf("ufpd configuration: %w", err)
-	}
-	if _, err := r.output(ctx, ipTimeout, bin, "-check", "-config", cfgPath); err != nil {
-		return nil, err
-	}
-	logPath := filepath.Join(work, "ufpd.log")
-	log, err := os.Create(logPath)
-	if err != nil {
-		return nil, fmt.Errorf("ufpd log: %w", err)
-	}
-	td.push("close "+logPath, log.Close)
-	c, err := r.start([]string{bin, "-config", cfgPath}, log, log)
+	c, alive, err := startUFPD(ctx, l, "ufpd", cfg)
 	if err != nil {
 		return nil, err
 	}
-	td.push(fmt.Sprintf("stop ufpd (pid %d)", c.pid()), func() error { return stopUFPD(c, logPath) })
-	b.switchPID = c.pid()
-	b.alive = func() error {
-		if c.exited() {
-			return fmt.Errorf("ufpd exited (%v); the end of its log:\n%s", c.err, fileTail(logPath, 10))
-		}
-		return nil
-	}
+	b.switchPIDs, b.alive = []int{c.pid()}, alive
 	for _, ns := range []string{b.podA, b.podB} {
-		if err := removeUFPDRoute(ctx, r, b, ns); err != nil {
+		if err := replaceUFPDRoute(ctx, l.r, ns, alive, nil); err != nil {
 			return nil, err
 		}
 	}
 	return b, nil
+}
+
+// startUFPD writes the configuration cfg to name.json in the work
+// directory, checks it with ufpd -check and starts ufpd on it, logging to
+// name.log. It returns the process and a function that reports an error
+// once it has exited. The teardown stops it.
+func startUFPD(ctx context.Context, l *lab, name string, cfg []byte) (*child, func() error, error) {
+	cfgPath := filepath.Join(l.work, name+".json")
+	if err := os.WriteFile(cfgPath, cfg, 0o644); err != nil {
+		return nil, nil, fmt.Errorf("%s configuration: %w", name, err)
+	}
+	if _, err := l.r.output(ctx, ipTimeout, l.ufpd, "-check", "-config", cfgPath); err != nil {
+		return nil, nil, err
+	}
+	logPath := filepath.Join(l.work, name+".log")
+	log, err := os.Create(logPath)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s log: %w", name, err)
+	}
+	l.td.push("close "+logPath, log.Close)
+	c, err := l.r.start([]string{l.ufpd, "-config", cfgPath}, log, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	l.td.push(fmt.Sprintf("stop %s (pid %d)", name, c.pid()), func() error { return stopUFPD(c, logPath) })
+	alive := func() error {
+		if c.exited() {
+			return fmt.Errorf("%s (ufpd) exited (%v); the end of its log:\n%s", name, c.err, fileTail(logPath, 10))
+		}
+		return nil
+	}
+	return c, alive, nil
 }
 
 // stopUFPD stops ufpd and reports an exit other than the clean one on
@@ -134,17 +147,25 @@ func stopUFPD(c *child, logPath string) error {
 	return nil
 }
 
-// removeUFPDRoute waits until ufpd has set up the pod's eth0 (its default
-// route is the last step) and removes that default route: it leads to the
-// uplink, which has no device here, and the pods need no route out.
-func removeUFPDRoute(ctx context.Context, r *runner, b *testbed, ns string) error {
+// replaceUFPDRoute waits until ufpd has set up the pod's eth0 in
+// namespace ns (its default route is the last step) and removes that
+// default route: the pods need no route out. When route is not empty it
+// is added instead (ip route add ROUTE...), for the pod network on the
+// overlay.
+func replaceUFPDRoute(ctx context.Context, r *runner, ns string, alive func() error, route []string) error {
 	deadline := time.Now().Add(readyLimit)
 	for {
 		out, err := r.output(ctx, ipTimeout, "ip", "-n", ns, "route", "show", "default")
 		if err == nil && len(bytes.TrimSpace(out)) > 0 {
-			return r.ip(ctx, "-n", ns, "route", "del", "default")
+			if err := r.ip(ctx, "-n", ns, "route", "del", "default"); err != nil {
+				return err
+			}
+			if len(route) == 0 {
+				return nil
+			}
+			return r.ip(ctx, append([]string{"-n", ns, "route", "add"}, route...)...)
 		}
-		if e := b.alive(); e != nil {
+		if e := alive(); e != nil {
 			return e
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
