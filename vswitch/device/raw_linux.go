@@ -79,6 +79,13 @@ var _ interface {
 // several sendmmsg calls.
 const RawMaxBatch = 128
 
+// rawSockBuf is the socket's receive and send buffer size. The default
+// (net.core.rmem_default, about 208 KiB) holds fewer than a hundred
+// full-size frames, and a peer that segments a 64 KiB super-frame sends
+// 45 at once: bursts from two or three connections would be dropped
+// before the reader wakes.
+const rawSockBuf = 8 << 20
+
 // rawDownPoll is how often a reader checks a link that went down.
 const rawDownPoll = 500 * time.Millisecond
 
@@ -193,9 +200,15 @@ func setupRawSocket(fd int, ifname string, opt rawOptions) (int, error) {
 	// Every frame comes with a virtio-net header, in which the kernel says
 	// where a checksum it left unfinished starts (the inner one of a
 	// tunnelled frame, which guessing from the headers gets wrong), and
-	// every frame sent carries one (all zero: nothing to do).
+	// every frame sent carries one with its own offloads.
 	if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_VNET_HDR, 1); err != nil {
 		return 0, step("PACKET_VNET_HDR", err)
+	}
+	for _, o := range []struct{ force, plain int }{{unix.SO_RCVBUFFORCE, unix.SO_RCVBUF}, {unix.SO_SNDBUFFORCE, unix.SO_SNDBUF}} {
+		// Without CAP_NET_ADMIN, what net.core.[rw]mem_max allows.
+		if unix.SetsockoptInt(fd, unix.SOL_SOCKET, o.force, rawSockBuf) != nil {
+			unix.SetsockoptInt(fd, unix.SOL_SOCKET, o.plain, rawSockBuf)
+		}
 	}
 	// Without PACKET_IGNORE_OUTGOING (before Linux 4.20) the reader drops
 	// outgoing frames by their packet type instead.
