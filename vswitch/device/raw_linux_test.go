@@ -288,32 +288,35 @@ func TestRawLinkDownUp(t *testing.T) {
 		t.Fatalf("read while the link is down: %v", res.err)
 	}
 
-	mustRun(t, "ip", "-n", e.up, "link", "set", "up0", "up")
-	ping := func() { pingPeer(t, up, 0x7b02, 1) }
+	linkComesBack(t, e.up, up, r, 0x7b02, rawDownPoll)
+}
+
+// linkComesBack brings up0 in namespace ns up again (after a test took
+// it down) and checks that the uplink device up, read by r, carries
+// echoes again: at once, after a down and up while nobody reads, and
+// after a down period longer than poll (how often a parked reader checks
+// the link) with a read parked through it.
+func linkComesBack(t *testing.T, ns string, up testDevice, r *reader, id uint16, poll time.Duration) {
+	t.Helper()
+	mustRun(t, "ip", "-n", ns, "link", "set", "up0", "up")
+	ping := func() { pingPeer(t, up, id, 1) }
 	ping()
-	r.until(t, 5*time.Second, 200*time.Millisecond, ping, func(f []byte, _ dataplane.Offload) bool {
-		return isEchoReply(f, hostIP, 0x7b02)
-	})
-	// Down and up again while nobody reads, then once more with a read
-	// parked through a down period longer than the poll.
-	mustRun(t, "ip", "-n", e.up, "link", "set", "up0", "down")
-	mustRun(t, "ip", "-n", e.up, "link", "set", "up0", "up")
-	r.until(t, 5*time.Second, 200*time.Millisecond, ping, func(f []byte, _ dataplane.Offload) bool {
-		return isEchoReply(f, hostIP, 0x7b02)
-	})
+	reply := func(f []byte, _ dataplane.Offload) bool { return isEchoReply(f, hostIP, id) }
+	r.until(t, 5*time.Second, 200*time.Millisecond, ping, reply)
+	mustRun(t, "ip", "-n", ns, "link", "set", "up0", "down")
+	mustRun(t, "ip", "-n", ns, "link", "set", "up0", "up")
+	r.until(t, 5*time.Second, 200*time.Millisecond, ping, reply)
 	for !r.pending {
 		if res, _ := r.next(50 * time.Millisecond); res.err != nil {
 			t.Fatal(res.err)
 		}
 	}
-	mustRun(t, "ip", "-n", e.up, "link", "set", "up0", "down")
-	if res, ok := r.next(3 * rawDownPoll); ok && res.err != nil {
+	mustRun(t, "ip", "-n", ns, "link", "set", "up0", "down")
+	if res, ok := r.next(3 * poll); ok && res.err != nil {
 		t.Fatalf("read while the link is down: %v", res.err)
 	}
-	mustRun(t, "ip", "-n", e.up, "link", "set", "up0", "up")
-	r.until(t, 5*time.Second, 200*time.Millisecond, ping, func(f []byte, _ dataplane.Offload) bool {
-		return isEchoReply(f, hostIP, 0x7b02)
-	})
+	mustRun(t, "ip", "-n", ns, "link", "set", "up0", "up")
+	r.until(t, 5*time.Second, 200*time.Millisecond, ping, reply)
 }
 
 // TestRawDeleted checks that deleting the interface makes a pending read

@@ -437,32 +437,7 @@ func TestXDPLinkDownUp(t *testing.T) {
 		t.Errorf("the XDP program went away with the link")
 	}
 
-	mustRun(t, "ip", "-n", e.up, "link", "set", "up0", "up")
-	ping := func() { pingPeer(t, up, 0x7c02, 1) }
-	ping()
-	r.until(t, 5*time.Second, 200*time.Millisecond, ping, func(f []byte, _ dataplane.Offload) bool {
-		return isEchoReply(f, hostIP, 0x7c02)
-	})
-	// Down and up again while nobody reads, then once more with a read
-	// parked through a down period longer than the idle poll.
-	mustRun(t, "ip", "-n", e.up, "link", "set", "up0", "down")
-	mustRun(t, "ip", "-n", e.up, "link", "set", "up0", "up")
-	r.until(t, 5*time.Second, 200*time.Millisecond, ping, func(f []byte, _ dataplane.Offload) bool {
-		return isEchoReply(f, hostIP, 0x7c02)
-	})
-	for !r.pending {
-		if res, _ := r.next(50 * time.Millisecond); res.err != nil {
-			t.Fatal(res.err)
-		}
-	}
-	mustRun(t, "ip", "-n", e.up, "link", "set", "up0", "down")
-	if res, ok := r.next(3 * xdpIdlePoll); ok && res.err != nil {
-		t.Fatalf("read while the link is down: %v", res.err)
-	}
-	mustRun(t, "ip", "-n", e.up, "link", "set", "up0", "up")
-	r.until(t, 5*time.Second, 200*time.Millisecond, ping, func(f []byte, _ dataplane.Offload) bool {
-		return isEchoReply(f, hostIP, 0x7c02)
-	})
+	linkComesBack(t, e.up, up, r, 0x7c02, xdpIdlePoll)
 }
 
 // TestXDPDeleted checks that deleting the interface makes a pending read
