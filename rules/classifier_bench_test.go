@@ -86,9 +86,33 @@ func xcbSetup(tb testing.TB, n int) *xcbCase {
 	return c
 }
 
-// BenchmarkClassify measures Layer.Evaluate, per packet, on a mix of
-// packets that hit a rule and packets that get the default.
+// BenchmarkClassify measures the classifier: Layer.Evaluate with the
+// layer's verdict cache off (the cost of a packet the cache does not
+// know), per packet, on a mix of packets that hit a rule and packets that
+// get the default.
 func BenchmarkClassify(b *testing.B) {
+	for _, n := range xcbSizes {
+		b.Run(fmt.Sprintf("rules=%d", n), func(b *testing.B) {
+			c := xcbSetup(b, n)
+			c.l.cache = nil
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				i = (i + 1) & (xcbPackets - 1)
+				p := &c.pkts[i]
+				if got := c.l.Evaluate(&p.v, p.dir); got.Rule != c.want[i] {
+					b.Fatalf("packet %d: %s\n  Evaluate: %s, want rule %v", i, xcFormatView(&p.v, p.dir), got, c.want[i])
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkEvaluateCached is BenchmarkClassify with the layer's verdict
+// cache on: after the first round every packet is a hit (the packets of
+// a case have distinct keys, fewer than the cache has slots, though some
+// share a slot).
+func BenchmarkEvaluateCached(b *testing.B) {
 	for _, n := range xcbSizes {
 		b.Run(fmt.Sprintf("rules=%d", n), func(b *testing.B) {
 			c := xcbSetup(b, n)
@@ -125,7 +149,9 @@ func BenchmarkCompile(b *testing.B) {
 }
 
 // TestEvaluateAllocatesNothing checks that Evaluate on 1000 rules
-// allocates nothing, whether a packet hits a rule or gets the default.
+// allocates nothing, whether a packet hits a rule or gets the default,
+// and whether its verdict is cached or not (packets sharing a slot of the
+// cache evict each other).
 func TestEvaluateAllocatesNothing(t *testing.T) {
 	c := xcbSetup(t, 1000)
 	allocs := testing.AllocsPerRun(20, func() {

@@ -108,10 +108,75 @@ type tkey struct {
 // table holds the entries of one tuple of levels.
 type table struct {
 	shape   shape
-	masks   tkey   // the levels as masks
-	best    uint32 // the smallest priority number in the table
-	index   map[tkey]int32
+	masks   tkey      // the levels as masks
+	best    uint32    // the smallest priority number in the table
+	keys    tindex    // the keys' buckets
 	buckets [][]*Rule // priority order
+	// index collects the keys' buckets while the table is built;
+	// build moves it into keys.
+	index map[tkey]int32
+}
+
+// hash mixes k's words into 64 bits for tindex: multiplies by odd
+// constants (those of dataplane's flow key hash), summed, and the high
+// bits folded down.
+func (k *tkey) hash() uint64 {
+	x := k.src0*0xa0761d6478bd642f + k.src1*0xe7037ed1a0b428db + k.dst0*0x8ebc6af09c88c6e3 + k.dst1*0x589965cc75374cc3 +
+		(uint64(k.sport)|uint64(k.dport)<<16|uint64(k.proto)<<32)*0x1d8e4e27c47d124f
+	return x ^ x>>29
+}
+
+// tindex maps the keys of a table to their buckets: open addressing with
+// linear probing over a power-of-two array at most half full. Beside each
+// slot a tag byte holds 7 bits of its key's hash (0 for an empty slot), so
+// that a probe for a key the table does not hold, as most probes are (a
+// packet matches few tables), reads only tags, a cache line at most, and
+// computes no Go map hash. Immutable once built.
+type tindex struct {
+	tags  []uint8
+	slots []tslot
+	mask  uint64
+}
+
+type tslot struct {
+	key    tkey
+	bucket int32
+}
+
+// tag returns the tag of a key with hash h: never 0.
+func tag(h uint64) uint8 { return uint8(h>>57) | 0x80 }
+
+func newTindex(m map[tkey]int32) tindex {
+	n := uint64(4)
+	for n < 2*uint64(len(m)) {
+		n *= 2
+	}
+	ix := tindex{tags: make([]uint8, n), slots: make([]tslot, n), mask: n - 1}
+	for k, b := range m {
+		h := k.hash()
+		i := h & ix.mask
+		for ix.tags[i] != 0 {
+			i = (i + 1) & ix.mask
+		}
+		ix.tags[i], ix.slots[i] = tag(h), tslot{key: k, bucket: b}
+	}
+	return ix
+}
+
+// find returns the bucket of key k, or -1.
+func (ix *tindex) find(k *tkey) int32 {
+	h := k.hash()
+	t := tag(h)
+	for i := h & ix.mask; ; i = (i + 1) & ix.mask {
+		switch ix.tags[i] {
+		case 0:
+			return -1
+		case t:
+			if s := &ix.slots[i]; s.key == *k {
+				return s.bucket
+			}
+		}
+	}
 }
 
 // shape is a tuple: the address family (0 when neither address is keyed)
@@ -158,8 +223,8 @@ func (ts *tupleSpace) find(v *dataplane.View, dir Direction) *Rule {
 			src0: pk.src0 & m.src0, src1: pk.src1 & m.src1, dst0: pk.dst0 & m.dst0, dst1: pk.dst1 & m.dst1,
 			sport: pk.sport & m.sport, dport: pk.dport & m.dport, proto: pk.proto & m.proto,
 		}
-		i, ok := t.index[k]
-		if !ok {
+		i := t.keys.find(&k)
+		if i < 0 {
 			continue
 		}
 		for _, r := range t.buckets[i] {
@@ -215,6 +280,7 @@ func (b *tupleBuilder) add(e *entry, r *Rule) {
 func (b *tupleBuilder) build() tupleSpace {
 	var ts tupleSpace
 	for _, t := range b.tables {
+		t.keys, t.index = newTindex(t.index), nil
 		ts.tables = append(ts.tables, t)
 	}
 	slices.SortFunc(ts.tables, func(x, y *table) int { return cmp.Compare(x.best, y.best) })

@@ -332,6 +332,7 @@ type Rule struct {
 	Stateful    bool
 
 	counters *Counters // set by Layer.Compile
+	index    uint32    // in its group's Rules, set by Layer.Compile
 }
 
 // Counters are a compiled rule's: they count from the Compile of its
@@ -368,6 +369,11 @@ type Layer struct {
 	Groups          []Group
 
 	classifiers []classifier
+	// cache holds the layer's verdicts by direction (Out, In), for a
+	// layer with a group large enough to be worth it (cache.go); uses
+	// says which optional fields its conditions match on.
+	cache *[2]verdictCache
+	uses  layerUses
 }
 
 // Compile validates l and prepares its classifiers. After Compile the layer
@@ -381,6 +387,7 @@ func (l *Layer) Compile() error {
 	}
 	groupNames := map[string]int{}
 	l.classifiers = make([]classifier, len(l.Groups))
+	l.cache, l.uses = nil, 0
 	for gi := range l.Groups {
 		g := &l.Groups[gi]
 		if g.Name == "" {
@@ -422,10 +429,19 @@ func (l *Layer) Compile() error {
 				return fmt.Errorf("groups[%d].rules[%d].stateful: a rule that load-balances (lb) must be stateful, or connections could not keep their backend", gi, ri)
 			}
 		}
+		l.uses.add(&g.Match)
 		for ri := range g.Rules {
 			g.Rules[ri].counters = new(Counters)
+			g.Rules[ri].index = uint32(ri)
+			l.uses.add(&g.Rules[ri].Match)
 		}
 		l.classifiers[gi] = newClassifier(g.Rules)
+	}
+	for gi := range l.classifiers {
+		if l.classifiers[gi].tuples && l.uses&usesOther == 0 {
+			l.cache = new([2]verdictCache)
+			break
+		}
 	}
 	return nil
 }
@@ -471,6 +487,36 @@ func (v Verdict) String() string {
 	return fmt.Sprintf("group %s rule %s (priority %d%s) -> %s", v.Group.Name, v.Rule.Name, v.Rule.Priority, f, v.Action)
 }
 
+// groupIndex returns the index of g, one of l's groups.
+func (l *Layer) groupIndex(g *Group) int {
+	for i := range l.Groups {
+		if &l.Groups[i] == g {
+			return i
+		}
+	}
+	panic("rules: a verdict's group is not its layer's")
+}
+
+// find returns the group and rule that decide the packet v describes,
+// crossing in direction dir, or nils for the layer's default.
+func (l *Layer) find(v *dataplane.View, dir Direction) (*Group, *Rule) {
+	var group *Group
+	var rule *Rule
+	for gi := range l.Groups {
+		g := &l.Groups[gi]
+		if !g.Match.Match(v, dir) {
+			continue
+		}
+		if r := l.classifiers[gi].find(v, dir); r != nil {
+			group, rule = g, r
+			if r.Terminating {
+				break
+			}
+		}
+	}
+	return group, rule
+}
+
 // Evaluate returns the layer's verdict for the packet v describes, crossing
 // in direction dir (Out or In), and counts it in the rule's Hits. See the
 // package doc for the semantics.
@@ -482,17 +528,27 @@ func (l *Layer) Explain(v *dataplane.View, dir Direction) Verdict { return l.eva
 
 func (l *Layer) evaluate(v *dataplane.View, dir Direction, count bool) Verdict {
 	var res Verdict
-	for gi := range l.Groups {
-		g := &l.Groups[gi]
-		if !g.Match.Match(v, dir) {
-			continue
-		}
-		if r := l.classifiers[gi].find(v, dir); r != nil {
-			res = Verdict{Action: r.Action, Group: g, Rule: r}
-			if r.Terminating {
-				break
+	if l.cache != nil && (dir == Out || dir == In) {
+		vc := &l.cache[dir-Out]
+		k := keyOf(v, l.uses)
+		if vd, ok := vc.get(&k); ok {
+			if gi := vd >> 32; gi != 0 {
+				res.Group = &l.Groups[gi-1]
+				res.Rule = &res.Group.Rules[uint32(vd)]
 			}
+		} else {
+			res.Group, res.Rule = l.find(v, dir)
+			var vd uint64
+			if res.Rule != nil {
+				vd = uint64(l.groupIndex(res.Group)+1)<<32 | uint64(res.Rule.index)
+			}
+			vc.put(&k, vd)
 		}
+	} else {
+		res.Group, res.Rule = l.find(v, dir)
+	}
+	if res.Rule != nil {
+		res.Action = res.Rule.Action
 	}
 	if res.Rule == nil {
 		res.Action, res.DefaultStateful = l.DefaultIn, l.DefaultStateful
