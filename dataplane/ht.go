@@ -237,35 +237,45 @@ func (t Transposition) String() string {
 // with a reason, or apply an HT and send it out of a port. Actions are
 // immutable and shared between flows with the same decision; Gen is the
 // policy generation the decision was made under.
+//
+// The fields are ordered to pack into 128 bytes, a malloc size class
+// (TestFlowSize): a connection whose action is its own (Decision.Own)
+// allocates one.
 type Action struct {
 	Out  PortID
 	Drop DropReason
-	HT   Transposition
-	Gen  uint64
 	// MTU is the largest IP packet Out takes, 0 for no limit.
 	MTU uint16
+	HT  Transposition
+	Gen uint64
 	// Meter, if set, is credited with a flow's packets and bytes when the
 	// flow leaves the table with this action. The fast path never
 	// touches it.
 	Meter Meter
 
-	// Pushed outer header template (Ethernet, IP, UDP, VXLAN) with every
-	// field but lengths, checksums and the UDP source port filled in.
-	outer    [MaxOuterLen]byte
-	outerLen uint8
-	outer6   bool
-	outerCk  bool   // IPv6: compute the UDP checksum
-	outerSum uint16 // IPv4: folded header sum without total length and checksum
+	// pushed is the compiled HT.Push, nil if none: shared by the
+	// actions that push equal header sets (Pipeline.pushHeaders), so
+	// that an action of one connection's own (Decision.Own) stays small.
+	pushed *pushHeaders
+	// The HT's IPv4 addresses as big-endian words, so that the fast path
+	// writes them without converting.
+	src4, dst4 uint32
+}
 
-	// The HT's addresses as packet bytes (IPv4 in the first 4), so that
-	// the fast path copies them without converting.
-	srcIP, dstIP [16]byte
-	src4, dst4   uint32 // the IPv4 addresses as big-endian words
+// pushHeaders is a compiled outer header set to push: a template
+// (Ethernet, IP, UDP, VXLAN) with every field but the lengths, checksums
+// and the UDP source port filled in. Immutable once built.
+type pushHeaders struct {
+	hdr    [MaxOuterLen]byte
+	n      uint8
+	v6     bool
+	csum   bool   // IPv6: compute the UDP checksum
+	ipv4Ck uint16 // IPv4: folded header sum without total length and checksum
 }
 
 // NewAction compiles a forwarding (drop == NotDropped) or dropping action.
 func NewAction(out PortID, drop DropReason, ht Transposition, gen uint64) (*Action, error) {
-	return newAction(out, 0, drop, ht, gen)
+	return newAction(out, 0, drop, ht, gen, nil)
 }
 
 // Meter counts the traffic of the flows whose actions carry it (the rules
@@ -276,15 +286,18 @@ type Meter interface {
 	Retire(packets, bytes uint64)
 }
 
-func newMeteredAction(out PortID, mtu uint16, drop DropReason, ht Transposition, gen uint64, m Meter) (*Action, error) {
-	a, err := newAction(out, mtu, drop, ht, gen)
+// newMeteredAction is newAction with meter m.
+func newMeteredAction(out PortID, mtu uint16, drop DropReason, ht Transposition, gen uint64, m Meter, push *pushHeaders) (*Action, error) {
+	a, err := newAction(out, mtu, drop, ht, gen, push)
 	if a != nil {
 		a.Meter = m
 	}
 	return a, err
 }
 
-func newAction(out PortID, mtu uint16, drop DropReason, ht Transposition, gen uint64) (*Action, error) {
+// newAction compiles an action. push, if not nil, is ht.Push compiled
+// (Pipeline.pushHeaders); otherwise newAction compiles it.
+func newAction(out PortID, mtu uint16, drop DropReason, ht Transposition, gen uint64, push *pushHeaders) (*Action, error) {
 	a := &Action{Out: out, Drop: drop, HT: ht, Gen: gen, MTU: mtu}
 	if drop != NotDropped {
 		a.Out, a.HT = NoPort, Transposition{}
@@ -297,19 +310,27 @@ func newAction(out PortID, mtu uint16, drop DropReason, ht Transposition, gen ui
 			}
 		}
 	}
-	a.srcIP, a.dstIP = Addr16(ht.SrcIP), Addr16(ht.DstIP)
-	a.src4, a.dst4 = binary.BigEndian.Uint32(a.srcIP[:4]), binary.BigEndian.Uint32(a.dstIP[:4])
+	if ht.SrcIP.Is4() {
+		a.src4 = binary.BigEndian.Uint32(ht.SrcIP.AsSlice())
+	}
+	if ht.DstIP.Is4() {
+		a.dst4 = binary.BigEndian.Uint32(ht.DstIP.AsSlice())
+	}
 	if o := ht.Push; o != nil {
-		if err := o.Validate(); err != nil {
-			return nil, err
+		if a.pushed = push; a.pushed == nil {
+			if err := o.Validate(); err != nil {
+				return nil, err
+			}
+			a.pushed = newPushHeaders(o)
 		}
-		a.buildOuter(o)
 	}
 	return a, nil
 }
 
-func (a *Action) buildOuter(o *Outer) {
-	b := a.outer[:]
+// newPushHeaders compiles the header set o, which is valid.
+func newPushHeaders(o *Outer) *pushHeaders {
+	ph := new(pushHeaders)
+	b := ph.hdr[:]
 	copy(b[ethDst:], o.DstMAC[:])
 	copy(b[ethSrc:], o.SrcMAC[:])
 	ttl := o.TTL
@@ -333,7 +354,7 @@ func (a *Action) buildOuter(o *Outer) {
 		s, d := o.Src.As4(), o.Dst.As4()
 		copy(ip[ipv4Src:], s[:])
 		copy(ip[ipv4Dst:], d[:])
-		a.outerSum = Fold(Sum(ip[:IPv4MinLen], 0))
+		ph.ipv4Ck = Fold(Sum(ip[:IPv4MinLen], 0))
 		udp = ip[IPv4MinLen:]
 	} else {
 		binary.BigEndian.PutUint16(b[ethType:], EtherTypeIPv6)
@@ -344,14 +365,15 @@ func (a *Action) buildOuter(o *Outer) {
 		copy(ip[ipv6Src:], s[:])
 		copy(ip[ipv6Dst:], d[:])
 		udp = ip[IPv6Len:]
-		a.outer6 = true
-		a.outerCk = !o.ZeroUDPChecksum
+		ph.v6 = true
+		ph.csum = !o.ZeroUDPChecksum
 	}
 	binary.BigEndian.PutUint16(udp[udpDstPort:], port)
 	vx := udp[UDPLen:]
 	vx[0] = vxlanFlagI
 	vx[4], vx[5], vx[6] = byte(o.VNI>>16), byte(o.VNI>>8), byte(o.VNI)
-	a.outerLen = uint8(o.Len())
+	ph.n = uint8(o.Len())
+	return ph
 }
 
 // EntropyPort returns the UDP source port a pushed VXLAN header uses for the
@@ -365,6 +387,11 @@ func EntropyPort(h uint32) uint16 {
 // of a pushed VXLAN header. It reports a drop reason if the HT cannot be
 // applied. Apply does not allocate.
 func (a *Action) Apply(p *Packet, pr *Parsed, hash uint32) DropReason {
+	return a.apply(p, p.Bytes(), pr, hash)
+}
+
+// apply is Apply where b is p's frame, p.Bytes().
+func (a *Action) apply(p *Packet, b []byte, pr *Parsed, hash uint32) DropReason {
 	t := &a.HT
 	h := pr.Tenant()
 	base := int32(0)
@@ -378,17 +405,18 @@ func (a *Action) Apply(p *Packet, pr *Parsed, hash uint32) DropReason {
 		base = pr.Inner.Eth
 		p.pull(int(base))
 		p.Offload.shift(-int(base))
+		b = p.Bytes()
 	}
 	if t.Set != 0 {
 		// An outer UDP checksum kept covers the inner frame too.
-		outer := pr.Encap && t.Outer != OuterPop && hasOuterChecksum(p.Bytes(), &pr.Outer, &p.Offload)
+		outer := pr.Encap && t.Outer != OuterPop && hasOuterChecksum(b, &pr.Outer, &p.Offload)
 		var d CsumDelta
 		if outer {
-			d = a.macDelta(p.Bytes()[h.Eth:])
+			d = a.macDelta(b[h.Eth:])
 		}
-		d = d.Add(a.modify(p.Bytes(), h, base, &p.Offload, outer))
+		d = d.Add(a.modify(b, h, base, &p.Offload, outer))
 		if outer {
-			updateOuterUDP(p.Bytes(), &pr.Outer, d)
+			updateOuterUDP(b, &pr.Outer, d)
 		}
 	}
 	if t.Push != nil {
@@ -522,12 +550,14 @@ func (a *Action) modify(b []byte, h *Headers, base int32, off *Offload, track bo
 			frame = frame.Add(pseudo).Word(old, v)
 		}
 	} else {
+		var acc uint64
 		if t.Set&FieldSrcIP != 0 && t.SrcIP.Is6() {
-			pseudo = setAddr16(l3[ipv6Src:], &a.srcIP, pseudo)
+			acc += setAddr16(l3[ipv6Src:], t.SrcIP.As16())
 		}
 		if t.Set&FieldDstIP != 0 && t.DstIP.Is6() {
-			pseudo = setAddr16(l3[ipv6Dst:], &a.dstIP, pseudo)
+			acc += setAddr16(l3[ipv6Dst:], t.DstIP.As16())
 		}
+		pseudo = CsumDelta(Fold(acc))
 		if track {
 			frame = frame.Add(pseudo)
 		}
@@ -627,30 +657,41 @@ func setAddr4(b []byte, n uint32) uint64 {
 	return uint64(^old) + uint64(n)
 }
 
-// setAddr16 writes the IPv6 address ip to b and adds the change to d.
-func setAddr16(b []byte, ip *[16]byte, d CsumDelta) CsumDelta {
-	d = d.Bytes(b[:16], ip[:])
-	*(*[16]byte)(b[:16]) = *ip
-	return d
+// setAddr16 writes the IPv6 address ip to b[:16] and returns the unfolded
+// checksum change, ~old + new over its 32-bit words (as setAddr4).
+func setAddr16(b []byte, ip [16]byte) uint64 {
+	b = b[:16]
+	be := binary.BigEndian
+	var acc uint64
+	for i := 0; i < 16; i += 4 {
+		acc += uint64(^be.Uint32(b[i:])) + uint64(be.Uint32(ip[i:]))
+	}
+	// Two words, as As16 writes ip: one 16-byte read of two 8-byte
+	// writes would stall until they reach the cache.
+	le := binary.LittleEndian
+	le.PutUint64(b[0:8], le.Uint64(ip[0:8]))
+	le.PutUint64(b[8:16], le.Uint64(ip[8:16]))
+	return acc
 }
 
 func (a *Action) push(p *Packet, hash uint32) DropReason {
-	n := int(a.outerLen)
+	ph := a.pushed
+	n := int(ph.n)
 	inner := p.n
 	hdr, ok := p.push(n)
 	if !ok {
 		return DropNoHeadroom
 	}
-	copy(hdr, a.outer[:n])
+	copy(hdr, ph.hdr[:n])
 	ip := hdr[EthernetLen:]
 	var udp []byte
-	if !a.outer6 {
+	if !ph.v6 {
 		tl := inner + n - EthernetLen
 		if tl > 0xffff {
 			return DropFrameTooLarge
 		}
 		binary.BigEndian.PutUint16(ip[ipv4TotalLen:], uint16(tl))
-		binary.BigEndian.PutUint16(ip[ipv4Csum:], ^Fold(uint64(a.outerSum)+uint64(tl)))
+		binary.BigEndian.PutUint16(ip[ipv4Csum:], ^Fold(uint64(ph.ipv4Ck)+uint64(tl)))
 		udp = ip[IPv4MinLen:]
 	} else {
 		pl := inner + n - EthernetLen - IPv6Len
@@ -663,7 +704,7 @@ func (a *Action) push(p *Packet, hash uint32) DropReason {
 	ul := inner + UDPLen + VXLANLen
 	binary.BigEndian.PutUint16(udp[udpSrcPort:], EntropyPort(hash))
 	binary.BigEndian.PutUint16(udp[udpLength:], uint16(ul))
-	if a.outerCk {
+	if ph.csum {
 		seg := p.buf[p.off+n-UDPLen-VXLANLen : p.off+p.n]
 		acc := PseudoHeaderSum(ip[ipv6Src:ipv6Src+16], ip[ipv6Dst:ipv6Dst+16], ProtoUDP, ul)
 		c := uint16(0)

@@ -12,11 +12,11 @@ func TestActionInternsPushByValue(t *testing.T) {
 	mk := func() *Outer {
 		return &Outer{Src: netip.MustParseAddr("192.168.1.10"), Dst: netip.MustParseAddr("192.168.1.20"), VNI: 4096}
 	}
-	a1, err := pl.action(1, 0, NotDropped, Transposition{Outer: OuterPop, Push: mk()}, 7, nil)
+	a1, err := pl.action(1, 0, NotDropped, Transposition{Outer: OuterPop, Push: mk()}, 7, nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a2, err := pl.action(1, 0, NotDropped, Transposition{Outer: OuterPop, Push: mk()}, 7, nil)
+	a2, err := pl.action(1, 0, NotDropped, Transposition{Outer: OuterPop, Push: mk()}, 7, nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,11 +25,71 @@ func TestActionInternsPushByValue(t *testing.T) {
 	}
 	other := mk()
 	other.VNI = 4097
-	if a3, _ := pl.action(1, 0, NotDropped, Transposition{Outer: OuterPop, Push: other}, 7, nil); a3 == a1 {
+	if a3, _ := pl.action(1, 0, NotDropped, Transposition{Outer: OuterPop, Push: other}, 7, nil, false); a3 == a1 {
 		t.Errorf("pushes of different VNIs share an action")
 	}
-	if a4, _ := pl.action(1, 0, NotDropped, Transposition{Outer: OuterPop, Push: mk()}, 8, nil); a4 == a1 {
+	if a4, _ := pl.action(1, 0, NotDropped, Transposition{Outer: OuterPop, Push: mk()}, 8, nil, false); a4 == a1 {
 		t.Errorf("an action of generation 7 was reused in generation 8")
+	}
+}
+
+// An action of a connection's own (Decision.Own: it writes the source
+// port of the connection's NAT binding) is kept apart from the shared
+// ones: a million such connections do not fill the table of shared actions
+// and stop the sharing of the actions that can be. Connections with the
+// same ports share one all the same.
+func TestActionOwnKeptApart(t *testing.T) {
+	pl := &Pipeline{actions: map[actionKey]*Action{}}
+	ht := Transposition{Set: FieldSrcIP | FieldSrcPort, SrcIP: netip.MustParseAddr("192.168.1.10"), SrcPort: 40000}
+	a1, err := pl.action(1, 0, NotDropped, ht, 7, nil, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a2, err := pl.action(1, 0, NotDropped, ht, 7, nil, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := ht
+	other.SrcPort = 40001
+	a3, err := pl.action(1, 0, NotDropped, other, 7, nil, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a1 != a2 || a1 == a3 || a1.HT != ht || a3.HT != other {
+		t.Errorf("own actions: same ports shared %v, other ports shared %v; HTs %s and %s, want %s and %s", a1 == a2, a1 == a3, a1.HT, a3.HT, ht, other)
+	}
+	// The shared table holds the action without the port only.
+	owns := 0
+	for _, s := range pl.owns {
+		if s.a != nil {
+			owns++
+		}
+	}
+	if len(pl.actions) != 1 || owns != 2 {
+		t.Errorf("%d shared and %d own actions after three own ones, want 1 and 2", len(pl.actions), owns)
+	}
+	for _, a := range pl.actions {
+		if a.HT.Set&FieldSrcPort != 0 {
+			t.Errorf("the shared action %s writes a port", a.HT)
+		}
+	}
+	if a4, _ := pl.action(1, 0, NotDropped, ht, 8, nil, true); a4 == a1 {
+		t.Errorf("an own action of generation 7 was reused in generation 8")
+	}
+	if _, err := pl.action(1, 0, NotDropped, Transposition{Set: FieldSrcIP | FieldSrcPort, SrcIP: netip.MustParseAddr("::ffff:1.2.3.4")}, 8, nil, true); err == nil {
+		t.Errorf("own action with a 4-in-6 address: no error")
+	}
+	push := &Outer{Src: netip.MustParseAddr("192.168.1.10"), Dst: netip.MustParseAddr("192.168.1.20"), VNI: 4096}
+	p1, err := pl.action(1, 0, NotDropped, Transposition{Set: FieldSrcPort, SrcPort: 1, Push: push}, 8, nil, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2, err := pl.action(1, 0, NotDropped, Transposition{Set: FieldSrcPort, SrcPort: 2, Push: push}, 8, nil, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p1 == p2 || p1.pushed == nil || p1.pushed != p2.pushed {
+		t.Errorf("own actions that push one header set: distinct %v, compiled headers shared %v", p1 != p2, p1.pushed != nil && p1.pushed == p2.pushed)
 	}
 }
 

@@ -51,7 +51,12 @@ func (p *Parsed) Key(in PortID) FlowKey {
 // k, overwriting every field.
 func (p *Parsed) KeyInto(k *FlowKey, in PortID) {
 	h := p.Tenant()
-	k.Src, k.Dst = h.Src, h.Dst
+	// Word by word, as the parser writes them (decodeIPv4L4).
+	le := binary.LittleEndian
+	le.PutUint64(k.Src[:8], le.Uint64(h.Src[:8]))
+	le.PutUint64(k.Src[8:], le.Uint64(h.Src[8:]))
+	le.PutUint64(k.Dst[:8], le.Uint64(h.Dst[:8]))
+	le.PutUint64(k.Dst[8:], le.Uint64(h.Dst[8:]))
 	k.InPort, k.Proto = in, h.Proto
 	k.VNI, k.SrcPort, k.DstPort = 0, 0, 0
 	flags := KeyFlags(0)

@@ -258,8 +258,12 @@ func decodeIPv6(b []byte, h *Headers) DropReason {
 	h.IPVersion = 6
 	h.End = int32(l3 + IPv6Len + pl)
 	h.TTL = ip.HopLimit()
-	h.Src = [16]byte(ip.SrcBytes())
-	h.Dst = [16]byte(ip.DstBytes())
+	// Word by word, as KeyInto reads them (see decodeIPv4L4).
+	le := binary.LittleEndian
+	le.PutUint64(h.Src[:8], le.Uint64(ip[ipv6Src:ipv6Src+8]))
+	le.PutUint64(h.Src[8:], le.Uint64(ip[ipv6Src+8:ipv6Src+16]))
+	le.PutUint64(h.Dst[:8], le.Uint64(ip[ipv6Dst:ipv6Dst+8]))
+	le.PutUint64(h.Dst[8:], le.Uint64(ip[ipv6Dst+8:ipv6Dst+16]))
 	end := int(h.End)
 	next := ip.NextHeader()
 	off := l3 + IPv6Len
@@ -362,4 +366,96 @@ func isEcho(proto, t uint8) bool {
 		return t == ICMPv4EchoRequest || t == ICMPv4EchoReply
 	}
 	return t == ICMPv6EchoRequest || t == ICMPv6EchoReply
+}
+
+// decodeCommon decodes b as Decode does when b is a frame of the shape
+// most traffic has: untagged Ethernet, IPv4 without options, not a
+// fragment, a complete TCP or UDP header; or such a frame to the VXLAN
+// port whose inner frame is of that shape too. It reports false for any
+// other frame, possibly having written p: the caller then decodes b with
+// Decode, which overwrites everything. When it reports true, p holds
+// exactly what Decode leaves in it (FuzzDecodeCommon checks this), at a
+// fraction of the cost: one pass with no VLAN, option, fragment, IPv6 or
+// ARP branches.
+func (p *Parsed) decodeCommon(b []byte) bool {
+	if len(b) > MaxFrameLen || !decodeIPv4L4(b, 0, &p.Outer) {
+		return false
+	}
+	o := &p.Outer
+	port := p.VXLANPort
+	if port == 0 {
+		port = VXLANPort
+	}
+	if o.Proto != ProtoUDP || o.DstPort != port || p.NoVXLAN {
+		p.Encap, p.VNI, p.TunnelEnd = false, 0, 0
+		if p.Inner.Eth != 0 {
+			p.Inner = Headers{}
+		}
+		return true
+	}
+	// VXLAN. decodeIPv4L4 checked UDPLen <= length <= End-L4.
+	end := int(o.L4) + int(binary.BigEndian.Uint16(b[o.L4+udpLength:]))
+	v := int(o.L4) + UDPLen
+	if end-v < VXLANLen {
+		return false
+	}
+	vx := VXLAN(b[v : v+VXLANLen])
+	if !vx.ValidFlag() || !decodeIPv4L4(b[:end], int32(v+VXLANLen), &p.Inner) {
+		return false
+	}
+	if in := &p.Inner; in.Proto == ProtoUDP && in.DstPort == port {
+		return false // nested VXLAN: Decode drops it
+	}
+	p.VNI, p.TunnelEnd, p.Encap = vx.VNI(), int32(end), true
+	return true
+}
+
+// decodeIPv4L4 fills h, as decodeFrame does, with the headers of the frame
+// at b[off:] if it is untagged Ethernet, IPv4 without options and not a
+// fragment, and TCP or UDP with a valid header and length; otherwise it
+// reports false, and h may be partly written.
+func decodeIPv4L4(b []byte, off int32, h *Headers) bool {
+	const l3 = EthernetLen
+	if off < 0 || int(off) > len(b) {
+		return false
+	}
+	f := b[off:]
+	if len(f) < l3+IPv4MinLen || binary.BigEndian.Uint16(f[ethType:]) != EtherTypeIPv4 {
+		return false
+	}
+	ip := f[l3 : l3+IPv4MinLen]
+	tl := int(binary.BigEndian.Uint16(ip[ipv4TotalLen:]))
+	if ip[ipv4VerIHL] != 0x45 || tl < IPv4MinLen || tl > len(f)-l3 ||
+		binary.BigEndian.Uint16(ip[ipv4FragOff:])&(ipv4FlagMF|ipv4OffsetMask) != 0 {
+		return false
+	}
+	seg := f[l3+IPv4MinLen : l3+tl]
+	proto := ip[ipv4Proto]
+	var flags uint8
+	switch {
+	case proto == ProtoTCP && len(seg) >= TCPMinLen:
+		if hl := int(seg[tcpDataOff]>>4) * 4; hl < TCPMinLen || hl > len(seg) {
+			return false
+		}
+		flags = seg[tcpFlags]
+	case proto == ProtoUDP && len(seg) >= UDPLen:
+		if ul := int(binary.BigEndian.Uint16(seg[udpLength:])); ul < UDPLen || ul > len(seg) {
+			return false
+		}
+	default:
+		return false
+	}
+	h.Eth, h.L3, h.L4, h.End = off, off+l3, off+l3+IPv4MinLen, off+int32(l3+tl)
+	h.EtherType, h.VLAN = EtherTypeIPv4, 0
+	h.SrcPort, h.DstPort = binary.BigEndian.Uint16(seg[0:2]), binary.BigEndian.Uint16(seg[2:4])
+	h.Flags, h.IPVersion, h.Proto, h.TTL, h.TCPFlags = FlagL4, 4, proto, ip[ipv4TTL], flags
+	// The addresses as two 8-byte words each, which is how KeyInto reads
+	// them: a read that spans two writes (a 16-byte clear, then 4 bytes)
+	// stalls until they reach the cache.
+	le := binary.LittleEndian
+	le.PutUint64(h.Src[:8], uint64(le.Uint32(ip[ipv4Src:ipv4Src+4])))
+	le.PutUint64(h.Src[8:], 0)
+	le.PutUint64(h.Dst[:8], uint64(le.Uint32(ip[ipv4Dst:ipv4Dst+4])))
+	le.PutUint64(h.Dst[8:], 0)
+	return true
 }

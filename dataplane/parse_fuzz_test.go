@@ -507,3 +507,62 @@ func FuzzMAC(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeCommon checks decodeCommon against Decode: whenever it
+// accepts a frame, Decode accepts it too and leaves the same Parsed, from
+// a fresh Parsed and from one that decoded a VXLAN frame before, with
+// either VXLAN port and with VXLAN decoding off; and it accepts the common
+// frames of the seeds (TCP and UDP over IPv4, in VXLAN or not).
+func FuzzDecodeCommon(f *testing.F) {
+	for _, tc := range decodeCases() {
+		if len(tc.frame) <= 4096 {
+			f.Add(tc.frame, false, false)
+		}
+	}
+	f.Fuzz(func(t *testing.T, b []byte, port8472, noVXLAN bool) {
+		for _, dirty := range []bool{false, true} {
+			var got, want Parsed
+			if dirty {
+				if got.Decode(frameVXLAN6()) != NotDropped || want.Decode(frameVXLAN6()) != NotDropped {
+					t.Fatal("dirtying decode failed")
+				}
+			}
+			if port8472 {
+				got.VXLANPort, want.VXLANPort = 8472, 8472
+			}
+			got.NoVXLAN, want.NoVXLAN = noVXLAN, noVXLAN
+			r := want.Decode(b)
+			if !got.decodeCommon(b) {
+				continue
+			}
+			if r != NotDropped || got != want {
+				t.Fatalf("decodeCommon accepted %x as\n%+v\nDecode: %v\n%+v", b, got, r, want)
+			}
+		}
+	})
+}
+
+// TestDecodeCommonAccepts checks that decodeCommon takes the frames it is
+// for, so that FuzzDecodeCommon's comparison is not vacuous.
+func TestDecodeCommonAccepts(t *testing.T) {
+	n := 0
+	for _, tc := range decodeCases() {
+		var p Parsed
+		if p.Decode(tc.frame) != NotDropped {
+			continue
+		}
+		h := p.Tenant()
+		common := h.IPVersion == 4 && h.Flags&(FlagVLAN|FlagIPOptions|FlagFragment) == 0 && (h.Proto == ProtoTCP || h.Proto == ProtoUDP) &&
+			p.Outer.IPVersion == 4 && p.Outer.Flags&(FlagVLAN|FlagIPOptions|FlagFragment) == 0
+		var q Parsed
+		if got := q.decodeCommon(tc.frame); got != common {
+			t.Errorf("%s: decodeCommon = %v, want %v", tc.name, got, common)
+		}
+		if common {
+			n++
+		}
+	}
+	if n < 3 {
+		t.Errorf("only %d common frames among the cases", n)
+	}
+}

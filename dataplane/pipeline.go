@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"encoding/binary"
 	"runtime"
 	"strconv"
 	"sync"
@@ -67,6 +68,14 @@ type Decision struct {
 	// ReplyMTU is the input port's, for the reply direction of a
 	// stateful decision. Larger packets are dropped (DropMTUExceeded).
 	MTU, ReplyMTU uint16
+	// Own: HT writes a value of the connection's own, a source port its
+	// NAT binding (or its load balancer) gave it. The pipeline keeps such
+	// actions apart from the others (Pipeline.action), which they would
+	// otherwise crowd out of the bounded table of shared actions, one
+	// per binding. The reply direction's action is the connection's own
+	// too when it gives the packet back the source port (ReverseHT sets
+	// DstPort).
+	Own bool
 }
 
 // PipelineConfig configures a Pipeline.
@@ -97,6 +106,12 @@ type Pipeline struct {
 	mu      sync.Mutex
 	actGen  uint64
 	actions map[actionKey]*Action
+	// owns holds actions of connections' own (Decision.Own); nil until
+	// the first.
+	owns *[ownSlots]ownSlot
+	// pushes holds the compiled header sets of the actions' pushes, by
+	// value, shared by every action that pushes one (guarded by mu).
+	pushes map[Outer]*pushHeaders
 }
 
 // actionKey identifies a decision; the pushed outer header set is keyed by
@@ -134,25 +149,102 @@ func (pl *Pipeline) FlowTable() *FlowTable { return pl.uft }
 type PipelineStats struct{ Fast, Slow uint64 }
 
 // action returns the shared action for a decision under generation gen.
-func (pl *Pipeline) action(out PortID, mtu uint16, drop DropReason, ht Transposition, gen uint64, m Meter) (*Action, error) {
-	k := actionKey{out: out, mtu: mtu, drop: drop, ht: ht, meter: m}
-	if ht.Push != nil {
-		k.ht.Push, k.outer, k.push = nil, *ht.Push, true
-	}
+// An action of a connection's own (own, Decision.Own: it writes the
+// connection's ports) is shared too, with the connections that have the
+// same ports, but kept apart from the others, in a table keyed by the
+// action without its ports (itself shared) and the ports: that key is
+// small, the table can be bounded on its own, and such actions, one per
+// NAT binding, do not crowd the others out of theirs.
+func (pl *Pipeline) action(out PortID, mtu uint16, drop DropReason, ht Transposition, gen uint64, m Meter, own bool) (*Action, error) {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
 	if gen > pl.actGen {
 		clear(pl.actions)
+		pl.owns = nil
 		pl.actGen = gen
 	} else if gen < pl.actGen {
 		// A worker still deciding under an older policy: its actions
 		// are not shared.
-		return newMeteredAction(out, mtu, drop, ht, gen, m)
+		return newMeteredAction(out, mtu, drop, ht, gen, m, nil)
+	}
+	if !own || drop != NotDropped {
+		return pl.sharedLocked(out, mtu, drop, ht, gen, m)
+	}
+	const ports = FieldSrcPort | FieldDstPort | fieldEchoIDDst
+	bht := ht
+	bht.Set &^= ports
+	bht.SrcPort, bht.DstPort = 0, 0
+	base, err := pl.sharedLocked(out, mtu, drop, bht, gen, m)
+	if err != nil {
+		return nil, err
+	}
+	k := ownKey{base: base, ports: ht.Set & ports}
+	if k.ports&FieldSrcPort != 0 {
+		k.sport = ht.SrcPort
+	}
+	if k.ports&FieldDstPort != 0 {
+		k.dport = ht.DstPort
+	}
+	if pl.owns == nil {
+		pl.owns = new([ownSlots]ownSlot)
+	}
+	slot := &pl.owns[k.slot()]
+	if slot.a != nil && slot.k == k {
+		return slot.a, nil
+	}
+	a, err := newMeteredAction(out, mtu, drop, ht, gen, m, base.pushed)
+	if err != nil {
+		return nil, err
+	}
+	*slot = ownSlot{k: k, a: a}
+	return a, nil
+}
+
+// ownKey identifies an action of a connection's own: the action without
+// the ports (shared) and the ports.
+type ownKey struct {
+	base         *Action
+	ports        Fields
+	sport, dport uint16
+}
+
+// slot returns k's slot in the table of actions of connections' own: a
+// mix of the ports and the base action's addresses.
+func (k *ownKey) slot() uint64 {
+	x := (uint64(k.sport) | uint64(k.dport)<<16 | uint64(k.ports)<<32 | uint64(k.base.Out)<<40) * 0x9e3779b97f4a7c15
+	x ^= (uint64(k.base.src4) | uint64(k.base.dst4)<<32) * 0xbf58476d1ce4e5b9
+	x ^= x >> 29
+	return x & (ownSlots - 1)
+}
+
+// ownSlots is the size of the table of actions of connections' own, a
+// power of two. The table is direct-mapped, a cache rather than a map: a
+// binding's port may serve many connections (endpoint-independent
+// mapping), and many pods' connections may have the port, but its
+// entries are not worth a map's probes and growth to keep them all.
+const ownSlots = 1 << 16
+
+// ownSlot is an entry of the table of actions of connections' own.
+type ownSlot struct {
+	k ownKey
+	a *Action
+}
+
+// sharedLocked returns the shared action for a decision under generation
+// gen, the pipeline's; pl.mu is held.
+func (pl *Pipeline) sharedLocked(out PortID, mtu uint16, drop DropReason, ht Transposition, gen uint64, m Meter) (*Action, error) {
+	k := actionKey{out: out, mtu: mtu, drop: drop, ht: ht, meter: m}
+	if ht.Push != nil {
+		k.ht.Push, k.outer, k.push = nil, *ht.Push, true
 	}
 	if a := pl.actions[k]; a != nil {
 		return a, nil
 	}
-	a, err := newMeteredAction(out, mtu, drop, ht, gen, m)
+	var push *pushHeaders
+	if ht.Push != nil && drop == NotDropped {
+		push = pl.pushHeaders(ht.Push)
+	}
+	a, err := newMeteredAction(out, mtu, drop, ht, gen, m, push)
 	if err != nil {
 		return nil, err
 	}
@@ -160,6 +252,25 @@ func (pl *Pipeline) action(out PortID, mtu uint16, drop DropReason, ht Transposi
 		pl.actions[k] = a
 	}
 	return a, nil
+}
+
+// pushHeaders returns the compiled header set o, shared by the actions
+// that push it; nil if o is not valid (newAction then reports why). pl.mu
+// is held. The table is bounded as the actions' is, and forgotten whole
+// when full.
+func (pl *Pipeline) pushHeaders(o *Outer) *pushHeaders {
+	if ph := pl.pushes[*o]; ph != nil {
+		return ph
+	}
+	if o.Validate() != nil {
+		return nil
+	}
+	if pl.pushes == nil || len(pl.pushes) >= maxInterned {
+		pl.pushes = make(map[Outer]*pushHeaders)
+	}
+	ph := newPushHeaders(o)
+	pl.pushes[*o] = ph
+	return ph
 }
 
 // Worker processes batches for one goroutine. Its scratch space is reused
@@ -259,9 +370,14 @@ func (w *Worker) process(p *Packet, gen uint64, now int64) {
 	p.OutPort, p.Drop, p.Path, p.Rejected = NoPort, NotDropped, PathNone, NotDropped
 	w.Flow = nil
 	pr := &w.parsed
-	if r := pr.Decode(p.Bytes()); r != NotDropped && !w.decodePlain(p) {
-		w.drop(p, r)
-		return
+	b := p.Bytes()
+	// Untagged IPv4 (the EtherType, checked here so that other frames pay
+	// nothing for it) is decoded by decodeCommon where it can.
+	if len(b) < EthernetLen || binary.BigEndian.Uint16(b[ethType:]) != EtherTypeIPv4 || !pr.decodeCommon(b) {
+		if r := pr.Decode(b); r != NotDropped && !w.decodePlain(p) {
+			w.drop(p, r)
+			return
+		}
 	}
 	if pr.Encap && !w.pl.slow.Decapsulates(p.InPort) {
 		pr.Encap = false
@@ -283,7 +399,6 @@ func (w *Worker) process(p *Packet, gen uint64, now int64) {
 	key := &w.key
 	pr.KeyInto(key, p.InPort)
 	hash := key.Hash()
-	b := p.Bytes()
 	var outer *Headers
 	if pr.Encap {
 		outer = &pr.Outer
@@ -302,9 +417,8 @@ func (w *Worker) process(p *Packet, gen uint64, now int64) {
 	if f != nil {
 		a := f.action.Load()
 		if a.Gen >= gen && f.guardOK(b[h.Eth:], outer) && !uft.Expired(f, now) && !restarts(f, h.TCPFlags) {
-			n := p.Len()
-			w.apply(p, pr, a, hash)
-			w.account(f, n, h.TCPFlags, now)
+			w.applyTo(p, b, pr, a, hash)
+			w.account(f, len(b), h.TCPFlags, now)
 			p.Path = PathFast
 			w.Flow = f
 			w.fast++
@@ -395,15 +509,20 @@ func isNeighborDiscovery(h *Headers) bool {
 }
 
 func (w *Worker) apply(p *Packet, pr *Parsed, a *Action, hash uint32) {
+	w.applyTo(p, p.Bytes(), pr, a, hash)
+}
+
+// applyTo is apply where b is p's frame, p.Bytes().
+func (w *Worker) applyTo(p *Packet, b []byte, pr *Parsed, a *Action, hash uint32) {
 	if a.Drop != NotDropped {
 		w.drop(p, a.Drop)
 		return
 	}
 	seg := 0
-	if a.MTU != 0 {
+	if a.MTU != 0 && p.Offload.GSOType != GSONone {
 		seg = a.segmentLen(p, pr)
 	}
-	if r := a.Apply(p, pr, hash); r != NotDropped {
+	if r := a.apply(p, b, pr, hash); r != NotDropped {
 		w.drop(p, r)
 		return
 	}
@@ -482,7 +601,7 @@ func (w *Worker) slowPath(p *Packet, key *FlowKey, hash uint32, f *Flow, gen uin
 	// State the decision allocated is given back unless a connection
 	// took it.
 	defer w.settle(d.State)
-	a, err := w.pl.action(d.Out, d.MTU, d.Drop, d.HT, gen, d.Meter)
+	a, err := w.pl.action(d.Out, d.MTU, d.Drop, d.HT, gen, d.Meter, d.Own)
 	if err != nil {
 		w.Trace.Addf("transposition rejected: %v", err)
 		w.drop(p, DropTransposition)
@@ -503,8 +622,18 @@ func (w *Worker) slowPath(p *Packet, key *FlowKey, hash uint32, f *Flow, gen uin
 			f = nil
 		}
 	}
+	// blk holds the connection's flows and Conn when the decision is a
+	// new stateful connection's.
+	var blk *connBlock
 	if f == nil {
-		nf := NewFlow(*key, a, src, dst, outerSrc, outerDst, now)
+		var nf *Flow
+		if d.Stateful && a.Drop == NotDropped && v.hasReply() {
+			blk = new(connBlock)
+			nf = &blk.fwd
+			nf.init(*key, a, src, dst, outerSrc, outerDst, now)
+		} else {
+			nf = NewFlow(*key, a, src, dst, outerSrc, outerDst, now)
+		}
 		var evicted *Flow
 		f, evicted = uft.InsertEvict(nf)
 		if evicted != nil && w.Trace.On() {
@@ -523,10 +652,11 @@ func (w *Worker) slowPath(p *Packet, key *FlowKey, hash uint32, f *Flow, gen uin
 		}
 		if f != nf {
 			f.SetAction(a) // another worker got there first
+			blk = nil
 		}
 	}
 	w.Flow = f
-	ok := a.Drop != NotDropped || w.installReverse(f, orig, v, d, gen, now)
+	ok := a.Drop != NotDropped || w.installReverse(f, orig, v, d, gen, now, blk)
 	// The connection, if it took the decision's state, releases it when
 	// it goes (even just below): settle must not release it again.
 	w.kept = f.conn.Load()
@@ -577,8 +707,9 @@ func (w *Worker) settle(st any) {
 // installReverse installs the reply direction of a stateful decision, or
 // pairs a stateless flow with a reply flow already present. It reports
 // false if a stateful connection's reply flow could not be installed (the
-// table is full).
-func (w *Worker) installReverse(f *Flow, orig, final *View, d *Decision, gen uint64, now int64) bool {
+// table is full). blk, if not nil, is the block f is the fwd of: the
+// connection and its reply flow are made in it.
+func (w *Worker) installReverse(f *Flow, orig, final *View, d *Decision, gen uint64, now int64, blk *connBlock) bool {
 	uft := w.pl.uft
 	reply := final.Reversed()
 	rkey := reply.Key(d.Out)
@@ -588,7 +719,8 @@ func (w *Worker) installReverse(f *Flow, orig, final *View, d *Decision, gen uin
 		}
 		return true
 	}
-	ra, err := w.pl.action(orig.InPort, d.ReplyMTU, NotDropped, ReverseHT(orig, final), gen, d.Meter)
+	rht := ReverseHT(orig, final)
+	ra, err := w.pl.action(orig.InPort, d.ReplyMTU, NotDropped, rht, gen, d.Meter, d.Own && rht.Set&FieldDstPort != 0)
 	if err != nil {
 		w.Trace.Addf("reverse transposition rejected: %v", err)
 		return true
@@ -597,7 +729,11 @@ func (w *Worker) installReverse(f *Flow, orig, final *View, d *Decision, gen uin
 	if c == nil || !c.Stateful {
 		origin := Origin{OuterSrc: orig.OuterSrc, OuterDst: orig.OuterDst,
 			OuterSrcMAC: orig.OuterSrcMAC, OuterDstMAC: orig.OuterDstMAC, OuterDstPort: orig.OuterDstPort}
-		c = uft.AttachConn(f, true, now, origin, d.State)
+		if blk != nil {
+			c = uft.attachConn(&blk.conn, f, true, now, origin, d.State)
+		} else {
+			c = uft.AttachConn(f, true, now, origin, d.State)
+		}
 	}
 	if old := c.rev.Load(); old != nil {
 		if old.key == rkey {
@@ -615,7 +751,13 @@ func (w *Worker) installReverse(f *Flow, orig, final *View, d *Decision, gen uin
 	if d.ReplyAnySrcMAC {
 		src = MAC{}
 	}
-	rf := NewFlow(rkey, ra, src, MAC{}, Addr16(reply.OuterSrc), Addr16(reply.OuterDst), now)
+	var rf *Flow
+	if blk != nil && c == &blk.conn {
+		rf = &blk.rev
+		rf.init(rkey, ra, src, MAC{}, Addr16(reply.OuterSrc), Addr16(reply.OuterDst), now)
+	} else {
+		rf = NewFlow(rkey, ra, src, MAC{}, Addr16(reply.OuterSrc), Addr16(reply.OuterDst), now)
+	}
 	got := uft.Insert(rf)
 	if got != nil && got != rf {
 		// A flow for the reply key exists (the reply raced us, a
@@ -710,14 +852,14 @@ func (w *Worker) redecide(c *Conn, gen uint64, now int64) redecision {
 	case d.Drop == DropRevalidated:
 		return stateGone
 	}
-	a, err := w.pl.action(d.Out, d.MTU, d.Drop, d.HT, gen, d.Meter)
+	a, err := w.pl.action(d.Out, d.MTU, d.Drop, d.HT, gen, d.Meter, d.Own)
 	if err != nil {
 		w.Trace.Addf("transposition rejected: %v", err)
 		return stateGone
 	}
 	fwd.SetAction(a)
 	if a.Drop == NotDropped && d.Stateful {
-		w.installReverse(fwd, orig, v, d, gen, now)
+		w.installReverse(fwd, orig, v, d, gen, now, nil)
 	} else if r := c.rev.Load(); r != nil {
 		// The reply direction is no longer implied by the origin's
 		// decision: it goes through the layers on its own next time.
@@ -831,7 +973,7 @@ func (w *Worker) related(p *Packet, pr *Parsed, h *Headers, gen uint64, now int6
 	if h.Src != q.Dst {
 		ht.Set &^= FieldSrcIP
 	}
-	oa, err := w.pl.action(a.Out, a.MTU, NotDropped, ht, a.Gen, nil)
+	oa, err := w.pl.action(a.Out, a.MTU, NotDropped, ht, a.Gen, nil, false)
 	if err != nil {
 		return false
 	}

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unique"
 	"unsafe"
 )
 
@@ -120,7 +121,7 @@ func (c *FlowTableConfig) Validate() error {
 // (the guard), and counters. The table owns its flows; callers get read-only
 // views of them. Safe for concurrent use.
 type Flow struct {
-	// The fields are ordered to pack into 144 bytes (TestFlowSize).
+	// The fields are ordered to pack into 128 bytes (TestFlowSize).
 	key    FlowKey
 	state  atomic.Uint32 // TCP flags seen (low byte) | flowRemoved
 	action atomic.Pointer[Action]
@@ -134,13 +135,18 @@ type Flow struct {
 	lastSeen atomic.Int64
 
 	// guard: the decision depended on these; a packet that differs takes
-	// the slow path.
-	macs     [12]byte // destination then source, as in the Ethernet header
-	outerSrc [16]byte
-	outerDst [16]byte
+	// the slow path. outer holds the outer source and destination
+	// addresses of an encapsulated packet, interned (few tunnel ends
+	// serve many flows): the zero Handle for a packet that is not.
+	macs  [12]byte // destination then source, as in the Ethernet header
+	outer unique.Handle[outerAddrs]
 
 	hash uint32 // key.Hash()
 }
+
+// outerAddrs are a packet's outer source and destination addresses, as
+// Headers holds them.
+type outerAddrs struct{ src, dst [16]byte }
 
 const flowRemoved = 1 << 16
 
@@ -148,12 +154,30 @@ const flowRemoved = 1 << 16
 // destination MACs and, if encapsulated, outer source and destination
 // addresses (zero if not).
 func NewFlow(key FlowKey, a *Action, srcMAC, dstMAC MAC, outerSrc, outerDst [16]byte, now int64) *Flow {
-	f := &Flow{key: key, outerSrc: outerSrc, outerDst: outerDst, hash: key.Hash()}
+	f := new(Flow)
+	f.init(key, a, srcMAC, dstMAC, outerSrc, outerDst, now)
+	return f
+}
+
+// init makes f, a zero Flow, a new flow as NewFlow does.
+func (f *Flow) init(key FlowKey, a *Action, srcMAC, dstMAC MAC, outerSrc, outerDst [16]byte, now int64) {
+	f.key, f.hash = key, key.Hash()
+	if outerSrc != ([16]byte{}) || outerDst != ([16]byte{}) {
+		f.outer = unique.Make(outerAddrs{outerSrc, outerDst})
+	}
 	copy(f.macs[0:6], dstMAC[:])
 	copy(f.macs[6:12], srcMAC[:])
 	f.action.Store(a)
 	f.lastSeen.Store(now)
-	return f
+}
+
+// connBlock is a new stateful connection's Conn and flows, allocated at
+// once (one allocation instead of three, of the same 320 bytes): the
+// slow path uses its parts for the connection it installs, or leaves
+// them unused where the table already held a flow.
+type connBlock struct {
+	conn     Conn
+	fwd, rev Flow
 }
 
 // Key returns the flow's key.
@@ -185,21 +209,38 @@ func (f *Flow) Removed() bool { return f.state.Load()&flowRemoved != 0 }
 // a zero source MAC (a reply any sender may give) any source MAC.
 func (f *Flow) GuardMatches(src, dst MAC, outerSrc, outerDst *[16]byte) bool {
 	fd, fs := MAC(f.macs[0:6]), MAC(f.macs[6:12])
-	return (fs == src || fs.IsZero()) && (fd == dst || fd.IsZero()) && f.outerSrc == *outerSrc && f.outerDst == *outerDst
+	return (fs == src || fs.IsZero()) && (fd == dst || fd.IsZero()) && f.outerIs(outerSrc, outerDst)
+}
+
+// outerIs reports whether the flow's guard holds these outer addresses
+// (zero for none).
+func (f *Flow) outerIs(src, dst *[16]byte) bool {
+	if f.outer == (unique.Handle[outerAddrs]{}) {
+		return *src == [16]byte{} && *dst == [16]byte{}
+	}
+	o := f.outer.Value()
+	return o.src == *src && o.dst == *dst
 }
 
 // guardOK is GuardMatches for the fast path: eth is the packet's tenant
 // Ethernet header, outer its outer headers (nil if none).
 func (f *Flow) guardOK(eth []byte, outer *Headers) bool {
-	if [12]byte(eth[:12]) != f.macs &&
-		(([6]byte(eth[0:6]) != [6]byte(f.macs[0:6]) && !MAC(f.macs[0:6]).IsZero()) ||
-			([6]byte(eth[6:12]) != [6]byte(f.macs[6:12]) && !MAC(f.macs[6:12]).IsZero())) {
-		return false
+	// The 12 bytes of MACs as two words each: destination in the low 48
+	// bits of the first, source in its high 16 and the second's 32.
+	le := binary.LittleEndian
+	const low48 = 1<<48 - 1
+	e0, e1 := le.Uint64(eth[:8]), le.Uint32(eth[8:12])
+	m0, m1 := le.Uint64(f.macs[:8]), le.Uint32(f.macs[8:12])
+	if e0 != m0 || e1 != m1 {
+		dst, src := m0&low48, m0>>48|uint64(m1)<<16
+		if dst != e0&low48 && dst != 0 || src != e0>>48|uint64(e1)<<16 && src != 0 {
+			return false
+		}
 	}
 	if outer == nil {
-		return f.outerSrc == [16]byte{} && f.outerDst == [16]byte{}
+		return f.outer == unique.Handle[outerAddrs]{}
 	}
-	return f.outerSrc == outer.Src && f.outerDst == outer.Dst
+	return f.outerIs(&outer.Src, &outer.Dst)
 }
 
 // Account counts one packet of n bytes with TCP flags tcp at time now; n
@@ -233,8 +274,10 @@ type Conn struct {
 	// decision (ReverseHT) and is revalidated with it.
 	Stateful bool
 	// Origin is what the origin packet carried beyond its flow key and
-	// guard, for re-deciding it after a policy change.
-	Origin  Origin
+	// guard, for re-deciding it after a policy change: the outer header
+	// set of an encapsulated origin; nil for any other (most connections,
+	// which so do not carry its 64 bytes).
+	Origin  *Origin
 	Created int64
 	// State is what stateful actions attach. The table looks at it only
 	// to release it (see Releaser) when the connection leaves the table.
@@ -580,7 +623,16 @@ func (t *FlowTable) Pair(fwd, rev *Flow, stateful bool, now int64) *Conn {
 
 // AttachConn makes f the origin of a new connection with no reply flow yet.
 func (t *FlowTable) AttachConn(f *Flow, stateful bool, now int64, origin Origin, state any) *Conn {
-	c := &Conn{Stateful: stateful, Created: now, Origin: origin, State: state}
+	return t.attachConn(new(Conn), f, stateful, now, origin, state)
+}
+
+// attachConn is AttachConn with c, a zero Conn, as the connection.
+func (t *FlowTable) attachConn(c *Conn, f *Flow, stateful bool, now int64, origin Origin, state any) *Conn {
+	c.Stateful, c.Created, c.State = stateful, now, state
+	if origin != (Origin{}) {
+		c.Origin = new(Origin)
+		*c.Origin = origin
+	}
 	c.fwd.Store(f)
 	f.conn.Store(c)
 	if f.Removed() {

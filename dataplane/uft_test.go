@@ -456,9 +456,18 @@ func TestFlowTableShardSize(t *testing.T) {
 }
 
 func TestFlowSize(t *testing.T) {
-	// 144 bytes is a malloc size class; one byte more costs 16.
-	if n := unsafe.Sizeof(Flow{}); n > 144 {
-		t.Errorf("a Flow is %d bytes, want at most 144", n)
+	// 128 bytes is a malloc size class; one byte more costs 16.
+	if n := unsafe.Sizeof(Flow{}); n > 128 {
+		t.Errorf("a Flow is %d bytes, want at most 128", n)
+	}
+	// A connection, and the action of a connection's own (a NAT
+	// binding's port), are allocated per connection: 64 and 128 bytes
+	// are size classes.
+	if n := unsafe.Sizeof(Conn{}); n > 64 {
+		t.Errorf("a Conn is %d bytes, want at most 64", n)
+	}
+	if n := unsafe.Sizeof(Action{}); n > 128 {
+		t.Errorf("an Action is %d bytes, want at most 128", n)
 	}
 }
 
@@ -768,5 +777,56 @@ func BenchmarkFlowTableMemory(b *testing.B) {
 				b.Errorf("%.0f bytes per flow, want under 300", perFlow)
 			}
 		})
+	}
+}
+
+// TestGuardOKMatchesGuardMatches checks the fast path's guard (guardOK,
+// word compares on the frame) against GuardMatches for flows with and
+// without wildcard MACs, frames that differ in any one byte of either MAC,
+// and outer addresses present, absent or different.
+func TestGuardOKMatchesGuardMatches(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	macs := func() MAC {
+		switch r.IntN(4) {
+		case 0:
+			return MAC{}
+		case 1:
+			return MAC{2, 0, 0, 0, 0, 1}
+		}
+		var m MAC
+		for i := range m {
+			m[i] = byte(r.IntN(3))
+		}
+		return m
+	}
+	addr := func() [16]byte {
+		if r.IntN(3) == 0 {
+			return [16]byte{}
+		}
+		return [16]byte{192, 168, 1, byte(r.IntN(2))}
+	}
+	for range 20000 {
+		fsrc, fdst, osrc, odst := macs(), macs(), addr(), addr()
+		f := NewFlow(FlowKey{}, &Action{}, fsrc, fdst, osrc, odst, 0)
+		src, dst := fsrc, fdst
+		if r.IntN(2) == 0 {
+			src[r.IntN(6)] ^= byte(1 + r.IntN(255))
+		}
+		if r.IntN(2) == 0 {
+			dst[r.IntN(6)] ^= byte(1 + r.IntN(255))
+		}
+		eth := make([]byte, EthernetLen)
+		copy(eth[0:6], dst[:])
+		copy(eth[6:12], src[:])
+		var outer *Headers
+		psrc, pdst := [16]byte{}, [16]byte{}
+		if r.IntN(2) == 0 {
+			psrc, pdst = addr(), addr()
+			outer = &Headers{Src: psrc, Dst: pdst}
+		}
+		if got, want := f.guardOK(eth, outer), f.GuardMatches(src, dst, &psrc, &pdst); got != want {
+			t.Fatalf("flow src %s dst %s outer %x %x; packet src %s dst %s outer %v: guardOK %v, GuardMatches %v",
+				fsrc, fdst, osrc, odst, src, dst, outer, got, want)
+		}
 	}
 }

@@ -95,7 +95,10 @@ func (v *View) FromFlow(f *Flow, c *Conn) {
 		v.ICMPType, v.ICMPCode = uint8(k.DstPort>>8), uint8(k.DstPort)
 	}
 	if k.Flags&KeyEncap != 0 {
-		o := &c.Origin
+		o := c.Origin
+		if o == nil {
+			o = &Origin{}
+		}
 		v.Encap, v.VNI = true, k.VNI
 		v.OuterSrc, v.OuterDst = o.OuterSrc, o.OuterDst
 		v.OuterSrcMAC, v.OuterDstMAC, v.OuterDstPort = o.OuterSrcMAC, o.OuterDstMAC, o.OuterDstPort
@@ -264,44 +267,46 @@ func (v *View) Reversed() View {
 // after some HT: what a stateful connection's reverse direction applies
 // without crossing the layers again.
 func ReverseHT(orig, final *View) Transposition {
+	// ro and rf, the replies to orig and final (Reversed), are read in
+	// place: a reply's source is its packet's destination and so on.
 	var t Transposition
-	ro, rf := orig.Reversed(), final.Reversed()
-	if rf.Encap {
+	if final.Encap {
 		// The reply arrives in a tunnel whose far end addressed the
 		// inner frame as it saw fit: give it back the MACs the origin
 		// used, both ways.
 		t.Outer = OuterPop
 		t.Set |= FieldSrcMAC | FieldDstMAC
-		t.SrcMAC, t.DstMAC = ro.SrcMAC, ro.DstMAC
+		t.SrcMAC, t.DstMAC = orig.DstMAC, orig.SrcMAC
+	} else {
+		if orig.DstMAC != final.DstMAC {
+			t.Set |= FieldSrcMAC
+			t.SrcMAC = orig.DstMAC
+		}
+		if orig.SrcMAC != final.SrcMAC {
+			t.Set |= FieldDstMAC
+			t.DstMAC = orig.SrcMAC
+		}
 	}
-	if ro.SrcMAC != rf.SrcMAC && !rf.Encap {
-		t.Set |= FieldSrcMAC
-		t.SrcMAC = ro.SrcMAC
-	}
-	if ro.DstMAC != rf.DstMAC && !rf.Encap {
-		t.Set |= FieldDstMAC
-		t.DstMAC = ro.DstMAC
-	}
-	if ro.Src != rf.Src {
+	if orig.Dst != final.Dst {
 		t.Set |= FieldSrcIP
-		t.SrcIP = ro.Src
+		t.SrcIP = orig.Dst
 	}
-	if ro.Dst != rf.Dst {
+	if orig.Src != final.Src {
 		t.Set |= FieldDstIP
-		t.DstIP = ro.Dst
+		t.DstIP = orig.Src
 	}
-	if ro.SrcPort != rf.SrcPort {
+	if orig.DstPort != final.DstPort {
 		t.Set |= FieldSrcPort
-		t.SrcPort = ro.SrcPort
+		t.SrcPort = orig.DstPort
 	}
-	if ro.DstPort != rf.DstPort {
+	if orig.SrcPort != final.SrcPort {
 		t.Set |= FieldDstPort
-		t.DstPort = ro.DstPort
+		t.DstPort = orig.SrcPort
 	}
-	if ro.Encap {
+	if orig.Encap {
 		t.Push = &Outer{
-			SrcMAC: ro.OuterSrcMAC, DstMAC: ro.OuterDstMAC,
-			Src: ro.OuterSrc, Dst: ro.OuterDst, VNI: ro.VNI, DstPort: ro.OuterDstPort,
+			SrcMAC: orig.OuterDstMAC, DstMAC: orig.OuterSrcMAC,
+			Src: orig.OuterDst, Dst: orig.OuterSrc, VNI: orig.VNI, DstPort: orig.OuterDstPort,
 		}
 	}
 	return t

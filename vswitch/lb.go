@@ -95,7 +95,7 @@ type lbPick struct {
 	// srcPort, when not 0, is the source port the connection was moved
 	// to because another balanced connection had its own already.
 	srcPort uint16
-	tuple   lbTuple
+	tuple   lbKey
 	reg     *lbTuples // where tuple is registered, until release
 }
 
@@ -105,13 +105,51 @@ type lbTuple struct {
 	client, backend netip.AddrPort
 }
 
+// lbKey is an lbTuple as lbTuples keeps it: pointer-free, the addresses in
+// their 16-byte form, so that the registry's map hashes it without
+// following a pointer and the garbage collector need not scan the map.
+type lbKey struct {
+	client, backend [16]byte
+	cport, bport    uint16
+	proto           uint8
+	v6              bool
+}
+
+func (t lbTuple) key() lbKey {
+	return lbKey{client: t.client.Addr().As16(), backend: t.backend.Addr().As16(), cport: t.client.Port(), bport: t.backend.Port(),
+		proto: t.proto, v6: t.client.Addr().Is6()}
+}
+
+// tuple returns the tuple k keeps.
+func (k lbKey) tuple() lbTuple {
+	addr := func(a [16]byte) netip.Addr {
+		if k.v6 {
+			return netip.AddrFrom16(a)
+		}
+		return netip.AddrFrom16(a).Unmap()
+	}
+	return lbTuple{proto: k.proto, client: netip.AddrPortFrom(addr(k.client), k.cport), backend: netip.AddrPortFrom(addr(k.backend), k.bport)}
+}
+
+// lbFront is a frontend address and port as lbTuples keeps it:
+// pointer-free, as lbKey.
+type lbFront struct {
+	addr [16]byte
+	port uint16
+	v6   bool
+}
+
+func frontOf(a netip.AddrPort) lbFront {
+	return lbFront{addr: a.Addr().As16(), port: a.Port(), v6: a.Addr().Is6()}
+}
+
 // lbTuples are the live balanced connections as their backends see them.
 // Two connections from one client port to two Services that choose the
 // same backend would look alike there: the second is given another source
 // port (as Linux conntrack does), found here.
 type lbTuples struct {
 	mu sync.Mutex
-	m  map[lbTuple]netip.AddrPort // the frontend each connection went to
+	m  map[lbKey]lbFront // the frontend each connection went to
 }
 
 // claim registers t, made for a connection to frontend, and returns its
@@ -124,27 +162,28 @@ type lbTuples struct {
 // own): t is returned, unregistered. With register false (a trace) claim
 // registers nothing and reports mine false, but returns the same port.
 func (r *lbTuples) claim(t lbTuple, frontend netip.AddrPort, register bool) (port uint16, mine, ok bool) {
+	k, fk := t.key(), frontOf(frontend)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if f, taken := r.m[t]; !taken {
+	if f, taken := r.m[k]; !taken {
 		if register {
-			r.m[t] = frontend
+			r.m[k] = fk
 		}
-		return t.client.Port(), register, true
-	} else if f == frontend {
-		return t.client.Port(), false, true
+		return k.cport, register, true
+	} else if f == fk {
+		return k.cport, false, true
 	}
-	port = t.client.Port()
+	port = k.cport
 	for range 1 << 16 {
 		port = port*5 + 0x5555 // odd increment, multiplier 1 mod 4: a full cycle mod 2^16
 		if port < 1024 {
 			continue
 		}
-		c := t
-		c.client = netip.AddrPortFrom(t.client.Addr(), port)
+		c := k
+		c.cport = port
 		if _, taken := r.m[c]; !taken {
 			if register {
-				r.m[c] = frontend
+				r.m[c] = fk
 			}
 			return port, register, true
 		}
@@ -314,6 +353,24 @@ type connState struct {
 	lb  *lbPick
 }
 
+// lbConnState is the connState of a balanced connection and its lbPick,
+// in one allocation (connState.lb points at pick).
+type lbConnState struct {
+	connState
+	pick lbPick
+}
+
+// newConnState returns the state of a connection that holds binding b
+// (nil if none) and, if pick is not nil, a copy of it.
+func newConnState(b *nat.Binding, pick *lbPick) *connState {
+	if pick == nil {
+		return &connState{nat: b}
+	}
+	c := &lbConnState{connState: connState{nat: b}, pick: *pick}
+	c.lb = &c.pick
+	return &c.connState
+}
+
 // Release implements dataplane.Releaser.
 func (c *connState) Release() {
 	if c.nat != nil {
@@ -336,7 +393,7 @@ func (s *Switch) balance(pol *compiled, at *Port, act *rules.Action, v *dataplan
 	switch {
 	case x.prev != nil && x.prev.lb != nil:
 		old := x.prev.lb
-		if old.lb == b.name && x.pick == nil && !x.keptLB {
+		if old.lb == b.name && !x.picked && !x.keptLB {
 			be = b.backends[old.backend]
 		}
 		if be == nil {
@@ -356,7 +413,7 @@ func (s *Switch) balance(pol *compiled, at *Port, act *rules.Action, v *dataplan
 		}
 		d.Drop = dataplane.DropRevalidated
 		return false
-	case x.pick != nil:
+	case x.picked:
 		tr.Addf("  lb %s: the packet was balanced by another rule already", b.name)
 		d.Drop = dataplane.DropTransposition
 		return false
@@ -365,7 +422,7 @@ func (s *Switch) balance(pol *compiled, at *Port, act *rules.Action, v *dataplan
 		if be == nil {
 			return false
 		}
-		x.pick = &lbPick{lb: b.name, backend: be.ip}
+		x.pick, x.picked = lbPick{lb: b.name, backend: be.ip}, true
 	}
 	client := v.Src
 	var t dataplane.Transposition
@@ -376,43 +433,46 @@ func (s *Switch) balance(pol *compiled, at *Port, act *rules.Action, v *dataplan
 	if b.targetPort != 0 && ported {
 		t.Set, t.DstPort = t.Set|dataplane.FieldDstPort, b.targetPort
 	}
-	if pk := x.pick; pk != nil && ported {
+	if pk := &x.pick; x.picked && ported {
 		dport := cmp.Or(b.targetPort, v.DstPort)
 		dst := be.ip
 		if b.preserveDst {
 			dst = v.Dst
 		}
-		pk.tuple = lbTuple{proto: v.Proto, client: netip.AddrPortFrom(v.Src, v.SrcPort), backend: netip.AddrPortFrom(dst, dport)}
-		port, mine, ok := s.lbTuples.claim(pk.tuple, netip.AddrPortFrom(v.Dst, v.DstPort), !x.dry())
+		tu := lbTuple{proto: v.Proto, client: netip.AddrPortFrom(v.Src, v.SrcPort), backend: netip.AddrPortFrom(dst, dport)}
+		port, mine, ok := s.lbTuples.claim(tu, netip.AddrPortFrom(v.Dst, v.DstPort), !x.dry())
 		if !ok {
-			tr.Addf("  lb %s: every source port of %s to %s is in use", b.name, v.Src, pk.tuple.backend)
+			tr.Addf("  lb %s: every source port of %s to %s is in use", b.name, v.Src, tu.backend)
 			d.Drop = dataplane.DropNATExhausted
 			return false
 		}
-		pk.tuple.client = netip.AddrPortFrom(v.Src, port)
+		tu.client = netip.AddrPortFrom(v.Src, port)
+		pk.tuple = tu.key()
 		if mine {
 			pk.reg = &s.lbTuples
 		}
 		if port != v.SrcPort {
 			pk.srcPort = port
 			if tr.On() {
-				tr.Addf("  lb %s: %s -> %s is another connection's already: source port %d", b.name, netip.AddrPortFrom(v.Src, v.SrcPort), pk.tuple.backend, port)
+				tr.Addf("  lb %s: %s -> %s is another connection's already: source port %d", b.name, netip.AddrPortFrom(v.Src, v.SrcPort), tu.backend, port)
 			}
 		}
 	}
 	if x.prev != nil && x.prev.lb != nil && x.keptLB {
 		if p := x.prev.lb.srcPort; p != 0 {
 			t.Set, t.SrcPort = t.Set|dataplane.FieldSrcPort, p
+			x.own = true
 		}
-	} else if pk := x.pick; pk != nil && pk.srcPort != 0 {
-		t.Set, t.SrcPort = t.Set|dataplane.FieldSrcPort, pk.srcPort
+	} else if x.picked && x.pick.srcPort != 0 {
+		t.Set, t.SrcPort = t.Set|dataplane.FieldSrcPort, x.pick.srcPort
+		x.own = true
 	}
 	if act.LBRoute {
 		r := &be.route
 		t.Set |= r.Set
 		t.SrcMAC, t.DstMAC, t.Push = r.SrcMAC, r.DstMAC, r.Push
 	}
-	if !s.transpose(v, ht, t, tr, d) {
+	if !s.transpose(v, ht, &t, tr, d) {
 		return false
 	}
 	x.natted = true
@@ -426,7 +486,7 @@ func (s *Switch) balance(pol *compiled, at *Port, act *rules.Action, v *dataplan
 			tr.Addf("  lb %s: %s: source to %s", b.name, why, b.sourceVIP)
 		}
 		st, ok := s.snat(v, b.sourceVIP, x, tr, d)
-		if !ok || !s.transpose(v, ht, st, tr, d) {
+		if !ok || !s.transpose(v, ht, &st, tr, d) {
 			return false
 		}
 	}

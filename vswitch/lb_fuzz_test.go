@@ -465,8 +465,9 @@ func lbfRun(t *testing.T, prog, raw []byte) {
 		}
 	}
 	sw.lbTuples.mu.Lock()
-	for tu := range sw.lbTuples.m {
+	for k := range sw.lbTuples.m {
 		sw.lbTuples.mu.Unlock()
+		tu := k.tuple()
 		t.Fatalf("the tuple %s -> %s is still registered with an empty flow table", tu.client, tu.backend)
 	}
 	sw.lbTuples.mu.Unlock()
@@ -1048,7 +1049,7 @@ func (s *lbfState) checkTable(when string) {
 	holders := map[*nat.Binding]int{}
 	seen := map[*dataplane.Conn]bool{}
 	tuples := map[lbTuple]*dataplane.Conn{}
-	registered := map[lbTuple]bool{}
+	registered := map[lbKey]bool{}
 	s.sw.Pipeline().FlowTable().Range(func(f *dataplane.Flow) bool {
 		c := f.Conn()
 		if c == nil || seen[c] {
@@ -1103,9 +1104,10 @@ func (s *lbfState) checkTable(when string) {
 	})
 	s.sw.lbTuples.mu.Lock()
 	nreg := len(s.sw.lbTuples.m)
-	for tu := range registered {
-		if _, ok := s.sw.lbTuples.m[tu]; !ok {
+	for k := range registered {
+		if _, ok := s.sw.lbTuples.m[k]; !ok {
 			s.sw.lbTuples.mu.Unlock()
+			tu := k.tuple()
 			t.Fatalf("%s: a connection's tuple %s -> %s is not registered:\n%s", when, tu.client, tu.backend, s.dump())
 		}
 	}

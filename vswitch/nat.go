@@ -18,8 +18,16 @@ type translation struct {
 	prev   *connState   // the state of the connection being revalidated
 	bound  *nat.Binding // allocated by this decision (not a revalidated connection's)
 	kept   bool         // the revalidated connection's binding applies still
-	pick   *lbPick      // the backend this decision chose
 	keptLB bool         // the revalidated connection's backend applies still
+	// pick is the backend this decision chose, if picked: kept here by
+	// value (a pointer to it would move the translation to the heap) and
+	// copied into the connection's state (newConnState).
+	pick   lbPick
+	picked bool
+	// own: the transposition writes a source port of the connection's
+	// own (a NAT binding's, or one a load balancer moved it to): see
+	// dataplane.Decision.Own.
+	own bool
 	// The rules that were their layers' verdicts, in order (for counters).
 	pol      *compiled
 	verdicts [maxMetered]*rules.Rule
@@ -63,7 +71,7 @@ func (s *Switch) snat(v *dataplane.View, ip netip.Addr, x *translation, tr *data
 	if x.prev != nil && x.prev.nat != nil {
 		old := x.prev.nat
 		if old.Pool().IP() == ip && old.Proto() == proto && old.Internal() == internal && x.bound == nil && !x.kept {
-			x.kept = true
+			x.kept, x.own = true, true
 			t.Set |= dataplane.FieldSrcPort
 			t.SrcPort = old.External().Port()
 			if tr.On() {
@@ -116,7 +124,7 @@ func (s *Switch) snat(v *dataplane.View, ip netip.Addr, x *translation, tr *data
 		}
 		return t, false
 	}
-	x.bound = b
+	x.bound, x.own = b, true
 	t.Set |= dataplane.FieldSrcPort
 	t.SrcPort = b.External().Port()
 	if tr.On() {

@@ -58,7 +58,7 @@ func New(cfg *Config) (*Switch, error) {
 		return nil, err
 	}
 	s := &Switch{ids: map[string]dataplane.PortID{}, epoch: time.Now(), nat: nat.NewTable(nil)}
-	s.lbTuples.m = map[lbTuple]netip.AddrPort{}
+	s.lbTuples.m = map[lbKey]lbFront{}
 	pl, err := dataplane.NewPipeline(dataplane.PipelineConfig{FlowTable: pol.ftable, VXLANPort: pol.vxlan}, s)
 	if err != nil {
 		return nil, err
@@ -219,17 +219,20 @@ func (s *Switch) Decide(v *dataplane.View, tr *dataplane.Trace, d *dataplane.Dec
 	if x.nv > 0 {
 		d.Meter = x.pol.meters.get(x.verdicts[:x.nv])
 	}
+	d.Own = x.own
 	if d.Drop != dataplane.NotDropped || d.Revalidating {
 		if x.bound != nil {
 			x.bound.Release()
 		}
-		if x.pick != nil {
+		if x.picked {
 			x.pick.release()
 		}
 		return
 	}
-	if x.bound != nil || x.pick != nil {
-		d.State = &connState{nat: x.bound, lb: x.pick}
+	if x.picked {
+		d.State = newConnState(x.bound, &x.pick)
+	} else if x.bound != nil {
+		d.State = newConnState(x.bound, nil)
 	}
 }
 
@@ -297,7 +300,7 @@ func (s *Switch) decide(v *dataplane.View, tr *dataplane.Trace, d *dataplane.Dec
 	if tr.On() {
 		tr.Addf("switch: %s -> port %s", how.explain(v, out), out.Name)
 	}
-	if !fwd.IsIdentity() && !s.transpose(v, &ht, fwd, tr, d) {
+	if !fwd.IsIdentity() && !s.transpose(v, &ht, &fwd, tr, d) {
 		return
 	}
 	if !s.crossLayers(pol, out, v, rules.In, &ht, &stateful, x, tr, d) {
@@ -368,7 +371,7 @@ func (s *Switch) crossLayers(pol *compiled, p *Port, v *dataplane.View, dir rule
 			d.Drop = vd.Action.DropReason()
 			return false
 		}
-		if !s.transpose(v, ht, vd.Action.HT, tr, d) {
+		if !s.transpose(v, ht, &vd.Action.HT, tr, d) {
 			return false
 		}
 		if vd.Action.HT.Set&(dataplane.FieldSrcIP|dataplane.FieldDstIP) != 0 {
@@ -376,7 +379,7 @@ func (s *Switch) crossLayers(pol *compiled, p *Port, v *dataplane.View, dir rule
 		}
 		if ip := vd.Action.SNAT; ip.IsValid() {
 			t, ok := s.snat(v, ip, x, tr, d)
-			if !ok || !s.transpose(v, ht, t, tr, d) {
+			if !ok || !s.transpose(v, ht, &t, tr, d) {
 				return false
 			}
 			x.natted = true
@@ -389,17 +392,19 @@ func (s *Switch) crossLayers(pol *compiled, p *Port, v *dataplane.View, dir rule
 	return true
 }
 
-func (s *Switch) transpose(v *dataplane.View, ht *dataplane.Transposition, t dataplane.Transposition,
+// transpose composes t into ht and applies it to v. It reports false, with
+// d.Drop set, if t cannot follow ht or apply to v.
+func (s *Switch) transpose(v *dataplane.View, ht *dataplane.Transposition, t *dataplane.Transposition,
 	tr *dataplane.Trace, d *dataplane.Decision) bool {
-	if t == (dataplane.Transposition{}) {
-		return true
+	if t.Set == 0 && t.Outer == dataplane.OuterIgnore && t.Push == nil {
+		return true // changes nothing, whatever its unused values hold
 	}
-	next, err := ht.Then(t)
+	next, err := ht.Then(*t)
 	if err == nil {
-		err = v.Apply(&t)
+		err = v.Apply(t)
 	}
 	if err != nil {
-		tr.Addf("transposition %s cannot apply: %v", t, err)
+		tr.Addf("transposition %s cannot apply: %v", *t, err) // a copy: t must not escape
 		d.Drop = dataplane.DropTransposition
 		return false
 	}

@@ -279,7 +279,7 @@ func (s *Switch) decideDry(v *dataplane.View, tr *dataplane.Trace, d *dataplane.
 	if x.bound != nil {
 		x.bound.Release()
 	}
-	if x.pick != nil {
+	if x.picked {
 		x.pick.release()
 	}
 }

@@ -461,7 +461,7 @@ type traceState struct {
 	table       dataplane.FlowTableStats
 	path        dataplane.PipelineStats
 	drops       string
-	lbTuples    map[lbTuple]netip.AddrPort
+	lbTuples    map[lbKey]lbFront
 	affinity    map[string]int
 	affinityOfA string
 }
