@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/ufp-dev/ufp/dataplane"
 )
 
@@ -437,9 +439,13 @@ func TestVnetOffload(t *testing.T) {
 		{"checksum beyond the frame", hdr(vnetNeedsCsum, 0, 0, 0, 90, 16), 0, dataplane.Offload{}, false},
 		{"super-frame without a segment size", hdr(vnetNeedsCsum, dataplane.GSOTCPv4, 66, 0, 34, 16), 0, dataplane.Offload{}, false},
 		{"headers beyond the frame", hdr(0, dataplane.GSOTCPv4, 100, 1448, 0, 0), 0, dataplane.Offload{}, false},
+		{"the kernel's hint the whole frame", hdr(vnetNeedsCsum, dataplane.GSOTCPv4, 100, 1448, 34, 16), 0,
+			dataplane.Offload{NeedsCsum: true, CsumStart: 34, CsumOffset: 16, GSOType: dataplane.GSOTCPv4, GSOSize: 1448, HdrLen: 66}, true},
 	} {
 		p := dataplane.NewPacket(dataplane.BufferSize)
-		p.SetFrame(make([]byte, 100))
+		f := make([]byte, 100)
+		f[34+12] = 8 << 4 // a TCP header of 32 bytes at 34
+		p.SetFrame(f)
 		ok := vnetOffload(tc.h, tc.shift, p)
 		if ok != tc.ok || ok && p.Offload != tc.want {
 			t.Errorf("%s: %v %+v, want %v %+v", tc.name, ok, p.Offload, tc.ok, tc.want)
@@ -512,4 +518,93 @@ func BenchmarkRawEcho(b *testing.B) {
 	e := newRawEnv(b)
 	up := openUplink(b, e, rawOptions{})
 	benchEcho(b, up, echoRequest(peerMAC, hostMAC, hostIP, peerIP, 0x7b04, 1))
+}
+
+// TestRawWritesGSO checks that a TCP super-frame written to the uplink
+// goes with its offloads in the virtio-net header: the kernel takes a
+// frame twice the MTU (without the header it refuses it as too long) and
+// the peer gets all of its payload, whole or segmented by the kernel. A
+// veth hands it over whole, and the peer's reader must then find its
+// headers' end itself: the kernel's hdr_len says the whole frame.
+func TestRawWritesGSO(t *testing.T) {
+	requireNetAdmin(t)
+	e := newRawEnv(t)
+	up := openUplink(t, e, rawOptions{})
+	peer, err := OpenRaw("peer0", nsPath(e.peer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { peer.Close() })
+	r := newReader(t, peer, 64)
+
+	const payload, mss, hdr = 3000, 1000, dataplane.EthernetLen + 20 + 20
+	f := make([]byte, hdr+payload)
+	copy(f, peerMAC[:])
+	copy(f[6:], hostMAC[:])
+	binary.BigEndian.PutUint16(f[12:], dataplane.EtherTypeIPv4)
+	ip := f[dataplane.EthernetLen:]
+	ip[0], ip[8], ip[9] = 0x45, 64, dataplane.ProtoTCP
+	binary.BigEndian.PutUint16(ip[2:], uint16(20+20+payload))
+	binary.BigEndian.PutUint16(ip[6:], 0x4000) // DF
+	src, dst := hostIP.As4(), peerIP.As4()
+	copy(ip[12:], src[:])
+	copy(ip[16:], dst[:])
+	binary.BigEndian.PutUint16(ip[10:], dataplane.Checksum(ip[:20], 0))
+	tcp := ip[20:]
+	binary.BigEndian.PutUint16(tcp[0:], 40123)
+	binary.BigEndian.PutUint16(tcp[2:], 5201)
+	binary.BigEndian.PutUint32(tcp[4:], 1)
+	tcp[12], tcp[13] = 5<<4, dataplane.TCPAck
+	binary.BigEndian.PutUint16(tcp[14:], 512)
+	for i := range payload {
+		tcp[20+i] = byte(i)
+	}
+	// The checksum left partial, as a TSO sender leaves it.
+	binary.BigEndian.PutUint16(tcp[16:], dataplane.Fold(dataplane.PseudoHeaderSum(src[:], dst[:], dataplane.ProtoTCP, 20+payload)))
+	p := dataplane.NewPacket(dataplane.BufferSize)
+	p.SetFrame(f)
+	p.Offload = dataplane.Offload{NeedsCsum: true, CsumStart: dataplane.EthernetLen + 20, CsumOffset: 16,
+		GSOType: dataplane.GSOTCPv4, GSOSize: mss, HdrLen: hdr}
+	if n, err := up.WritePackets([]*dataplane.Packet{p}); n != 1 || err != nil {
+		t.Fatalf("WritePackets = %d, %v; TxDropped %d", n, err, up.Counters().TxDropped.Load())
+	}
+	got := 0
+	for got < payload {
+		r.until(t, 3*time.Second, 500*time.Millisecond, nil, func(f []byte, o dataplane.Offload) bool {
+			if len(f) <= hdr || binary.BigEndian.Uint16(f[12:]) != dataplane.EtherTypeIPv4 || binary.BigEndian.Uint16(f[dataplane.EthernetLen+20:]) != 40123 {
+				return false
+			}
+			// Read back whole, its headers must be where they are
+			// (the kernel's hint says the whole frame).
+			if o.GSOType != dataplane.GSONone && o.HdrLen != hdr {
+				t.Errorf("read back with HdrLen %d, want %d", o.HdrLen, hdr)
+			}
+			got += len(f) - hdr
+			return true
+		})
+	}
+	if got != payload {
+		t.Errorf("the peer got %d payload bytes, want %d", got, payload)
+	}
+}
+
+// TestRawSocketBuffers checks that the socket can hold a burst: its
+// buffers are rawSockBuf (the kernel reports twice what was set).
+func TestRawSocketBuffers(t *testing.T) {
+	requireNetAdmin(t)
+	e := newRawEnv(t)
+	up := openUplink(t, e, rawOptions{})
+	for _, o := range []struct {
+		name string
+		opt  int
+	}{{"SO_RCVBUF", unix.SO_RCVBUF}, {"SO_SNDBUF", unix.SO_SNDBUF}} {
+		var v int
+		var gerr error
+		if err := up.rc.Control(func(fd uintptr) { v, gerr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, o.opt) }); err != nil || gerr != nil {
+			t.Fatalf("%s: %v %v", o.name, err, gerr)
+		}
+		if v < rawSockBuf {
+			t.Errorf("%s = %d, want at least %d", o.name, v, rawSockBuf)
+		}
+	}
 }

@@ -41,12 +41,34 @@ func vnetOffload(h []byte, shift uint16, p *dataplane.Packet) bool {
 	}
 	if gso != dataplane.GSONone {
 		o.GSOType, o.GSOSize = gso, binary.NativeEndian.Uint16(h[4:])
-		o.HdrLen = binary.NativeEndian.Uint16(h[2:]) + shift
+		o.HdrLen = gsoHeaderLen(p.Bytes(), o, binary.NativeEndian.Uint16(h[2:])+shift)
 		if o.GSOSize == 0 || int(o.HdrLen) >= p.Len() {
 			return false
 		}
 	}
 	return true
+}
+
+// gsoHeaderLen returns where the headers of super-frame f end: behind the
+// segmented TCP or UDP header, which the partial checksum's start locates.
+// The kernel's own hdr_len (hint) is only the length of the buffer's
+// linear part, which for a frame a local stack sent in one piece (over a
+// veth, say) is the whole frame; it is taken only for a super-frame
+// without a partial checksum.
+func gsoHeaderLen(f []byte, o *dataplane.Offload, hint uint16) uint16 {
+	if !o.NeedsCsum {
+		return hint
+	}
+	start := int(o.CsumStart)
+	switch o.GSOType &^ dataplane.GSOECN {
+	case dataplane.GSOTCPv4, dataplane.GSOTCPv6:
+		if start+13 <= len(f) && f[start+12]>>4 >= 5 {
+			return uint16(start + int(f[start+12]>>4)*4)
+		}
+	case dataplane.GSOUDPL4:
+		return uint16(start + dataplane.UDPLen)
+	}
+	return hint
 }
 
 // putVnet writes the virtio-net header h that tells the kernel p's

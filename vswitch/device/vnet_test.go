@@ -16,8 +16,10 @@ func TestPutVnet(t *testing.T) {
 		{NeedsCsum: true, CsumStart: 54, CsumOffset: 6, GSOType: dataplane.GSOUDPL4, GSOSize: 1472, HdrLen: 62},
 		{NeedsCsum: true, CsumStart: 34, CsumOffset: 16, GSOType: dataplane.GSOTCPv4 | dataplane.GSOECN, GSOSize: 1448, HdrLen: 66},
 	} {
+		f := make([]byte, 9000)
+		f[34+12] = 8 << 4 // a TCP header of 32 bytes at 34
 		p := dataplane.NewPacket(dataplane.BufferSize)
-		p.SetFrame(make([]byte, 9000))
+		p.SetFrame(f)
 		p.Offload = o
 		h := make([]byte, vnetLen)
 		for i := range h {
@@ -25,7 +27,7 @@ func TestPutVnet(t *testing.T) {
 		}
 		putVnet(h, p)
 		q := dataplane.NewPacket(dataplane.BufferSize)
-		q.SetFrame(make([]byte, 9000))
+		q.SetFrame(f)
 		if !vnetOffload(h, 0, q) || q.Offload != o {
 			t.Errorf("%+v: header % x reads back as %+v", o, h, q.Offload)
 		}
