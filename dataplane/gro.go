@@ -176,6 +176,23 @@ func groSegment(p *Packet) (h Headers, tcpLen, payload int, ok bool) {
 		return h, 0, 0, false
 	}
 	b := p.Bytes()
+	// Most frames that are not TCP are told by two bytes, before the
+	// whole parse (every frame to a TAP or the uplink comes by here).
+	if len(b) < EthernetLen+IPv6Len {
+		return h, 0, 0, false
+	}
+	switch binary.BigEndian.Uint16(b[12:]) {
+	case EtherTypeIPv4:
+		if b[EthernetLen+9] != ProtoTCP {
+			return h, 0, 0, false
+		}
+	case EtherTypeIPv6:
+		if b[EthernetLen+6] != ProtoTCP {
+			return h, 0, 0, false
+		}
+	default:
+		return h, 0, 0, false
+	}
 	if decodeFrame(b, 0, &h) != NotDropped || h.Proto != ProtoTCP || h.Flags&(FlagL4|FlagVLAN|FlagFragment) != FlagL4 {
 		return h, 0, 0, false
 	}

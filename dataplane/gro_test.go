@@ -148,6 +148,21 @@ func fixTCPChecksum(b []byte, l4 int) {
 	binary.BigEndian.PutUint16(b[l4+16:], Checksum(b[l4:], ps))
 }
 
+// TestCoalesceLeavesUDP: datagrams, IPv4 and IPv6, are never merged.
+func TestCoalesceLeavesUDP(t *testing.T) {
+	for _, c := range []gsoCase{{udp: true}, {udp: true, ip6: true}} {
+		var pkts []*Packet
+		for range 4 {
+			p := NewPacket(BufferSize)
+			p.SetFrame(gsoFrame(t, c, make([]byte, 1000), 0, 1, false, false, false))
+			pkts = append(pkts, p)
+		}
+		if k := Coalesce(pkts); k != 4 {
+			t.Errorf("ip6=%v: Coalesce left %d of 4 datagrams", c.ip6, k)
+		}
+	}
+}
+
 func TestCoalesceAllocs(t *testing.T) {
 	pkts, frames := groSegments(t, gsoCase{}, 32, 1448, 1448)
 	run := func() {

@@ -166,13 +166,18 @@ func fixSegment(seg []byte, outer, inner *Headers, shrink, i int, last bool, seq
 	if outer != nil {
 		fixIP(seg, outer, shrink, i)
 		putLess(seg[outer.L4+4:], shrink)
-		// The outer UDP checksum covers the inner frame: made last.
-		defer func() {
-			if binary.BigEndian.Uint16(seg[outer.L4+6:]) != 0 {
-				l4Checksum(seg, outer, ProtoUDP)
-			}
-		}()
 	}
+	fixInner(seg, inner, shrink, i, last, seq)
+	// The outer UDP checksum covers the inner frame: made last.
+	if outer != nil && binary.BigEndian.Uint16(seg[outer.L4+6:]) != 0 {
+		l4Checksum(seg, outer, ProtoUDP)
+	}
+}
+
+// fixInner makes the segmented frame's own headers in seg (h) those of
+// segment i: its IP length, identification and checksum, and its TCP
+// sequence number and flags or UDP length, and its L4 checksum.
+func fixInner(seg []byte, inner *Headers, shrink, i int, last bool, seq uint32) {
 	fixIP(seg, inner, shrink, i)
 	switch inner.Proto {
 	case ProtoTCP:
