@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/ufp-dev/ufp/hns"
 	"github.com/ufp-dev/ufp/vswitch"
 )
 
@@ -48,21 +49,21 @@ type Device struct {
 // is optional: an endpoint without one is in the policy (a load balancer
 // backend, say) and receives nothing until it has one.
 type Endpoint struct {
-	vswitch.EndpointConfig
+	hns.EndpointConfig
 	Device *Device `json:"Device,omitempty"`
 	// Status is filled in by ufpd on reads and ignored on writes.
 	Status *EndpointStatus `json:"Status,omitempty"`
 }
 
 // Network is an HNS network.
-type Network = vswitch.NetworkConfig
+type Network = hns.NetworkConfig
 
 // LoadBalancer is an HNS load balancer: a Service's frontends and
 // backends.
-type LoadBalancer = vswitch.LoadBalancerConfig
+type LoadBalancer = hns.LoadBalancerConfig
 
 // Policy is an HNS policy of an endpoint: a Type and its Settings.
-type Policy = vswitch.PolicyConfig
+type Policy = hns.PolicyConfig
 
 // Config is ufpd's whole running configuration: the policy document and
 // the devices of its ports. It is what ufpd persists after every change.

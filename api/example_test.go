@@ -6,7 +6,7 @@ import (
 	"log"
 
 	"github.com/ufp-dev/ufp/api"
-	"github.com/ufp-dev/ufp/vswitch"
+	"github.com/ufp-dev/ufp/hns"
 )
 
 // A CNI plugin or a controller gives a pod an endpoint: ufpd makes a TAP,
@@ -16,11 +16,11 @@ func ExampleClient_CreateEndpoint() {
 	c := api.NewClient(api.DefaultSocket)
 	ctx := context.Background()
 	ep := &api.Endpoint{
-		EndpointConfig: vswitch.EndpointConfig{
+		EndpointConfig: hns.EndpointConfig{
 			Name:               "pod-c",
 			HostComputeNetwork: "flannel.4096",
 			MacAddress:         "02:00:00:00:01:0c",
-			IpConfigurations:   []vswitch.IpConfigConfig{{IpAddress: "10.244.1.12", PrefixLength: 24}},
+			IpConfigurations:   []hns.IpConfigConfig{{IpAddress: "10.244.1.12", PrefixLength: 24}},
 		},
 		Device: &api.Device{Type: "tap", NetNS: "/var/run/netns/pod-c"},
 	}

@@ -24,6 +24,8 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/ufp-dev/ufp/api"
+	"github.com/ufp-dev/ufp/hns"
+	"github.com/ufp-dev/ufp/vfp"
 	"github.com/ufp-dev/ufp/vswitch"
 )
 
@@ -39,25 +41,25 @@ const cniRemotePA = "192.168.50.2"
 // endpoints: ufp-cni adds them.
 func cniPolicy() *vswitch.Config {
 	return &vswitch.Config{
-		Switch: vswitch.SwitchConfig{Name: "e2e-cni"},
-		Uplink: &vswitch.UplinkConfig{
+		Switch: vfp.SwitchConfig{Name: "e2e-cni"},
+		Uplink: &hns.UplinkConfig{
 			Name: "uplink", MacAddress: oneHostMAC,
 			IpAddresses:    []string{oneNodeIP + "/24"},
 			DefaultGateway: oneExtIP,
-			Neighbors: []vswitch.NeighborConfig{
+			Neighbors: []hns.NeighborConfig{
 				{IpAddress: oneExtIP, MacAddress: oneExtMAC},
 				{IpAddress: cniRemotePA, MacAddress: "02:00:00:00:00:98"},
 			},
 		},
-		Networks: []vswitch.NetworkConfig{{
-			Name: cniNet, Type: vswitch.TypeOverlay,
-			Ipams: []vswitch.IpamConfig{{Type: "Static", Subnets: []vswitch.SubnetConfig{
+		Networks: []hns.NetworkConfig{{
+			Name: cniNet, Type: hns.TypeOverlay,
+			Ipams: []hns.IpamConfig{{Type: "Static", Subnets: []hns.SubnetConfig{
 				subnet("10.244.1.0/24", "10.244.1.1", 4096),
 				subnet("fd00:244:1::/64", "fd00:244:1::1", 4096),
 			}}},
-			Policies: []vswitch.PolicyConfig{
-				pol("ProviderAddress", vswitch.ProviderAddressSettings{ProviderAddress: oneNodeIP}),
-				pol("DrMacAddress", vswitch.DrMacAddressSettings{Address: oneDRMAC}),
+			Policies: []hns.PolicyConfig{
+				pol("ProviderAddress", hns.ProviderAddressSettings{ProviderAddress: oneNodeIP}),
+				pol("DrMacAddress", hns.DrMacAddressSettings{Address: oneDRMAC}),
 				remoteSubnet("10.244.2.0/24", cniRemotePA, "02:00:00:00:02:01"),
 			},
 		}},

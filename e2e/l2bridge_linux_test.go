@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ufp-dev/ufp/hns"
+	"github.com/ufp-dev/ufp/vfp"
 	"github.com/ufp-dev/ufp/vswitch"
 )
 
@@ -38,31 +40,31 @@ func (n l2Node) podP() string    { return fmt.Sprintf("10.245.%d.10", n.i) }   /
 func (n l2Node) policy(peers ...l2Node) *vswitch.Config {
 	gw := fmt.Sprintf("10.245.%d.1", n.i)
 	c := &vswitch.Config{
-		Switch: vswitch.SwitchConfig{Name: fmt.Sprintf("e2e-l2bridge-%d", n.i)},
-		Uplink: &vswitch.UplinkConfig{
+		Switch: vfp.SwitchConfig{Name: fmt.Sprintf("e2e-l2bridge-%d", n.i)},
+		Uplink: &hns.UplinkConfig{
 			Name: "uplink", MacAddress: n.hostMAC(), HostPort: "vEthernet",
 			IpAddresses: []string{n.ip() + "/24"},
-			Neighbors: []vswitch.NeighborConfig{
+			Neighbors: []hns.NeighborConfig{
 				{IpAddress: l2RouterIP, MacAddress: l2RouterMAC},
 				{IpAddress: gw, MacAddress: l2RouterMAC},
 			},
 		},
-		Networks: []vswitch.NetworkConfig{{
-			Name: "cbr0", Type: vswitch.TypeL2Bridge,
-			Ipams: []vswitch.IpamConfig{{Subnets: []vswitch.SubnetConfig{
+		Networks: []hns.NetworkConfig{{
+			Name: "cbr0", Type: hns.TypeL2Bridge,
+			Ipams: []hns.IpamConfig{{Subnets: []hns.SubnetConfig{
 				subnet("192.168.80.0/24", l2RouterIP, 0),
 				subnet(n.subnet(), gw, 0),
 			}}},
-			Policies: []vswitch.PolicyConfig{pol("NetAdapterName", vswitch.NetAdapterNameSettings{NetworkAdapterName: "uplink"})},
+			Policies: []hns.PolicyConfig{pol("NetAdapterName", hns.NetAdapterNameSettings{NetworkAdapterName: "uplink"})},
 		}},
 	}
-	var routes []vswitch.PolicyConfig
+	var routes []hns.PolicyConfig
 	for _, p := range peers {
-		c.Uplink.Neighbors = append(c.Uplink.Neighbors, vswitch.NeighborConfig{IpAddress: p.ip(), MacAddress: p.hostMAC()})
-		routes = append(routes, pol("SDNRoute", vswitch.SDNRouteSettings{DestinationPrefix: p.subnet(), NextHop: p.ip()}))
+		c.Uplink.Neighbors = append(c.Uplink.Neighbors, hns.NeighborConfig{IpAddress: p.ip(), MacAddress: p.hostMAC()})
+		routes = append(routes, pol("SDNRoute", hns.SDNRouteSettings{DestinationPrefix: p.subnet(), NextHop: p.ip()}))
 	}
-	nat := pol("OutBoundNAT", vswitch.OutBoundNATSettings{ExceptionList: []string{"10.245.0.0/16", "192.168.80.0/24"}})
-	c.Endpoints = []vswitch.EndpointConfig{
+	nat := pol("OutBoundNAT", hns.OutBoundNATSettings{ExceptionList: []string{"10.245.0.0/16", "192.168.80.0/24"}})
+	c.Endpoints = []hns.EndpointConfig{
 		endpoint("pod-u", "cbr0", fmt.Sprintf("02:00:00:00:%02d:0a", n.i), []string{n.podU()}, routes...),
 		endpoint("pod-p", "cbr0", fmt.Sprintf("02:00:00:00:%02d:0b", n.i), []string{n.podP()}, append(routes, nat)...),
 	}

@@ -19,6 +19,7 @@ import (
 	"golang.zx2c4.com/wireguard/tun/netstack"
 
 	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/hns"
 	"github.com/ufp-dev/ufp/vswitch"
 	"github.com/ufp-dev/ufp/vswitch/device"
 )
@@ -140,10 +141,10 @@ func (s *nsSwitch) serve() {
 // routes with for the endpoint's network: for an Overlay network its
 // distributed router (DrMacAddress), which the switch's gateway answers
 // with; for L2Bridge the subnet gateway's own MAC, the router on the
-// underlay that Uplink.Neighbors names (vswitch/hns.go, emit).
+// underlay that Uplink.Neighbors names (hns/hns.go, emit).
 func nsEndpointLink(t *testing.T, cfg *vswitch.Config, name string) (device.Link, []netip.Addr, int) {
 	t.Helper()
-	i := slices.IndexFunc(cfg.Endpoints, func(e vswitch.EndpointConfig) bool { return e.Name == name })
+	i := slices.IndexFunc(cfg.Endpoints, func(e hns.EndpointConfig) bool { return e.Name == name })
 	if i < 0 {
 		t.Fatalf("no endpoint %q in the policy", name)
 	}
@@ -159,24 +160,24 @@ func nsEndpointLink(t *testing.T, cfg *vswitch.Config, name string) (device.Link
 		addrs = append(addrs, a)
 		link.Addrs = append(link.Addrs, netip.PrefixFrom(a, int(ic.PrefixLength)))
 	}
-	n := cfg.Networks[slices.IndexFunc(cfg.Networks, func(n vswitch.NetworkConfig) bool { return n.Name == ep.HostComputeNetwork })]
+	n := cfg.Networks[slices.IndexFunc(cfg.Networks, func(n hns.NetworkConfig) bool { return n.Name == ep.HostComputeNetwork })]
 	mtu := int(cfg.Uplink.Mtu)
 	if mtu == 0 {
-		mtu = vswitch.DefaultUplinkMTU
+		mtu = hns.DefaultUplinkMTU
 	}
 	switch n.Type {
-	case vswitch.TypeOverlay:
+	case hns.TypeOverlay:
 		for _, p := range n.Policies {
 			if p.Type == "DrMacAddress" {
-				var s vswitch.DrMacAddressSettings
+				var s hns.DrMacAddressSettings
 				if err := json.Unmarshal(p.Settings, &s); err != nil {
 					t.Fatal(err)
 				}
 				link.GatewayMAC, _ = dataplane.ParseMAC(s.Address)
 			}
 		}
-		mtu -= vswitch.VXLANOverhead4
-	case vswitch.TypeL2Bridge:
+		mtu -= hns.VXLANOverhead4
+	case hns.TypeL2Bridge:
 		// The gateway of the subnet of the endpoint's first address.
 		for _, ipam := range n.Ipams {
 			for _, sub := range ipam.Subnets {

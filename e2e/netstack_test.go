@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/hns"
 	"github.com/ufp-dev/ufp/vswitch"
 )
 
@@ -328,9 +329,9 @@ func TestNetstackPolicyChangeDuringTransfer(t *testing.T) {
 	// OutBoundNAT gets another exception.
 	changes := []func(*vswitch.Config){
 		func(c *vswitch.Config) {
-			c.Endpoints = append(c.Endpoints, vswitch.EndpointConfig{
+			c.Endpoints = append(c.Endpoints, hns.EndpointConfig{
 				Name: "pod-d", HostComputeNetwork: "flannel.4096", MacAddress: "02:00:00:00:00:0d",
-				IpConfigurations: []vswitch.IpConfigConfig{{IpAddress: "10.244.0.13", PrefixLength: 24}},
+				IpConfigurations: []hns.IpConfigConfig{{IpAddress: "10.244.0.13", PrefixLength: 24}},
 			})
 			c.LoadBalancers[0].HostComputeEndpoints = append(c.LoadBalancers[0].HostComputeEndpoints, "pod-d")
 		},

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/ufp-dev/ufp/api"
+	"github.com/ufp-dev/ufp/hns"
 	"github.com/ufp-dev/ufp/vswitch"
 )
 
@@ -69,7 +70,7 @@ func TestUfpdRestart(t *testing.T) {
 
 	// Pods through the API.
 	a, b, c := onePod{"pod-a", 0x10}, onePod{"pod-b", 0x11}, onePod{"pod-c", 0x12}
-	nat := pol("OutBoundNAT", vswitch.OutBoundNATSettings{Exceptions: []string{"10.244.0.0/16", "10.96.0.0/12"}})
+	nat := pol("OutBoundNAT", hns.OutBoundNATSettings{Exceptions: []string{"10.244.0.0/16", "10.96.0.0/12"}})
 	for _, p := range []onePod{a, b, c} {
 		ns := l.netns(p.name)
 		o.pods[p.name] = ns
@@ -491,7 +492,7 @@ func (c *churn) run(n int) {
 			path, body = "/v1/endpoints", ep
 		case 2:
 			id := fmt.Sprintf("churn-acl-%d", i)
-			p := pol("ACL", vswitch.ACLSettings{Id: id, Action: "Allow", Direction: "In", Priority: uint16(100 + i),
+			p := pol("ACL", hns.ACLSettings{Id: id, Action: "Allow", Direction: "In", Priority: uint16(100 + i),
 				Protocols: "TCP", LocalPorts: fmt.Sprint(9000 + i)})
 			ch = change{kind: "acl", name: id, endpoint: plain}
 			path, body = "/v1/endpoints/"+plain+"/policies", &p
@@ -499,7 +500,7 @@ func (c *churn) run(n int) {
 			name := fmt.Sprintf("churn-lb-%d", i)
 			lb := &api.LoadBalancer{Name: name, HostComputeEndpoints: []string{"pod-a", "pod-b"},
 				FrontendVIPs: []string{fmt.Sprintf("10.96.1.%d", i)},
-				PortMappings: []vswitch.LoadBalancerPortMappingConfig{{Protocol: 6, InternalPort: 8080, ExternalPort: 80}}}
+				PortMappings: []hns.LoadBalancerPortMappingConfig{{Protocol: 6, InternalPort: 8080, ExternalPort: 80}}}
 			ch = change{kind: "lb", name: name}
 			path, body = "/v1/loadbalancers", lb
 		}
@@ -592,7 +593,7 @@ func (l *lab) checkState(t *testing.T, path, cfgPath string, acked []change, inF
 	for _, d := range st.Devices {
 		devs[d.Port] = d
 	}
-	eps := map[string]*vswitch.EndpointConfig{}
+	eps := map[string]*hns.EndpointConfig{}
 	for i := range st.policy.Endpoints {
 		eps[st.policy.Endpoints[i].Name] = &st.policy.Endpoints[i]
 	}
@@ -610,7 +611,7 @@ func (l *lab) checkState(t *testing.T, path, cfgPath string, acked []change, inF
 			return c.netns == "" && !ok || ok && d.Type == "tap" && d.NetNS == c.netns
 		case "acl":
 			ep := eps[c.endpoint]
-			return ep != nil && slices.ContainsFunc(ep.Policies, func(p vswitch.PolicyConfig) bool {
+			return ep != nil && slices.ContainsFunc(ep.Policies, func(p hns.PolicyConfig) bool {
 				return p.Type == "ACL" && bytes.Contains(p.Settings, []byte(`"`+c.name+`"`))
 			})
 		}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ufp-dev/ufp/hns"
+	"github.com/ufp-dev/ufp/vfp"
 	"github.com/ufp-dev/ufp/vswitch"
 )
 
@@ -37,33 +39,33 @@ func (n overlayNode) pod(h byte) (ip4, ip6, mac string) {
 // their router MACs as RemoteSubnetRoute says).
 func (n overlayNode) policy(pods map[string]byte, peers ...overlayNode) *vswitch.Config {
 	c := &vswitch.Config{
-		Switch: vswitch.SwitchConfig{Name: fmt.Sprintf("e2e-node-%d", n.i)},
-		Uplink: &vswitch.UplinkConfig{
+		Switch: vfp.SwitchConfig{Name: fmt.Sprintf("e2e-node-%d", n.i)},
+		Uplink: &hns.UplinkConfig{
 			Name: "uplink", MacAddress: n.hostMAC(), HostPort: "vEthernet",
 			IpAddresses: []string{n.ip() + "/24", n.ip6() + "/64"},
 			// The underlay's router (not there: nothing leaves the
 			// cluster in these tests), which OutBoundNAT needs.
 			DefaultGateway: "192.168.70.254",
-			Neighbors:      []vswitch.NeighborConfig{{IpAddress: "192.168.70.254", MacAddress: "02:00:00:00:00:99"}},
+			Neighbors:      []hns.NeighborConfig{{IpAddress: "192.168.70.254", MacAddress: "02:00:00:00:00:99"}},
 		},
-		Networks: []vswitch.NetworkConfig{{
-			Name: "flannel.4096", Type: vswitch.TypeOverlay,
-			Ipams: []vswitch.IpamConfig{{Type: "Static", Subnets: []vswitch.SubnetConfig{
+		Networks: []hns.NetworkConfig{{
+			Name: "flannel.4096", Type: hns.TypeOverlay,
+			Ipams: []hns.IpamConfig{{Type: "Static", Subnets: []hns.SubnetConfig{
 				subnet(n.subnet(), fmt.Sprintf("10.244.%d.1", n.i), 4096),
 				subnet(n.subnet6(), fmt.Sprintf("fd00:244:%d::1", n.i), 4096),
 			}}},
-			Policies: []vswitch.PolicyConfig{
-				pol("ProviderAddress", vswitch.ProviderAddressSettings{ProviderAddress: n.ip()}),
-				pol("DrMacAddress", vswitch.DrMacAddressSettings{Address: n.drMAC()}),
+			Policies: []hns.PolicyConfig{
+				pol("ProviderAddress", hns.ProviderAddressSettings{ProviderAddress: n.ip()}),
+				pol("DrMacAddress", hns.DrMacAddressSettings{Address: n.drMAC()}),
 			},
 		}},
 	}
 	for _, p := range peers {
-		c.Uplink.Neighbors = append(c.Uplink.Neighbors, vswitch.NeighborConfig{IpAddress: p.ip(), MacAddress: p.hostMAC()})
+		c.Uplink.Neighbors = append(c.Uplink.Neighbors, hns.NeighborConfig{IpAddress: p.ip(), MacAddress: p.hostMAC()})
 		c.Networks[0].Policies = append(c.Networks[0].Policies,
 			remoteSubnet(p.subnet(), p.ip(), p.drMAC()), remoteSubnet(p.subnet6(), p.ip(), p.drMAC()))
 	}
-	nat := pol("OutBoundNAT", vswitch.OutBoundNATSettings{Exceptions: []string{"10.244.0.0/16", "10.96.0.0/12"}})
+	nat := pol("OutBoundNAT", hns.OutBoundNATSettings{Exceptions: []string{"10.244.0.0/16", "10.96.0.0/12"}})
 	for _, name := range slices.Sorted(maps.Keys(pods)) {
 		ip4, ip6, mac := n.pod(pods[name])
 		c.Endpoints = append(c.Endpoints, endpoint(name, "flannel.4096", mac, []string{ip4, ip6}, nat))
@@ -79,7 +81,7 @@ func (n overlayNode) start(l *lab, node string, c *vswitch.Config) (*ufpd, map[s
 	cfg := ufpdConfig{Policy: c, Log: ufpdLog{Level: "info"}}
 	nss := map[string]string{}
 	for _, ep := range c.Endpoints {
-		if ep.Flags&vswitch.EndpointFlagRemote != 0 {
+		if ep.Flags&hns.EndpointFlagRemote != 0 {
 			continue
 		}
 		nss[ep.Name] = l.netns(ep.Name)
@@ -113,15 +115,15 @@ func TestUfpdTwoNodeOverlay(t *testing.T) {
 	// kube-proxy programs it on Windows overlay (DSR, a source VIP in
 	// the node's pod subnet, remote backends as RemoteEndpoint).
 	webIP2, webIP62, _ := n2.pod(11)
-	pol1.Endpoints = append(pol1.Endpoints, vswitch.EndpointConfig{
-		Name: "n2-web", HostComputeNetwork: "flannel.4096", Flags: vswitch.EndpointFlagRemote,
-		IpConfigurations: []vswitch.IpConfigConfig{{IpAddress: webIP2}, {IpAddress: webIP62}},
-		Policies:         []vswitch.PolicyConfig{pol("ProviderAddress", vswitch.ProviderAddressSettings{ProviderAddress: n2.ip()})},
+	pol1.Endpoints = append(pol1.Endpoints, hns.EndpointConfig{
+		Name: "n2-web", HostComputeNetwork: "flannel.4096", Flags: hns.EndpointFlagRemote,
+		IpConfigurations: []hns.IpConfigConfig{{IpAddress: webIP2}, {IpAddress: webIP62}},
+		Policies:         []hns.PolicyConfig{pol("ProviderAddress", hns.ProviderAddressSettings{ProviderAddress: n2.ip()})},
 	})
-	pol1.LoadBalancers = []vswitch.LoadBalancerConfig{{
+	pol1.LoadBalancers = []hns.LoadBalancerConfig{{
 		Name: "web", HostComputeEndpoints: []string{"n1-web", "n2-web"}, SourceVIP: "10.244.1.250",
-		FrontendVIPs: []string{"10.96.0.20"}, Flags: vswitch.LBFlagDSR,
-		PortMappings: []vswitch.LoadBalancerPortMappingConfig{{Protocol: 6, InternalPort: 8080, ExternalPort: 80}},
+		FrontendVIPs: []string{"10.96.0.20"}, Flags: hns.LBFlagDSR,
+		PortMappings: []hns.LoadBalancerPortMappingConfig{{Protocol: 6, InternalPort: 8080, ExternalPort: 80}},
 	}}
 	_, pods1 := n1.start(l, node1, pol1)
 	_, pods2 := n2.start(l, node2, n2.policy(map[string]byte{"n2-a": 10, "n2-web": 11}, n1))

@@ -43,6 +43,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ufp-dev/ufp/hns"
+	"github.com/ufp-dev/ufp/vfp"
 	"github.com/ufp-dev/ufp/vswitch"
 	"github.com/ufp-dev/ufp/vswitch/device"
 )
@@ -923,35 +925,35 @@ func settings(v any) json.RawMessage {
 }
 
 // pol is an HNS policy of type typ with settings v.
-func pol(typ string, v any) vswitch.PolicyConfig {
-	return vswitch.PolicyConfig{Type: typ, Settings: settings(v)}
+func pol(typ string, v any) hns.PolicyConfig {
+	return hns.PolicyConfig{Type: typ, Settings: settings(v)}
 }
 
 // subnet is an overlay (vsid > 0) or L2Bridge subnet with its gateway.
-func subnet(prefix, gw string, vsid uint32) vswitch.SubnetConfig {
+func subnet(prefix, gw string, vsid uint32) hns.SubnetConfig {
 	def := "0.0.0.0/0"
 	if strings.Contains(prefix, ":") {
 		def = "::/0"
 	}
-	s := vswitch.SubnetConfig{IpAddressPrefix: prefix, Routes: []vswitch.RouteConfig{{NextHop: gw, DestinationPrefix: def}}}
+	s := hns.SubnetConfig{IpAddressPrefix: prefix, Routes: []hns.RouteConfig{{NextHop: gw, DestinationPrefix: def}}}
 	if vsid > 0 {
-		s.Policies = []vswitch.PolicyConfig{pol("VSID", vswitch.VsidSettings{IsolationId: vsid})}
+		s.Policies = []hns.PolicyConfig{pol("VSID", hns.VsidSettings{IsolationId: vsid})}
 	}
 	return s
 }
 
 // endpoint is a local endpoint with its addresses.
-func endpoint(name, network, mac string, ips []string, policies ...vswitch.PolicyConfig) vswitch.EndpointConfig {
-	ep := vswitch.EndpointConfig{Name: name, HostComputeNetwork: network, MacAddress: mac, Policies: policies}
+func endpoint(name, network, mac string, ips []string, policies ...hns.PolicyConfig) hns.EndpointConfig {
+	ep := hns.EndpointConfig{Name: name, HostComputeNetwork: network, MacAddress: mac, Policies: policies}
 	for _, ip := range ips {
-		ep.IpConfigurations = append(ep.IpConfigurations, vswitch.IpConfigConfig{IpAddress: ip})
+		ep.IpConfigurations = append(ep.IpConfigurations, hns.IpConfigConfig{IpAddress: ip})
 	}
 	return ep
 }
 
 // remoteSubnet is a RemoteSubnetRoute policy of VNI 4096.
-func remoteSubnet(prefix, pa, drMAC string) vswitch.PolicyConfig {
-	return pol("RemoteSubnetRoute", vswitch.RemoteSubnetRouteSettings{
+func remoteSubnet(prefix, pa, drMAC string) hns.PolicyConfig {
+	return pol("RemoteSubnetRoute", hns.RemoteSubnetRouteSettings{
 		DestinationPrefix: prefix, IsolationId: 4096, ProviderAddress: pa, DistributedRouterMacAddress: drMAC})
 }
 
@@ -999,40 +1001,40 @@ type oneNode struct {
 // DSR: tcp 80 -> 8080 and udp 53 -> 5353.
 func oneNodePolicy(pods []onePod, backends []string, exceptions ...string) *vswitch.Config {
 	c := &vswitch.Config{
-		Switch: vswitch.SwitchConfig{Name: "e2e-one-node"},
-		Uplink: &vswitch.UplinkConfig{
+		Switch: vfp.SwitchConfig{Name: "e2e-one-node"},
+		Uplink: &hns.UplinkConfig{
 			Name: "uplink", MacAddress: oneHostMAC, HostPort: "vEthernet",
 			IpAddresses:    []string{oneNodeIP + "/24", oneNodeIP6 + "/64"},
 			DefaultGateway: oneExtIP,
-			Neighbors:      []vswitch.NeighborConfig{{IpAddress: oneExtIP, MacAddress: oneExtMAC}},
+			Neighbors:      []hns.NeighborConfig{{IpAddress: oneExtIP, MacAddress: oneExtMAC}},
 		},
-		Networks: []vswitch.NetworkConfig{{
-			Name: oneNet, Type: vswitch.TypeOverlay,
-			Ipams: []vswitch.IpamConfig{{Type: "Static", Subnets: []vswitch.SubnetConfig{
+		Networks: []hns.NetworkConfig{{
+			Name: oneNet, Type: hns.TypeOverlay,
+			Ipams: []hns.IpamConfig{{Type: "Static", Subnets: []hns.SubnetConfig{
 				subnet("10.244.1.0/24", "10.244.1.1", 4096),
 				subnet("fd00:244:1::/64", "fd00:244:1::1", 4096),
 			}}},
-			Policies: []vswitch.PolicyConfig{
-				pol("ProviderAddress", vswitch.ProviderAddressSettings{ProviderAddress: oneNodeIP}),
-				pol("DrMacAddress", vswitch.DrMacAddressSettings{Address: oneDRMAC}),
+			Policies: []hns.PolicyConfig{
+				pol("ProviderAddress", hns.ProviderAddressSettings{ProviderAddress: oneNodeIP}),
+				pol("DrMacAddress", hns.DrMacAddressSettings{Address: oneDRMAC}),
 			},
 		}},
 	}
-	nat := pol("OutBoundNAT", vswitch.OutBoundNATSettings{
+	nat := pol("OutBoundNAT", hns.OutBoundNATSettings{
 		Exceptions: append([]string{"10.244.0.0/16", "10.96.0.0/12"}, exceptions...)})
 	for _, p := range pods {
 		c.Endpoints = append(c.Endpoints, endpoint(p.name, oneNet, p.mac(), []string{p.ip4(), p.ip6()}, nat))
 	}
 	if len(backends) > 0 {
-		ports := []vswitch.LoadBalancerPortMappingConfig{
+		ports := []hns.LoadBalancerPortMappingConfig{
 			{Protocol: 6, InternalPort: 8080, ExternalPort: 80},
 			{Protocol: 17, InternalPort: 5353, ExternalPort: 53},
 		}
-		c.LoadBalancers = []vswitch.LoadBalancerConfig{
+		c.LoadBalancers = []hns.LoadBalancerConfig{
 			{Name: "web", HostComputeEndpoints: backends, FrontendVIPs: []string{oneVIP},
-				Flags: vswitch.LBFlagDSR, PortMappings: ports},
+				Flags: hns.LBFlagDSR, PortMappings: ports},
 			{Name: "web-v6", HostComputeEndpoints: backends, FrontendVIPs: []string{oneVIP6},
-				Flags: vswitch.LBFlagDSR | vswitch.LBFlagIPv6, PortMappings: ports},
+				Flags: hns.LBFlagDSR | hns.LBFlagIPv6, PortMappings: ports},
 		}
 	}
 	return c

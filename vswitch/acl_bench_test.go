@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/vfp"
 )
 
 // ACL benchmarks: pod-a's "acl" layer holds n NetworkPolicy-like egress
@@ -37,7 +38,7 @@ const (
 // 192.168/16 and 10.64/10, so that no rule names pod-b; the rules are TCP,
 // UDP or both, to single ports, short lists of them or ranges, allow or
 // block, with priorities 100, 110, ... in shuffled order.
-func aclbConfig(n int, ft FlowTableConfig) *Config {
+func aclbConfig(n int, ft vfp.FlowTableConfig) *Config {
 	r := rand.New(rand.NewPCG(uint64(n), 7))
 	cidr := func() string {
 		var a netip.Addr
@@ -65,9 +66,9 @@ func aclbConfig(n int, ft FlowTableConfig) *Config {
 		}
 		return fmt.Sprint(1 + r.IntN(65535))
 	}
-	rules := make([]RuleConfig, 0, n+1)
+	rules := make([]vfp.RuleConfig, 0, n+1)
 	for i, p := range r.Perm(n) {
-		m := &MatchConfig{Direction: "out", SrcIPs: []string{aclbPodA.String() + "/32"}}
+		m := &vfp.MatchConfig{Direction: "out", SrcIPs: []string{aclbPodA.String() + "/32"}}
 		for range 1 + r.IntN(3) {
 			m.DstIPs = append(m.DstIPs, cidr())
 		}
@@ -89,27 +90,27 @@ func aclbConfig(n int, ft FlowTableConfig) *Config {
 			m.DstPorts = []string{port()}
 		}
 		prio := uint32(100 + 10*p)
-		ru := RuleConfig{Name: fmt.Sprintf("np-%d", i), Priority: &prio, Match: m, Action: ActionConfig{Type: "allow"}, Stateful: true}
+		ru := vfp.RuleConfig{Name: fmt.Sprintf("np-%d", i), Priority: &prio, Match: m, Action: vfp.ActionConfig{Type: "allow"}, Stateful: true}
 		if r.IntN(4) == 0 {
-			ru.Action, ru.Stateful = ActionConfig{Type: "block"}, false
+			ru.Action, ru.Stateful = vfp.ActionConfig{Type: "block"}, false
 		}
 		rules = append(rules, ru)
 	}
 	last := uint32(1 << 31)
-	rules = append(rules, RuleConfig{
-		Name: "allow-flow", Priority: &last, Stateful: true, Action: ActionConfig{Type: "allow"},
-		Match: &MatchConfig{Direction: "out", Protocols: []string{"udp"}, DstIPs: []string{aclbPodB.String() + "/32"}, DstPorts: []string{"5000-5999"}},
+	rules = append(rules, vfp.RuleConfig{
+		Name: "allow-flow", Priority: &last, Stateful: true, Action: vfp.ActionConfig{Type: "allow"},
+		Match: &vfp.MatchConfig{Direction: "out", Protocols: []string{"udp"}, DstIPs: []string{aclbPodB.String() + "/32"}, DstPorts: []string{"5000-5999"}},
 	})
 	return &Config{
-		Switch: SwitchConfig{
+		Switch: vfp.SwitchConfig{
 			Name:      "sw-acl",
-			Gateway:   &GatewayConfig{MAC: "02:00:00:00:00:01", IPs: []string{"10.0.0.1"}},
+			Gateway:   &vfp.GatewayConfig{MAC: "02:00:00:00:00:01", IPs: []string{"10.0.0.1"}},
 			FlowTable: ft,
 		},
-		Ports: []PortConfig{
+		Ports: []vfp.PortConfig{
 			{
 				Name: "pod-a", MAC: "02:00:00:00:00:0a", IPs: []string{aclbPodA.String()},
-				Layers: []LayerConfig{{Name: "acl", Default: &DefaultsConfig{Out: "block"}, Groups: []GroupConfig{{Name: "netpol", Rules: rules}}}},
+				Layers: []vfp.LayerConfig{{Name: "acl", Default: &vfp.DefaultsConfig{Out: "block"}, Groups: []vfp.GroupConfig{{Name: "netpol", Rules: rules}}}},
 			},
 			{Name: "pod-b", MAC: "02:00:00:00:00:0b", IPs: []string{aclbPodB.String()}},
 		},
@@ -118,7 +119,7 @@ func aclbConfig(n int, ft FlowTableConfig) *Config {
 
 // aclbSwitch returns the switch of aclbConfig, a worker of it, and the
 // ports of pod-a and pod-b.
-func aclbSwitch(tb testing.TB, n int, ft FlowTableConfig) (w *dataplane.Worker, podA, podB dataplane.PortID) {
+func aclbSwitch(tb testing.TB, n int, ft vfp.FlowTableConfig) (w *dataplane.Worker, podA, podB dataplane.PortID) {
 	tb.Helper()
 	sw, err := New(aclbConfig(n, ft))
 	if err != nil {
@@ -137,7 +138,7 @@ func aclbFrame() []byte {
 func BenchmarkACLFastPath(b *testing.B) {
 	for _, n := range aclbSizes {
 		b.Run(fmt.Sprintf("rules=%d", n), func(b *testing.B) {
-			w, podA, podB := aclbSwitch(b, n, FlowTableConfig{})
+			w, podA, podB := aclbSwitch(b, n, vfp.FlowTableConfig{})
 			tmpl := aclbFrame()
 			if first := vxfProcess(b, w, tmpl, podA); first.out != podB || first.path != dataplane.PathSlow {
 				b.Fatalf("first packet: out=%d drop=%s path=%s, want out=%d by the slow path", first.out, first.drop, first.path, podB)
@@ -167,7 +168,7 @@ const aclbUDP = dataplane.EthernetLen + dataplane.IPv4MinLen
 func BenchmarkACLFirstPacket(b *testing.B) {
 	for _, n := range aclbSizes {
 		b.Run(fmt.Sprintf("rules=%d", n), func(b *testing.B) {
-			w, podA, podB := aclbSwitch(b, n, FlowTableConfig{MaxFlows: aclbMaxFlows, OnFull: "evict-oldest"})
+			w, podA, podB := aclbSwitch(b, n, vfp.FlowTableConfig{MaxFlows: aclbMaxFlows, OnFull: "evict-oldest"})
 			tmpl := aclbFrame()
 			tmpl[aclbUDP+6], tmpl[aclbUDP+7] = 0, 0
 			batch := make([]*dataplane.Packet, fpBatch)
@@ -205,7 +206,7 @@ func BenchmarkACLFirstPacket(b *testing.B) {
 // switch of BenchmarkACLFastPath (1000 rules) on the fast path without an
 // allocation, leaving as the slow path sent the first one.
 func TestACLFastPathNoAllocs(t *testing.T) {
-	w, podA, podB := aclbSwitch(t, 1000, FlowTableConfig{})
+	w, podA, podB := aclbSwitch(t, 1000, vfp.FlowTableConfig{})
 	tmpl := aclbFrame()
 	first := vxfProcess(t, w, tmpl, podA)
 	if first.out != podB || first.path != dataplane.PathSlow {

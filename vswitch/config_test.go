@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/vfp"
 )
 
 // basePolicy is a valid policy that uses most of the document's fields; the
@@ -439,7 +440,7 @@ func TestApplyInvalidKeepsPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg, gen := sw.Config(), sw.Generation()
-	bad := &Config{Switch: cfg.Switch, Ports: append([]PortConfig{}, cfg.Ports...)}
+	bad := &Config{Switch: cfg.Switch, Ports: append([]vfp.PortConfig{}, cfg.Ports...)}
 	bad.Ports[1].Name = "pod-a"
 	err = sw.Apply(bad)
 	if err == nil || !strings.Contains(err.Error(), `ports[1].name: "pod-a" is also the name of another port`) {
@@ -517,10 +518,10 @@ func portsPolicy(t *testing.T, names ...string) *Config {
 			k = k*31 + byte(ch)
 		}
 		prio := uint32(1)
-		c.Ports = append(c.Ports, PortConfig{
+		c.Ports = append(c.Ports, vfp.PortConfig{
 			Name: n, MAC: dataplane.MAC{2, 0, 0, 0, 1, k}.String(), IPs: []string{netipFrom(10, 0, 1, k)},
-			Layers: []LayerConfig{{Name: "acl", Groups: []GroupConfig{{Name: "g", Rules: []RuleConfig{{
-				Name: "all", Priority: &prio, Action: ActionConfig{Type: "allow"}, Stateful: true,
+			Layers: []vfp.LayerConfig{{Name: "acl", Groups: []vfp.GroupConfig{{Name: "g", Rules: []vfp.RuleConfig{{
+				Name: "all", Priority: &prio, Action: vfp.ActionConfig{Type: "allow"}, Stateful: true,
 			}}}}}},
 		})
 	}

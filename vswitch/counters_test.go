@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/hns"
 )
 
 // RuleCounters: the rule that decided a connection counts one hit per
@@ -38,7 +39,7 @@ func TestRuleCounters(t *testing.T) {
 		}
 	}
 	const rule = "snat-to-192.168.1.10"
-	want := RuleCount{Port: "ov-a", Layer: LayerNAT, Group: "outbound-nat-dual-stack", Rule: rule, Hits: 1, Packets: 4, Bytes: bytes}
+	want := RuleCount{Port: "ov-a", Layer: hns.LayerNAT, Group: "outbound-nat-dual-stack", Rule: rule, Hits: 1, Packets: 4, Bytes: bytes}
 	if got := get("ov-a", rule); got != want {
 		t.Errorf("live: %+v\nwant  %+v", got, want)
 	}

@@ -5,6 +5,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/ufp-dev/ufp/hns"
+	"github.com/ufp-dev/ufp/vfp"
 )
 
 // hnsOverlayPolicy is a small valid HNS-level document with one Overlay
@@ -606,7 +609,7 @@ func hnsLower(t *testing.T, b []byte) *Config {
 	return low
 }
 
-func hnsPort(t *testing.T, c *Config, name string) *PortConfig {
+func hnsPort(t *testing.T, c *Config, name string) *vfp.PortConfig {
 	t.Helper()
 	for i := range c.Ports {
 		if c.Ports[i].Name == name {
@@ -617,7 +620,7 @@ func hnsPort(t *testing.T, c *Config, name string) *PortConfig {
 	return nil
 }
 
-func hnsLayerNames(p *PortConfig) []string {
+func hnsLayerNames(p *vfp.PortConfig) []string {
 	var names []string
 	for _, l := range p.Layers {
 		names = append(names, l.Name)
@@ -636,7 +639,7 @@ func TestHNSLower(t *testing.T) {
 
 	// The uplink is last.
 	up := &low.Ports[len(low.Ports)-1]
-	if up.Name != "uplink" || !up.Uplink || up.MTU != DefaultUplinkMTU || up.MAC != "02:00:00:00:00:fe" {
+	if up.Name != "uplink" || !up.Uplink || up.MTU != hns.DefaultUplinkMTU || up.MAC != "02:00:00:00:00:fe" {
 		t.Errorf("last port = %q uplink=%v mtu=%d mac=%s, want the uplink with MTU 1500", up.Name, up.Uplink, up.MTU, up.MAC)
 	}
 	for _, p := range low.Ports[:len(low.Ports)-1] {
@@ -644,18 +647,18 @@ func TestHNSLower(t *testing.T) {
 			t.Errorf("port %q is an uplink too", p.Name)
 		}
 	}
-	if got, want := hnsLayerNames(up), []string{LayerPARoute, LayerMACRewrite}; !slices.Equal(got, want) {
+	if got, want := hnsLayerNames(up), []string{hns.LayerPARoute, hns.LayerMACRewrite}; !slices.Equal(got, want) {
 		t.Errorf("uplink layers %v, want %v", got, want)
 	}
 
 	// Overlay endpoints.
 	for _, name := range []string{"pod-a", "pod-b"} {
 		p := hnsPort(t, low, name)
-		if p.Underlay != "none" || p.MTU != 1500-VXLANOverhead4 {
+		if p.Underlay != "none" || p.MTU != 1500-hns.VXLANOverhead4 {
 			t.Errorf("%s: underlay %q mtu %d, want none and 1450", name, p.Underlay, p.MTU)
 		}
-		if got := hnsLayerNames(p); !slices.Equal(got, []string{LayerEncap}) {
-			t.Errorf("%s: layers %v, want [%s]", name, got, LayerEncap)
+		if got := hnsLayerNames(p); !slices.Equal(got, []string{hns.LayerEncap}) {
+			t.Errorf("%s: layers %v, want [%s]", name, got, hns.LayerEncap)
 		}
 	}
 	// L2Bridge endpoint.
@@ -663,8 +666,8 @@ func TestHNSLower(t *testing.T) {
 	if c.Underlay != "rewrite" || c.MTU != 1500 {
 		t.Errorf("pod-c: underlay %q mtu %d, want rewrite and 1500", c.Underlay, c.MTU)
 	}
-	if got := hnsLayerNames(c); !slices.Equal(got, []string{LayerRoute}) {
-		t.Errorf("pod-c: layers %v, want [%s]", got, LayerRoute)
+	if got := hnsLayerNames(c); !slices.Equal(got, []string{hns.LayerRoute}) {
+		t.Errorf("pod-c: layers %v, want [%s]", got, hns.LayerRoute)
 	}
 
 	// Remote subnet rules: longest prefix first, whatever the policy order.
@@ -783,8 +786,8 @@ func TestHNSLowerL2Bridge(t *testing.T) {
 		t.Fatalf("last port %q is not the uplink", up.Name)
 	}
 	// No overlay network: no decapsulation layer.
-	if got := hnsLayerNames(up); !slices.Equal(got, []string{LayerMACRewrite}) {
-		t.Errorf("uplink layers %v, want [%s]", got, LayerMACRewrite)
+	if got := hnsLayerNames(up); !slices.Equal(got, []string{hns.LayerMACRewrite}) {
+		t.Errorf("uplink layers %v, want [%s]", got, hns.LayerMACRewrite)
 	}
 	if low.Switch.VXLANPort != 0 {
 		t.Errorf("switch.vxlanPort = %d without an overlay network", low.Switch.VXLANPort)

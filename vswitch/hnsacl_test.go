@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/hns"
+	"github.com/ufp-dev/ufp/vfp"
 )
 
 // ACL and NetworkACL policies at the HNS level: validation, lowering into
@@ -258,42 +260,6 @@ func TestHNSACLErrors(t *testing.T) {
 	}
 }
 
-// More ACLs of one Priority than the low 16 bits of a lowered priority
-// can order are refused, naming the ACL that is one too many; the last
-// that fits gets tie index 65535.
-func TestHNSACLTooManyTies(t *testing.T) {
-	var s hnsACLs
-	const owner = `Endpoints[0] "pod-a"`
-	for i := range aclMaxTies + 1 {
-		a := &hnsACL{at: fmt.Sprintf("%s.Policies[%d]", owner, i), name: fmt.Sprintf("acl-%d", i), action: ACLAllow, priority: 7}
-		err := s.add(a, owner)
-		if i < aclMaxTies {
-			if err != nil {
-				t.Fatalf("ACL %d: %v", i, err)
-			}
-			continue
-		}
-		want := owner + `.Policies[65536].Settings.Priority: ` + owner + ` has 65536 ACLs of priority 7 already, as many as one priority can order`
-		if err == nil || err.Error() != want {
-			t.Fatalf("ACL 65536: %v, want\n  %s", err, want)
-		}
-	}
-	// Another priority still has room.
-	if err := s.add(&hnsACL{at: "x", name: "other", action: ACLBlock, priority: 8}, owner); err != nil {
-		t.Fatal(err)
-	}
-	g := s.group(aclEndpointGroup)
-	if n := len(g.Rules); n != aclMaxTies+1 {
-		t.Fatalf("%d rules, want %d", n, aclMaxTies+1)
-	}
-	if last := g.Rules[aclMaxTies-1]; *last.Priority != 7<<16|0xffff || last.Name != "acl-65535" {
-		t.Errorf("the last rule of priority 7 is %s at %d, want acl-65535 at %d", last.Name, *last.Priority, 7<<16|0xffff)
-	}
-	if r := g.Rules[aclMaxTies]; *r.Priority != 8<<16 || r.Name != "other" {
-		t.Errorf("the rule of priority 8 is %s at %d, want other at %d", r.Name, *r.Priority, 8<<16)
-	}
-}
-
 func TestHNSACLLower(t *testing.T) {
 	b := editJSON(t, aclDoc, func(d doc) {
 		aclNet(t, d, `{"Id": "net-no-telnet", "Action": "Block", "Direction": "In", "Protocols": "TCP", "LocalPorts": "23", "Priority": 100}`)
@@ -315,7 +281,7 @@ func TestHNSACLLower(t *testing.T) {
 	low := hnsLower(t, b)
 	layers, groups, rules := natLayerDump(low)
 	wantLayers := map[string][]string{
-		"pod-a": {LayerACL}, "pod-b": {LayerACL, LayerNAT}, "pod-c": {LayerACL}, "uplink": {LayerMACRewrite},
+		"pod-a": {hns.LayerACL}, "pod-b": {hns.LayerACL, hns.LayerNAT}, "pod-c": {hns.LayerACL}, "uplink": {hns.LayerMACRewrite},
 	}
 	for port, want := range wantLayers {
 		if got := layers[port]; !slices.Equal(got, want) {
@@ -346,16 +312,16 @@ func TestHNSACLLower(t *testing.T) {
 		}
 	}
 	for _, port := range []string{"pod-a", "pod-c"} {
-		if got, want := groups[port+"/"+LayerACL], []string{aclNetworkGroup}; !slices.Equal(got, want) {
+		if got, want := groups[port+"/"+hns.LayerACL], []string{hns.ACLNetworkGroup}; !slices.Equal(got, want) {
 			t.Errorf("%s: ACL_LAYER groups %v, want %v", port, got, want)
 		}
 	}
-	if got, want := groups["pod-b/"+LayerACL], []string{aclNetworkGroup, aclEndpointGroup}; !slices.Equal(got, want) {
+	if got, want := groups["pod-b/"+hns.LayerACL], []string{hns.ACLNetworkGroup, hns.ACLEndpointGroup}; !slices.Equal(got, want) {
 		t.Errorf("pod-b: ACL_LAYER groups %v, want %v", got, want)
 	}
 	for _, p := range low.Ports {
 		for _, l := range p.Layers {
-			if l.Name == LayerACL && (l.Default == nil || *l.Default != (DefaultsConfig{Out: "allow", In: "allow", Stateful: true})) {
+			if l.Name == hns.LayerACL && (l.Default == nil || *l.Default != (vfp.DefaultsConfig{Out: "allow", In: "allow", Stateful: true})) {
 				t.Errorf("%s: ACL_LAYER default %+v, want a stateful allow both ways", p.Name, l.Default)
 			}
 		}
@@ -369,8 +335,8 @@ func TestHNSACLLower(t *testing.T) {
 	if got := layers["pod-a"]; len(got) != 0 {
 		t.Errorf("pod-a without ACLs: layers %v", got)
 	}
-	if got := groups["pod-c/"+LayerACL]; !slices.Equal(got, []string{aclEndpointGroup}) {
-		t.Errorf("pod-c: ACL_LAYER groups %v, want [%s]", got, aclEndpointGroup)
+	if got := groups["pod-c/"+hns.LayerACL]; !slices.Equal(got, []string{hns.ACLEndpointGroup}) {
+		t.Errorf("pod-c: ACL_LAYER groups %v, want [%s]", got, hns.ACLEndpointGroup)
 	}
 	if got, want := rules["pod-c/ACL_LAYER/endpoint-acls"], []string{"0 acl-0 dir=out proto=udp block"}; !slices.Equal(got, want) {
 		t.Errorf("pod-c rules %v, want %v", got, want)
@@ -462,17 +428,17 @@ func aclSend(r *ulRig, k aclPkt, want string, lines ...string) (*dataplane.Packe
 func aclRule(port, dir, group, name string, prio, tie uint32, action string) string {
 	flags, verb := "terminating, stateful", "allow"
 	switch action {
-	case ACLBlock:
+	case hns.ACLBlock:
 		flags, verb = "terminating", "block"
-	case ACLPass:
+	case hns.ACLPass:
 		flags = "stateful"
 	}
-	return fmt.Sprintf("port %s %s: layer %s: group %s rule %s (priority %d, %s) -> %s", port, dir, LayerACL, group, name, prio<<16|tie, flags, verb)
+	return fmt.Sprintf("port %s %s: layer %s: group %s rule %s (priority %d, %s) -> %s", port, dir, hns.LayerACL, group, name, prio<<16|tie, flags, verb)
 }
 
 // aclDefault is the trace line of ACL_LAYER's default at port.
 func aclDefault(port, dir string) string {
-	return fmt.Sprintf("port %s %s: layer %s: no rule matched -> default allow (stateful)", port, dir, LayerACL)
+	return fmt.Sprintf("port %s %s: layer %s: no rule matched -> default allow (stateful)", port, dir, hns.LayerACL)
 }
 
 func aclRig(t *testing.T, base string, edit func(d doc)) *ulRig {
@@ -494,7 +460,7 @@ func TestACLAllowAndBlock(t *testing.T) {
 			"LocalAddresses": "fd00:1::101", "RemoteAddresses": "2001:db8::/32", "Priority": 100}`)
 	})
 	ep := func(port, dir, name string, prio, tie uint32, action string) string {
-		return aclRule(port, dir, aclEndpointGroup, name, prio, tie, action)
+		return aclRule(port, dir, hns.ACLEndpointGroup, name, prio, tie, action)
 	}
 	for _, c := range []struct {
 		k    aclPkt
@@ -502,24 +468,24 @@ func TestACLAllowAndBlock(t *testing.T) {
 		line string
 	}{
 		// In: the Allow rules, each family, the default deny.
-		{aclPkt{from: "pod-a", to: "pod-b", proto: "tcp", sport: 5000, dport: 80, flags: "S"}, "pod-b", ep("pod-b", "in", "web4", 100, 2, ACLAllow)},
-		{aclPkt{from: "pod-c", to: "pod-b", proto: "tcp", sport: 5000, dport: 80, flags: "S"}, "pod-b", ep("pod-b", "in", "web4", 100, 2, ACLAllow)},
-		{aclPkt{from: "pod-a", to: "pod-b", v6: true, proto: "tcp", sport: 5000, dport: 80, flags: "S"}, "pod-b", ep("pod-b", "in", "web6-a", 100, 3, ACLAllow)},
-		{aclPkt{from: "pod-c", to: "pod-b", v6: true, proto: "tcp", sport: 5000, dport: 80, flags: "S"}, aclBlocked, ep("pod-b", "in", "deny-in", 65535, 0, ACLBlock)},
-		{aclPkt{from: "pod-a", to: "pod-b", proto: "tcp", sport: 5000, dport: 81, flags: "S"}, aclBlocked, ep("pod-b", "in", "deny-in", 65535, 0, ACLBlock)},
-		{aclPkt{from: "pod-a", to: "pod-b", proto: "udp", sport: 5000, dport: 80}, aclBlocked, ep("pod-b", "in", "deny-in", 65535, 0, ACLBlock)},
-		{aclPkt{from: "pod-a", to: "pod-b", proto: "echo", sport: 9, dport: 9}, aclBlocked, ep("pod-b", "in", "deny-in", 65535, 0, ACLBlock)},
-		{aclPkt{from: "ext", to: "pod-b", proto: "tcp", sport: 5000, dport: 80, flags: "S"}, aclBlocked, ep("pod-b", "in", "deny-in", 65535, 0, ACLBlock)},
+		{aclPkt{from: "pod-a", to: "pod-b", proto: "tcp", sport: 5000, dport: 80, flags: "S"}, "pod-b", ep("pod-b", "in", "web4", 100, 2, hns.ACLAllow)},
+		{aclPkt{from: "pod-c", to: "pod-b", proto: "tcp", sport: 5000, dport: 80, flags: "S"}, "pod-b", ep("pod-b", "in", "web4", 100, 2, hns.ACLAllow)},
+		{aclPkt{from: "pod-a", to: "pod-b", v6: true, proto: "tcp", sport: 5000, dport: 80, flags: "S"}, "pod-b", ep("pod-b", "in", "web6-a", 100, 3, hns.ACLAllow)},
+		{aclPkt{from: "pod-c", to: "pod-b", v6: true, proto: "tcp", sport: 5000, dport: 80, flags: "S"}, aclBlocked, ep("pod-b", "in", "deny-in", 65535, 0, hns.ACLBlock)},
+		{aclPkt{from: "pod-a", to: "pod-b", proto: "tcp", sport: 5000, dport: 81, flags: "S"}, aclBlocked, ep("pod-b", "in", "deny-in", 65535, 0, hns.ACLBlock)},
+		{aclPkt{from: "pod-a", to: "pod-b", proto: "udp", sport: 5000, dport: 80}, aclBlocked, ep("pod-b", "in", "deny-in", 65535, 0, hns.ACLBlock)},
+		{aclPkt{from: "pod-a", to: "pod-b", proto: "echo", sport: 9, dport: 9}, aclBlocked, ep("pod-b", "in", "deny-in", 65535, 0, hns.ACLBlock)},
+		{aclPkt{from: "ext", to: "pod-b", proto: "tcp", sport: 5000, dport: 80, flags: "S"}, aclBlocked, ep("pod-b", "in", "deny-in", 65535, 0, hns.ACLBlock)},
 		// Out: blocks by remote prefix, family and protocol.
-		{aclPkt{from: "pod-b", to: "ext", proto: "tcp", sport: 5000, dport: 443, flags: "S"}, aclBlocked, ep("pod-b", "out", "no-ext4", 100, 0, ACLBlock)},
-		{aclPkt{from: "pod-b", to: "ext", v6: true, proto: "udp", sport: 5000, dport: 53}, aclBlocked, ep("pod-b", "out", "no-ext6-udp", 100, 1, ACLBlock)},
+		{aclPkt{from: "pod-b", to: "ext", proto: "tcp", sport: 5000, dport: 443, flags: "S"}, aclBlocked, ep("pod-b", "out", "no-ext4", 100, 0, hns.ACLBlock)},
+		{aclPkt{from: "pod-b", to: "ext", v6: true, proto: "udp", sport: 5000, dport: 53}, aclBlocked, ep("pod-b", "out", "no-ext6-udp", 100, 1, hns.ACLBlock)},
 		{aclPkt{from: "pod-b", to: "ext", v6: true, proto: "tcp", sport: 5000, dport: 443, flags: "S"}, "uplink", aclDefault("pod-b", "out")},
 		{aclPkt{from: "pod-b", to: "pod-a", proto: "tcp", sport: 5000, dport: 22, flags: "S"}, "pod-a", aclDefault("pod-b", "out")},
 		// A pod without ACLs has no ACL_LAYER.
 		{aclPkt{from: "pod-c", to: "pod-a", proto: "udp", sport: 5000, dport: 53}, "pod-a", ""},
 	} {
 		_, trace := aclSend(r, c.k, c.want, slices.DeleteFunc([]string{c.line}, func(s string) bool { return s == "" })...)
-		if c.line == "" && strings.Contains(trace, LayerACL) {
+		if c.line == "" && strings.Contains(trace, hns.LayerACL) {
 			t.Errorf("%s crossed an ACL layer:\n%s", c.k, trace)
 		}
 	}
@@ -548,7 +514,7 @@ func TestACLPrioritiesTiesAndPortRanges(t *testing.T) {
 		aclEP(t, d, 0, `{"Id": "no-8000s", "Action": "Block", "Direction": "Out", "Protocols": "TCP", "RemotePorts": "8000-8010", "Priority": 0}`)
 	})
 	ep := func(port, dir, name string, prio, tie uint32, action string) string {
-		return aclRule(port, dir, aclEndpointGroup, name, prio, tie, action)
+		return aclRule(port, dir, hns.ACLEndpointGroup, name, prio, tie, action)
 	}
 	tcp := func(sport, dport uint16) aclPkt {
 		return aclPkt{from: "pod-a", to: "pod-b", proto: "tcp", sport: sport, dport: dport, flags: "S"}
@@ -561,25 +527,25 @@ func TestACLPrioritiesTiesAndPortRanges(t *testing.T) {
 		want string
 		line string
 	}{
-		{tcp(5000, 79), aclBlocked, ep("pod-b", "in", "deny", 65535, 0, ACLBlock)},
-		{tcp(5000, 80), "pod-b", ep("pod-b", "in", "web", 200, 0, ACLAllow)},
-		{tcp(5000, 84), "pod-b", ep("pod-b", "in", "web", 200, 0, ACLAllow)},
-		{tcp(5000, 85), aclBlocked, ep("pod-b", "in", "hole", 100, 0, ACLBlock)},
-		{tcp(5000, 86), "pod-b", ep("pod-b", "in", "web", 200, 0, ACLAllow)},
-		{tcp(5000, 90), "pod-b", ep("pod-b", "in", "web", 200, 0, ACLAllow)},
-		{tcp(5000, 91), aclBlocked, ep("pod-b", "in", "deny", 65535, 0, ACLBlock)},
-		{udp(80), aclBlocked, ep("pod-b", "in", "deny", 65535, 0, ACLBlock)},
-		{aclPkt{from: "pod-a", to: "pod-b", proto: "echo", sport: 3, dport: 3}, aclBlocked, ep("pod-b", "in", "deny", 65535, 0, ACLBlock)},
+		{tcp(5000, 79), aclBlocked, ep("pod-b", "in", "deny", 65535, 0, hns.ACLBlock)},
+		{tcp(5000, 80), "pod-b", ep("pod-b", "in", "web", 200, 0, hns.ACLAllow)},
+		{tcp(5000, 84), "pod-b", ep("pod-b", "in", "web", 200, 0, hns.ACLAllow)},
+		{tcp(5000, 85), aclBlocked, ep("pod-b", "in", "hole", 100, 0, hns.ACLBlock)},
+		{tcp(5000, 86), "pod-b", ep("pod-b", "in", "web", 200, 0, hns.ACLAllow)},
+		{tcp(5000, 90), "pod-b", ep("pod-b", "in", "web", 200, 0, hns.ACLAllow)},
+		{tcp(5000, 91), aclBlocked, ep("pod-b", "in", "deny", 65535, 0, hns.ACLBlock)},
+		{udp(80), aclBlocked, ep("pod-b", "in", "deny", 65535, 0, hns.ACLBlock)},
+		{aclPkt{from: "pod-a", to: "pod-b", proto: "echo", sport: 3, dport: 3}, aclBlocked, ep("pod-b", "in", "deny", 65535, 0, hns.ACLBlock)},
 		{tcp(5000, 80).reply("SA"), "pod-a", ""},
-		{udp(53), aclBlocked, ep("pod-b", "in", "dns-block", 300, 0, ACLBlock)},
-		{udp(123), "pod-b", ep("pod-b", "in", "ntp-allow", 400, 0, ACLAllow)},
-		{udp(7), "pod-b", ep("pod-b", "in", "first", 450, 0, ACLAllow)},
-		{tcp(1023, 22), aclBlocked, ep("pod-b", "in", "deny", 65535, 0, ACLBlock)},
-		{tcp(1024, 22), "pod-b", ep("pod-b", "in", "ssh", 500, 0, ACLAllow)},
-		{tcp(65535, 22), "pod-b", ep("pod-b", "in", "ssh", 500, 0, ACLAllow)},
+		{udp(53), aclBlocked, ep("pod-b", "in", "dns-block", 300, 0, hns.ACLBlock)},
+		{udp(123), "pod-b", ep("pod-b", "in", "ntp-allow", 400, 0, hns.ACLAllow)},
+		{udp(7), "pod-b", ep("pod-b", "in", "first", 450, 0, hns.ACLAllow)},
+		{tcp(1023, 22), aclBlocked, ep("pod-b", "in", "deny", 65535, 0, hns.ACLBlock)},
+		{tcp(1024, 22), "pod-b", ep("pod-b", "in", "ssh", 500, 0, hns.ACLAllow)},
+		{tcp(65535, 22), "pod-b", ep("pod-b", "in", "ssh", 500, 0, hns.ACLAllow)},
 		{aclPkt{from: "pod-a", to: "pod-c", proto: "tcp", sport: 5000, dport: 7999, flags: "S"}, "pod-c", aclDefault("pod-a", "out")},
-		{aclPkt{from: "pod-a", to: "pod-c", proto: "tcp", sport: 5000, dport: 8000, flags: "S"}, aclBlocked, ep("pod-a", "out", "no-8000s", 0, 0, ACLBlock)},
-		{aclPkt{from: "pod-a", to: "pod-c", proto: "tcp", sport: 5000, dport: 8010, flags: "S"}, aclBlocked, ep("pod-a", "out", "no-8000s", 0, 0, ACLBlock)},
+		{aclPkt{from: "pod-a", to: "pod-c", proto: "tcp", sport: 5000, dport: 8000, flags: "S"}, aclBlocked, ep("pod-a", "out", "no-8000s", 0, 0, hns.ACLBlock)},
+		{aclPkt{from: "pod-a", to: "pod-c", proto: "tcp", sport: 5000, dport: 8010, flags: "S"}, aclBlocked, ep("pod-a", "out", "no-8000s", 0, 0, hns.ACLBlock)},
 		{aclPkt{from: "pod-a", to: "pod-c", proto: "tcp", sport: 5000, dport: 8011, flags: "S"}, "pod-c", aclDefault("pod-a", "out")},
 		// Ports are TCP and UDP only: a UDP datagram to 8000 passes.
 		{aclPkt{from: "pod-a", to: "pod-c", proto: "udp", sport: 5000, dport: 8000}, "pod-c", aclDefault("pod-a", "out")},
@@ -598,8 +564,8 @@ func TestACLStatefulReplies(t *testing.T) {
 			aclEP(t, d, 0, `{"Id": "out", "Action": "Allow", "Direction": "Out", "Priority": 100}`)
 			aclEP(t, d, 0, `{"Id": "deny-in", "Action": "Block", "Direction": "In", "Priority": 65535}`)
 		})
-		out := aclRule("pod-a", "out", aclEndpointGroup, "out", 100, 0, ACLAllow)
-		deny := aclRule("pod-a", "in", aclEndpointGroup, "deny-in", 65535, 0, ACLBlock)
+		out := aclRule("pod-a", "out", hns.ACLEndpointGroup, "out", 100, 0, hns.ACLAllow)
+		deny := aclRule("pod-a", "in", hns.ACLEndpointGroup, "deny-in", 65535, 0, hns.ACLBlock)
 		for _, k := range []aclPkt{
 			{from: "pod-a", to: "pod-b", proto: "tcp", sport: 5000, dport: 80, flags: "S"},
 			{from: "pod-a", to: "pod-b", v6: true, proto: "tcp", sport: 5000, dport: 80, flags: "S"},
@@ -629,7 +595,7 @@ func TestACLStatefulReplies(t *testing.T) {
 			aclEP(t, d, 0, `{"Id": "deny-in", "Action": "Block", "Direction": "In", "Priority": 65535}`)
 		})
 		k := aclPkt{from: "pod-a", to: "pod-b", proto: "tcp", sport: 5000, dport: 80, flags: "S"}
-		aclSend(r, k, "pod-b", aclRule("pod-a", "out", aclNetworkGroup, "pass-out", 100, 0, ACLPass))
+		aclSend(r, k, "pod-b", aclRule("pod-a", "out", hns.ACLNetworkGroup, "pass-out", 100, 0, hns.ACLPass))
 		aclSend(r, k.reply("SA"), "pod-a")
 	})
 	t.Run("replies cross no ACL", func(t *testing.T) {
@@ -640,10 +606,10 @@ func TestACLStatefulReplies(t *testing.T) {
 			aclEP(t, d, 1, `{"Id": "not-to-a", "Action": "Block", "Direction": "Out", "RemoteAddresses": "192.168.1.100", "Priority": 100}`)
 		})
 		k := aclPkt{from: "pod-a", to: "pod-b", proto: "udp", sport: 5000, dport: 53}
-		aclSend(r, k, "pod-b", aclRule("pod-a", "out", aclEndpointGroup, "out", 100, 0, ACLAllow), aclDefault("pod-b", "in"))
+		aclSend(r, k, "pod-b", aclRule("pod-a", "out", hns.ACLEndpointGroup, "out", 100, 0, hns.ACLAllow), aclDefault("pod-b", "in"))
 		aclSend(r, k.reply(""), "pod-a")
 		aclSend(r, aclPkt{from: "pod-b", to: "pod-a", proto: "udp", sport: 53, dport: 5001}, aclBlocked,
-			aclRule("pod-b", "out", aclEndpointGroup, "not-to-a", 100, 0, ACLBlock))
+			aclRule("pod-b", "out", hns.ACLEndpointGroup, "not-to-a", 100, 0, hns.ACLBlock))
 	})
 	t.Run("an answer opens no connection", func(t *testing.T) {
 		// pod-a answers first (a SYN-ACK, an echo reply, a mid-stream
@@ -653,7 +619,7 @@ func TestACLStatefulReplies(t *testing.T) {
 		r := aclRig(t, aclDoc, func(d doc) {
 			aclEP(t, d, 0, `{"Id": "deny-in", "Action": "Block", "Direction": "In", "Priority": 65535}`)
 		})
-		deny := aclRule("pod-a", "in", aclEndpointGroup, "deny-in", 65535, 0, ACLBlock)
+		deny := aclRule("pod-a", "in", hns.ACLEndpointGroup, "deny-in", 65535, 0, hns.ACLBlock)
 		for _, c := range []struct{ answer, back aclPkt }{
 			{aclPkt{from: "pod-a", to: "pod-b", proto: "tcp", sport: 22, dport: 40001, flags: "SA"}, aclPkt{from: "pod-b", to: "pod-a", proto: "tcp", sport: 40001, dport: 22, flags: "S"}},
 			{aclPkt{from: "pod-a", to: "pod-b", proto: "tcp", sport: 22, dport: 40002, flags: "A"}, aclPkt{from: "pod-b", to: "pod-a", proto: "tcp", sport: 40002, dport: 22, flags: "A"}},
@@ -677,7 +643,7 @@ func TestACLStatefulReplies(t *testing.T) {
 		aclSend(r, k, "pod-b", aclDefault("pod-a", "out"))
 		aclSend(r, k.reply("SA"), "pod-a")
 		aclSend(r, aclPkt{from: "pod-b", to: "pod-a", proto: "tcp", sport: 6000, dport: 22, flags: "S"}, aclBlocked,
-			aclRule("pod-a", "in", aclEndpointGroup, "deny-in", 65535, 0, ACLBlock))
+			aclRule("pod-a", "in", hns.ACLEndpointGroup, "deny-in", 65535, 0, hns.ACLBlock))
 	})
 }
 
@@ -708,7 +674,7 @@ func TestACLPolicyChange(t *testing.T) {
 		aclEP(t, d, 0, `{"Id": "no-80", "Action": "Block", "Direction": "Out", "Protocols": "TCP", "RemotePorts": "80", "Priority": 50}`)
 	}
 	r := aclRig(t, aclDoc, base)
-	deny := aclRule("pod-a", "in", aclEndpointGroup, "deny-in", 65535, 0, ACLBlock)
+	deny := aclRule("pod-a", "in", hns.ACLEndpointGroup, "deny-in", 65535, 0, hns.ACLBlock)
 	established := func(sport, dport uint16) aclPkt {
 		k := aclPkt{from: "pod-a", to: "pod-b", proto: "tcp", sport: sport, dport: dport, flags: "S"}
 		aclSend(r, k, "pod-b")
@@ -731,14 +697,14 @@ func TestACLPolicyChange(t *testing.T) {
 	}
 	aclSend(r, c1.reply("A"), "pod-a")
 	aclSend(r, c2.reply("A"), "pod-a")
-	aclSend(r, fromC, "pod-a", aclRule("pod-a", "in", aclEndpointGroup, "from-c", 200, 0, ACLAllow))
+	aclSend(r, fromC, "pod-a", aclRule("pod-a", "in", hns.ACLEndpointGroup, "from-c", 200, 0, hns.ACLAllow))
 
 	// A change that blocks: an affected connection's next packet is
 	// dropped, whichever direction it goes; replies are no longer the
 	// connection's and meet pod-a's Block In. An unaffected connection
 	// goes on.
 	aclApply(t, r.sw, blocked)
-	noPort80 := aclRule("pod-a", "out", aclEndpointGroup, "no-80", 50, 0, ACLBlock)
+	noPort80 := aclRule("pod-a", "out", hns.ACLEndpointGroup, "no-80", 50, 0, hns.ACLBlock)
 	if _, trace := aclSend(r, c1, aclBlocked, noPort80); !strings.Contains(trace, "revalidate connection") {
 		t.Errorf("c1 was not revalidated:\n%s", trace)
 	}
@@ -759,10 +725,10 @@ func TestACLPolicyChange(t *testing.T) {
 
 func TestACLNetworkWide(t *testing.T) {
 	net := func(name string, prio, tie uint32, action string) string {
-		return aclRule("pod-b", "in", aclNetworkGroup, name, prio, tie, action)
+		return aclRule("pod-b", "in", hns.ACLNetworkGroup, name, prio, tie, action)
 	}
 	ep := func(name string, prio, tie uint32, action string) string {
-		return aclRule("pod-b", "in", aclEndpointGroup, name, prio, tie, action)
+		return aclRule("pod-b", "in", hns.ACLEndpointGroup, name, prio, tie, action)
 	}
 	tcp := func(to string, dport uint16) aclPkt {
 		return aclPkt{from: "pod-a", to: to, proto: "tcp", sport: 5000, dport: dport, flags: "S"}
@@ -775,10 +741,10 @@ func TestACLNetworkWide(t *testing.T) {
 			aclEP(t, d, 1, `{"Id": "no-ssh", "Action": "Block", "Direction": "In", "Protocols": "TCP", "LocalPorts": "22", "Priority": 60000}`)
 			aclEP(t, d, 1, `{"Id": "web", "Action": "Allow", "Direction": "In", "Protocols": "TCP", "LocalPorts": "80", "Priority": 60000}`)
 		})
-		aclSend(r, tcp("pod-b", 22), aclBlocked, ep("no-ssh", 60000, 0, ACLBlock))
-		aclSend(r, tcp("pod-b", 80), "pod-b", ep("web", 60000, 1, ACLAllow))
-		aclSend(r, tcp("pod-b", 443), "pod-b", net("net-pass", 100, 0, ACLPass))
-		aclSend(r, tcp("pod-c", 22), "pod-c", aclRule("pod-c", "in", aclNetworkGroup, "net-pass", 100, 0, ACLPass))
+		aclSend(r, tcp("pod-b", 22), aclBlocked, ep("no-ssh", 60000, 0, hns.ACLBlock))
+		aclSend(r, tcp("pod-b", 80), "pod-b", ep("web", 60000, 1, hns.ACLAllow))
+		aclSend(r, tcp("pod-b", 443), "pod-b", net("net-pass", 100, 0, hns.ACLPass))
+		aclSend(r, tcp("pod-c", 22), "pod-c", aclRule("pod-c", "in", hns.ACLNetworkGroup, "net-pass", 100, 0, hns.ACLPass))
 	})
 	t.Run("the baseline of docs/ACL.md", func(t *testing.T) {
 		r := aclRig(t, aclDoc, func(d doc) {
@@ -787,15 +753,15 @@ func TestACLNetworkWide(t *testing.T) {
 			aclEP(t, d, 1, `{"Id": "no-ssh", "Action": "Block", "Direction": "In", "Protocols": "TCP", "LocalPorts": "22", "Priority": 60000}`)
 			aclEP(t, d, 1, `{"Id": "telnet", "Action": "Allow", "Direction": "In", "Protocols": "TCP", "LocalPorts": "23", "Priority": 0}`)
 		})
-		aclSend(r, tcp("pod-b", 22), aclBlocked, ep("no-ssh", 60000, 0, ACLBlock))
+		aclSend(r, tcp("pod-b", 22), aclBlocked, ep("no-ssh", 60000, 0, hns.ACLBlock))
 		k := tcp("pod-b", 443)
-		aclSend(r, k, "pod-b", net("net-pass", 100, 0, ACLPass))
+		aclSend(r, k, "pod-b", net("net-pass", 100, 0, hns.ACLPass))
 		if p, _ := aclSend(r, k.reply("SA"), "pod-a"); p.Path != dataplane.PathFast {
 			t.Errorf("the reply to a connection net-pass allowed took the %s path, want fast (stateful)", p.Path)
 		}
-		aclSend(r, tcp("pod-b", 23), aclBlocked, net("net-no-telnet", 50, 0, ACLBlock))
-		aclSend(r, tcp("pod-c", 23), aclBlocked, aclRule("pod-c", "in", aclNetworkGroup, "net-no-telnet", 50, 0, ACLBlock))
-		aclSend(r, tcp("pod-c", 22), "pod-c", aclRule("pod-c", "in", aclNetworkGroup, "net-pass", 100, 0, ACLPass))
+		aclSend(r, tcp("pod-b", 23), aclBlocked, net("net-no-telnet", 50, 0, hns.ACLBlock))
+		aclSend(r, tcp("pod-c", 23), aclBlocked, aclRule("pod-c", "in", hns.ACLNetworkGroup, "net-no-telnet", 50, 0, hns.ACLBlock))
+		aclSend(r, tcp("pod-c", 22), "pod-c", aclRule("pod-c", "in", hns.ACLNetworkGroup, "net-pass", 100, 0, hns.ACLPass))
 	})
 	t.Run("network Block and Allow are final", func(t *testing.T) {
 		r := aclRig(t, aclDoc, func(d doc) {
@@ -804,10 +770,10 @@ func TestACLNetworkWide(t *testing.T) {
 			aclEP(t, d, 1, `{"Id": "telnet", "Action": "Allow", "Direction": "In", "Protocols": "TCP", "LocalPorts": "23", "Priority": 0}`)
 			aclEP(t, d, 1, `{"Id": "deny", "Action": "Block", "Direction": "In", "Priority": 0}`)
 		})
-		aclSend(r, tcp("pod-b", 23), aclBlocked, net("net-no-telnet", 100, 0, ACLBlock))
-		aclSend(r, tcp("pod-c", 23), aclBlocked, aclRule("pod-c", "in", aclNetworkGroup, "net-no-telnet", 100, 0, ACLBlock))
-		aclSend(r, tcp("pod-b", 80), "pod-b", net("net-web", 100, 1, ACLAllow))
-		aclSend(r, tcp("pod-b", 81), aclBlocked, ep("deny", 0, 0, ACLBlock))
+		aclSend(r, tcp("pod-b", 23), aclBlocked, net("net-no-telnet", 100, 0, hns.ACLBlock))
+		aclSend(r, tcp("pod-c", 23), aclBlocked, aclRule("pod-c", "in", hns.ACLNetworkGroup, "net-no-telnet", 100, 0, hns.ACLBlock))
+		aclSend(r, tcp("pod-b", 80), "pod-b", net("net-web", 100, 1, hns.ACLAllow))
+		aclSend(r, tcp("pod-b", 81), aclBlocked, ep("deny", 0, 0, hns.ACLBlock))
 		aclSend(r, tcp("pod-c", 81), "pod-c", aclDefault("pod-c", "in"))
 	})
 }
@@ -827,7 +793,7 @@ func TestACLWithNAT(t *testing.T) {
 		aclEP(t, d, 0, `{"Id": "deny-in", "Action": "Block", "Direction": "In", "Priority": 65535}`)
 	})
 	ep := func(dir, name string, prio uint32, action string) string {
-		return aclRule("ov-a", dir, aclEndpointGroup, name, prio, 0, action)
+		return aclRule("ov-a", dir, hns.ACLEndpointGroup, name, prio, 0, action)
 	}
 	check := func(trace string, lines ...string) {
 		t.Helper()
@@ -841,7 +807,7 @@ func TestACLWithNAT(t *testing.T) {
 	// blocks what it did not ask for.
 	syn := natPkt{smac: natOvA, dmac: natDR, src: "10.244.0.10", sport: 5000, dst: "203.0.113.5", dport: 80, proto: "tcp", flags: "S"}
 	_, trace := natAt(r, sec, "ov-a", syn)
-	check(trace, ep("out", "out", 200, ACLAllow))
+	check(trace, ep("out", "out", 200, hns.ACLAllow))
 	ext := natOut(r, sec, "ov-a", natPkt{smac: natOvA, dmac: natDR, src: "10.244.0.10", sport: 5001, dst: "203.0.113.5", dport: 80, proto: "tcp", flags: "S"})
 	if want := netip.MustParseAddrPort("192.168.1.10:5001"); ext != want {
 		t.Fatalf("SYN left as %s, want %s", ext, want)
@@ -853,7 +819,7 @@ func TestACLWithNAT(t *testing.T) {
 	https := syn
 	https.dport = 443
 	_, trace = natAt(r, sec, "ov-a", https)
-	check(trace, ep("out", "no-https", 100, ACLBlock))
+	check(trace, ep("out", "no-https", 100, hns.ACLBlock))
 	natGo(r, sec, "ov-a", https, aclBlocked)
 
 	// In through the port mapping: the ACL sees ov-a's port 80 and the
@@ -861,19 +827,19 @@ func TestACLWithNAT(t *testing.T) {
 	in := natPkt{smac: natRouter, dmac: natHost, src: "198.51.100.7", sport: 40000, dst: "192.168.1.10", dport: 8080, proto: "tcp", flags: "S"}
 	_, trace = natAt(r, sec, "uplink", natPkt{smac: natRouter, dmac: natHost, src: "198.51.100.7", sport: 40001, dst: "192.168.1.10", dport: 8080, proto: "tcp", flags: "S"})
 	// Tied with no-https (a Block, first), though in the other direction.
-	check(trace, aclRule("ov-a", "in", aclEndpointGroup, "mapped-web", 100, 1, ACLAllow))
+	check(trace, aclRule("ov-a", "in", hns.ACLEndpointGroup, "mapped-web", 100, 1, hns.ACLAllow))
 	natGo(r, sec, "uplink", in, "ov-a")
 	rep := natPkt{smac: natOvA, dmac: natDR, src: "10.244.0.10", sport: 80, dst: "198.51.100.7", dport: 40000, proto: "tcp", flags: "SA"}
 	natGo(r, sec, "ov-a", rep, "uplink")
 	other := in
 	other.src = "203.0.113.9"
 	_, trace = natAt(r, sec, "uplink", other)
-	check(trace, ep("in", "deny-in", 65535, ACLBlock))
+	check(trace, ep("in", "deny-in", 65535, hns.ACLBlock))
 	natGo(r, sec, "uplink", other, aclBlocked)
 	// Hairpin from ov-b to the mapping: ov-a sees ov-b's address.
 	hb := natPkt{smac: natOvB, dmac: natDR, src: "10.244.0.11", sport: 41000, dst: "192.168.1.10", dport: 8080, proto: "tcp", flags: "S"}
 	_, trace = natAt(r, sec, "ov-b", hb)
-	check(trace, ep("in", "deny-in", 65535, ACLBlock))
+	check(trace, ep("in", "deny-in", 65535, hns.ACLBlock))
 }
 
 // ACLs beside load balancing: an Out rule at the client sees the
@@ -905,7 +871,7 @@ func TestACLWithLoadBalancer(t *testing.T) {
 					"RemoteAddresses": "10.96.0.10", "RemotePorts": "80", "Priority": 100}`)
 			})
 			rule := func(port, dir, name string, prio uint32, action string) string {
-				return aclRule(port, dir, aclEndpointGroup, name, prio, 0, action)
+				return aclRule(port, dir, hns.ACLEndpointGroup, name, prio, 0, action)
 			}
 			send := func(in string, k natPkt, want string, lines ...string) {
 				t.Helper()
@@ -922,24 +888,24 @@ func TestACLWithLoadBalancer(t *testing.T) {
 			// A pod client: the VIP at its port, its own address at the
 			// backend's.
 			syn := natPkt{smac: lbOvA, dmac: lbDR, src: "10.244.0.10", sport: 5000, dst: "10.96.0.10", dport: 80, proto: "tcp", flags: "S"}
-			send("ov-a", syn, "ov-b", rule("ov-a", "out", "web-vip", 200, ACLAllow), rule("ov-b", "in", "from-a", 100, ACLAllow))
+			send("ov-a", syn, "ov-b", rule("ov-a", "out", "web-vip", 200, hns.ACLAllow), rule("ov-b", "in", "from-a", 100, hns.ACLAllow))
 			rep := natPkt{smac: lbOvB, dmac: lbDR, src: "10.244.0.11", sport: 8080, dst: "10.244.0.10", dport: 5000, proto: "tcp", flags: "SA"}
 			send("ov-b", rep, "ov-a")
 			send("ov-a", natPkt{smac: lbOvA, dmac: lbDR, src: "10.244.0.10", sport: 5001, dst: "10.244.0.11", dport: 8080, proto: "tcp", flags: "S"},
-				aclBlocked, rule("ov-a", "out", "not-the-backend", 100, ACLBlock))
+				aclBlocked, rule("ov-a", "out", "not-the-backend", 100, hns.ACLBlock))
 			send("ov-c", natPkt{smac: lbOvC, dmac: lbDR, src: "10.244.0.12", sport: 5000, dst: "10.96.0.10", dport: 80, proto: "tcp", flags: "S"},
-				aclBlocked, rule("ov-c", "out", "no-web", 100, ACLBlock))
+				aclBlocked, rule("ov-c", "out", "no-web", 100, hns.ACLBlock))
 			send("ov-c", natPkt{smac: lbOvC, dmac: lbDR, src: "10.244.0.12", sport: 5000, dst: "10.96.0.10", dport: 53, proto: "udp"},
-				aclBlocked, aclDefault("ov-c", "out"), rule("ov-b", "in", "deny-in", 65535, ACLBlock))
+				aclBlocked, aclDefault("ov-c", "out"), rule("ov-b", "in", "deny-in", 65535, hns.ACLBlock))
 			// Hairpin: the backend is its own client, and sees the
 			// SourceVIP.
 			send("ov-b", natPkt{smac: lbOvB, dmac: lbDR, src: "10.244.0.11", sport: 5000, dst: "10.96.0.10", dport: 80, proto: "tcp", flags: "S"},
-				"ov-b", aclDefault("ov-b", "out"), rule("ov-b", "in", "from-source-vip", 110, ACLAllow))
+				"ov-b", aclDefault("ov-b", "out"), rule("ov-b", "in", "from-source-vip", 110, hns.ACLAllow))
 			// From the network to the NodePort: the client's address.
 			send("uplink", natPkt{smac: natRouter, dmac: lbHost, src: "198.51.100.7", sport: 40000, dst: "192.168.1.10", dport: 30080, proto: "tcp", flags: "S"},
-				"ov-b", rule("ov-b", "in", "from-network", 120, ACLAllow))
+				"ov-b", rule("ov-b", "in", "from-network", 120, hns.ACLAllow))
 			send("uplink", natPkt{smac: natRouter, dmac: lbHost, src: "203.0.113.7", sport: 40000, dst: "192.168.1.10", dport: 30080, proto: "tcp", flags: "S"},
-				aclBlocked, rule("ov-b", "in", "deny-in", 65535, ACLBlock))
+				aclBlocked, rule("ov-b", "in", "deny-in", 65535, hns.ACLBlock))
 		})
 	}
 }

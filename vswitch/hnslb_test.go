@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/hns"
+	"github.com/ufp-dev/ufp/vfp"
 )
 
 // Service load balancing at the HNS level (validation of LoadBalancers and
@@ -228,7 +230,7 @@ func TestHNSLBErrors(t *testing.T) {
 		{name: "remote endpoint's ProviderAddress policy with an unknown field", edit: func(t *testing.T, d doc) {
 			at(d, "Endpoints", 3, "Policies", 0, "Settings")["Address"] = "192.168.1.20"
 		}, want: remote + `.Policies[0].Settings.Address: unknown field "Address"`},
-		// hnslb.go's backend checks this too, but the route is rejected
+		// hns/lb.go's backend checks this too, but the route is rejected
 		// first: that check cannot fail.
 		{name: "remote endpoint's host of a family the network does not send from", edit: func(t *testing.T, d doc) {
 			hnsAdd(t, natUplink(d), "Neighbors", `{"IpAddress": "fd00:1::20", "MacAddress": "02:00:00:00:01:fe"}`)
@@ -425,21 +427,21 @@ func TestHNSLBLower(t *testing.T) {
 		groups map[string][]string // "port/layer": the load-balancers group
 		lbs    []string            // switch.loadBalancers, or one of them by index (lb)
 		lb     int
-		pools  []NATPoolConfig
+		pools  []vfp.NATPoolConfig
 		upIPs  []string
 	}{
 		{
 			name: "lbDoc",
-			layers: map[string][]string{"ov-a": {LayerNAT, ovAEnc}, "ov-b": {LayerNAT, ovAEnc}, "ov-c": {LayerNAT, ovAEnc},
-				"uplink": {LayerPARoute, LayerNAT}},
+			layers: map[string][]string{"ov-a": {hns.LayerNAT, ovAEnc}, "ov-b": {hns.LayerNAT, ovAEnc}, "ov-c": {hns.LayerNAT, ovAEnc},
+				"uplink": {hns.LayerPARoute, hns.LayerNAT}},
 			groups: map[string][]string{
-				"ov-a/" + LayerNAT: podRules(false), "ov-b/" + LayerNAT: podRules(false), "ov-c/" + LayerNAT: podRules(false),
-				"uplink/" + LayerNAT: upRules,
+				"ov-a/" + hns.LayerNAT: podRules(false), "ov-b/" + hns.LayerNAT: podRules(false), "ov-c/" + hns.LayerNAT: podRules(false),
+				"uplink/" + hns.LayerNAT: upRules,
 			},
 			lbs: baseLBs, lb: -1,
 			// The SourceVIP's pool; the host's, with the NodePort
 			// reserved.
-			pools: []NATPoolConfig{{IP: "10.244.0.250"}, {IP: "192.168.1.10", Reserved: []string{"tcp/30080"}}},
+			pools: []vfp.NATPoolConfig{{IP: "10.244.0.250"}, {IP: "192.168.1.10", Reserved: []string{"tcp/30080"}}},
 			// The uplink answers for the SourceVIP.
 			upIPs: []string{"192.168.1.10", "fd00:1::10", "10.244.0.250"},
 		},
@@ -447,7 +449,7 @@ func TestHNSLBLower(t *testing.T) {
 			name: "NodePort without LocalRoutedVIP: from the network only",
 			edit: func(t *testing.T, d doc) { delete(hlbPM(d, 5, 0), "Flags") },
 			groups: map[string][]string{
-				"ov-a/" + LayerNAT: {"group " + lbRules,
+				"ov-a/" + hns.LayerNAT: {"group " + lbRules,
 					rule(100, "10.96.0.10", "tcp", 80, "web/tcp/80", false),
 					rule(101, "10.96.0.10", "udp", 53, "web/udp/53", false),
 					rule(102, "fd00:96::10", "tcp", 80, "web6/tcp/80", false),
@@ -458,15 +460,15 @@ func TestHNSLBLower(t *testing.T) {
 					rule(107, "10.96.0.40", "tcp", 80, "sticky/tcp/80", false),
 					rule(108, "fd00:96::30", "tcp", 80, "empty6/tcp/80", false),
 				},
-				"uplink/" + LayerNAT: upRules,
+				"uplink/" + hns.LayerNAT: upRules,
 			},
 		},
 		{
 			name: "ILB: not from the network",
-			edit: func(t *testing.T, d doc) { hlbPM(d, 0, 1)["Flags"] = LBPortILB },
+			edit: func(t *testing.T, d doc) { hlbPM(d, 0, 1)["Flags"] = hns.LBPortILB },
 			groups: map[string][]string{
-				"ov-a/" + LayerNAT: podRules(false),
-				"uplink/" + LayerNAT: {"group " + lbRules,
+				"ov-a/" + hns.LayerNAT: podRules(false),
+				"uplink/" + hns.LayerNAT: {"group " + lbRules,
 					rule(100, "10.96.0.10", "tcp", 80, "web/tcp/80", true),
 					rule(101, "fd00:96::10", "tcp", 80, "web6/tcp/80", true),
 					rule(102, "10.96.0.20", "tcp", 80, "far/tcp/80", true),
@@ -482,11 +484,11 @@ func TestHNSLBLower(t *testing.T) {
 			name: "two frontends, PreserveDIP, client-IP-and-protocol distribution",
 			edit: func(t *testing.T, d doc) {
 				hlbLB(d, 6)["FrontendVIPs"] = []any{"10.96.0.40", "10.96.0.41"}
-				hlbPM(d, 6, 0)["Flags"] = LBPortPreserveDIP
+				hlbPM(d, 6, 0)["Flags"] = hns.LBPortPreserveDIP
 				hlbPM(d, 6, 0)["DistributionType"] = 1
 			},
 			groups: map[string][]string{
-				"ov-a/" + LayerNAT: append(slices.Clone(podRules(false)[:9]),
+				"ov-a/" + hns.LayerNAT: append(slices.Clone(podRules(false)[:9]),
 					// The backends own the frontend address: the
 					// rule routes to them.
 					rule(108, "10.96.0.40", "tcp", 80, "sticky/tcp/80", true),
@@ -497,8 +499,8 @@ func TestHNSLBLower(t *testing.T) {
 		},
 		{
 			name: "VipExternalIP: the host answers for the frontend, whose port is reserved",
-			edit: func(t *testing.T, d doc) { hlbPM(d, 6, 0)["Flags"] = LBPortVipExternalIP },
-			pools: []NATPoolConfig{{IP: "10.244.0.250"}, {IP: "192.168.1.10", Reserved: []string{"tcp/30080"}},
+			edit: func(t *testing.T, d doc) { hlbPM(d, 6, 0)["Flags"] = hns.LBPortVipExternalIP },
+			pools: []vfp.NATPoolConfig{{IP: "10.244.0.250"}, {IP: "192.168.1.10", Reserved: []string{"tcp/30080"}},
 				{IP: "10.96.0.40", Reserved: []string{"tcp/80"}}},
 			upIPs: []string{"192.168.1.10", "fd00:1::10", "10.244.0.250", "10.96.0.40"},
 		},
@@ -515,10 +517,10 @@ func TestHNSLBLower(t *testing.T) {
 			edit: func(t *testing.T, d doc) {
 				delete(hlbLB(d, 1), "FrontendVIPs")
 				hlbLB(d, 1)["SourceVIP"] = "fd00:244::250"
-				hlbLB(d, 1)["Flags"] = LBFlagIPv6 | LBFlagDSR
+				hlbLB(d, 1)["Flags"] = hns.LBFlagIPv6 | hns.LBFlagDSR
 			},
 			groups: map[string][]string{
-				"uplink/" + LayerNAT: {"group " + lbRules,
+				"uplink/" + hns.LayerNAT: {"group " + lbRules,
 					rule(100, "10.96.0.10", "tcp", 80, "web/tcp/80", true),
 					rule(101, "10.96.0.10", "udp", 53, "web/udp/53", true),
 					rule(102, "fd00:1::10", "tcp", 80, "web6/tcp/80", true),
@@ -531,7 +533,7 @@ func TestHNSLBLower(t *testing.T) {
 				},
 			},
 			lb: 2, lbs: []string{`{"name":"web6/tcp/80","backends":[` + toB6 + `,` + toC6 + `],"targetPort":8080,"distribution":"connection","sourceVIP":"fd00:244::250","dsr":true}`},
-			pools: []NATPoolConfig{{IP: "10.244.0.250"}, {IP: "fd00:244::250"}, {IP: "fd00:1::10", Reserved: []string{"tcp/80"}},
+			pools: []vfp.NATPoolConfig{{IP: "10.244.0.250"}, {IP: "fd00:244::250"}, {IP: "fd00:1::10", Reserved: []string{"tcp/80"}},
 				{IP: "192.168.1.10", Reserved: []string{"tcp/30080"}}},
 		},
 		{
@@ -540,8 +542,8 @@ func TestHNSLBLower(t *testing.T) {
 			name: "L2Bridge: the endpoints' rules route; the remote endpoint through the subnet's router",
 			base: hlbL2Doc(t),
 			groups: map[string][]string{
-				"pod-a/" + LayerNAT:  {"group " + lbRules, rule(100, "10.96.0.50", "tcp", 80, "svc/tcp/80", true)},
-				"uplink/" + LayerNAT: {"group " + lbRules, rule(100, "10.96.0.50", "tcp", 80, "svc/tcp/80", true)},
+				"pod-a/" + hns.LayerNAT:  {"group " + lbRules, rule(100, "10.96.0.50", "tcp", 80, "svc/tcp/80", true)},
+				"uplink/" + hns.LayerNAT: {"group " + lbRules, rule(100, "10.96.0.50", "tcp", 80, "svc/tcp/80", true)},
 			},
 			lb: 0, lbs: []string{`{"name":"svc/tcp/80","backends":[{"ip":"192.168.1.101","modify":{"srcMAC":"02:00:00:00:00:99","dstMAC":"02:00:00:00:00:2b"}},` +
 				`{"ip":"192.168.7.5","remote":true,"modify":{"srcMAC":"02:00:00:00:00:fe","dstMAC":"02:00:00:00:00:99"}}],"targetPort":8080,"distribution":"connection","sourceVIP":"192.168.1.50"}`},
@@ -589,7 +591,7 @@ func TestHNSLBLower(t *testing.T) {
 				t.Errorf("switch.loadBalancers[%d]\n  %s\nwant\n  %s", tt.lb, strings.Join(lbs, "\n  "), tt.lbs[0])
 			}
 			if tt.pools != nil {
-				if got := low.Switch.NATPools; !slices.EqualFunc(got, tt.pools, func(a, b NATPoolConfig) bool {
+				if got := low.Switch.NATPools; !slices.EqualFunc(got, tt.pools, func(a, b vfp.NATPoolConfig) bool {
 					return a.IP == b.IP && a.Ports == b.Ports && slices.Equal(a.Reserved, b.Reserved)
 				}) {
 					t.Errorf("switch.natPools = %+v, want %+v", got, tt.pools)

@@ -16,7 +16,9 @@ import (
 	"github.com/gopacket/gopacket/layers"
 
 	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/hns"
 	"github.com/ufp-dev/ufp/nat"
+	"github.com/ufp-dev/ufp/vfp"
 )
 
 // Outbound NAT and port mappings at the HNS level (validation and
@@ -310,7 +312,7 @@ func TestHNSNATErrors(t *testing.T) {
 // ruleLine summarises a lowered rule: priority, name, match, action (lb
 // names the load balancer, route marks lbRoute) and flags (rules of
 // NAT_LAYER are terminating, so only the exception says so).
-func ruleLine(r RuleConfig) string {
+func ruleLine(r vfp.RuleConfig) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d %s", *r.Priority, r.Name)
 	natMatchLine(&b, r.Match)
@@ -349,7 +351,7 @@ func ruleLine(r RuleConfig) string {
 	return b.String()
 }
 
-func natMatchLine(b *strings.Builder, m *MatchConfig) {
+func natMatchLine(b *strings.Builder, m *vfp.MatchConfig) {
 	if m == nil {
 		return
 	}
@@ -423,16 +425,16 @@ func TestHNSNATLower(t *testing.T) {
 		layers map[string][]string // port: its layers in order
 		groups map[string][]string // "port/layer": its groups in order
 		rules  map[string][]string // "port/layer/group": its rules in order
-		pools  []NATPoolConfig
+		pools  []vfp.NATPoolConfig
 		upIPs  []string // the uplink's addresses
 	}{
 		{
 			name:   "overlay, dual stack with a port mapping",
-			layers: map[string][]string{"ov-a": {LayerNAT}, "ov-b": {LayerNAT}, "uplink": {LayerPARoute, LayerNAT}},
+			layers: map[string][]string{"ov-a": {hns.LayerNAT}, "ov-b": {hns.LayerNAT}, "uplink": {hns.LayerPARoute, hns.LayerNAT}},
 			groups: map[string][]string{
-				"ov-a/" + LayerNAT:   {"port-mapping-hairpin", "outbound-nat-dual-stack dir=out"},
-				"ov-b/" + LayerNAT:   {"port-mapping-hairpin", "outbound-nat-ipv4 dir=out v4"},
-				"uplink/" + LayerNAT: {"port-mappings dir=out"},
+				"ov-a/" + hns.LayerNAT:   {"port-mapping-hairpin", "outbound-nat-dual-stack dir=out"},
+				"ov-b/" + hns.LayerNAT:   {"port-mapping-hairpin", "outbound-nat-ipv4 dir=out v4"},
+				"uplink/" + hns.LayerNAT: {"port-mappings dir=out"},
 			},
 			rules: map[string][]string{
 				"ov-a/NAT_LAYER/port-mapping-hairpin": ovAHairpin,
@@ -442,7 +444,7 @@ func TestHNSNATLower(t *testing.T) {
 				"ov-b/NAT_LAYER/outbound-nat-ipv4":       ovB,
 				"uplink/NAT_LAYER/port-mappings":         upMappings,
 			},
-			pools: []NATPoolConfig{{IP: "192.168.1.10", Reserved: []string{"tcp/8080"}}, {IP: "fd00:1::10", Reserved: []string{"tcp/8080"}}},
+			pools: []vfp.NATPoolConfig{{IP: "192.168.1.10", Reserved: []string{"tcp/8080"}}, {IP: "fd00:1::10", Reserved: []string{"tcp/8080"}}},
 			upIPs: []string{"192.168.1.10", "fd00:1::10"},
 		},
 		{
@@ -479,12 +481,12 @@ func TestHNSNATLower(t *testing.T) {
 				e["Policies"] = e["Policies"].([]any)[:1]
 				delete(natEPPolicy(d, 0, 0), "Nat66")
 			},
-			layers: map[string][]string{"ov-a": {LayerNAT}, "ov-b": {LayerNAT}, "uplink": {LayerPARoute}},
-			groups: map[string][]string{"ov-a/" + LayerNAT: {"outbound-nat-ipv4 dir=out v4"}, "ov-b/" + LayerNAT: {"outbound-nat-ipv4 dir=out v4"}},
+			layers: map[string][]string{"ov-a": {hns.LayerNAT}, "ov-b": {hns.LayerNAT}, "uplink": {hns.LayerPARoute}},
+			groups: map[string][]string{"ov-a/" + hns.LayerNAT: {"outbound-nat-ipv4 dir=out v4"}, "ov-b/" + hns.LayerNAT: {"outbound-nat-ipv4 dir=out v4"}},
 			rules: map[string][]string{
 				"ov-a/NAT_LAYER/outbound-nat-ipv4": {"1000 exceptions dst=10.244.0.0/16,10.96.0.0/12,10.244.0.0/24,fd00:244::/64 allow", snat4},
 			},
-			pools: []NATPoolConfig{{IP: "192.168.1.10"}},
+			pools: []vfp.NATPoolConfig{{IP: "192.168.1.10"}},
 		},
 		{
 			name: "VirtualIP and PortRange: the range applies to the policy's pools",
@@ -500,7 +502,7 @@ func TestHNSNATLower(t *testing.T) {
 				"ov-b/NAT_LAYER/outbound-nat-ipv4": ovB,
 			},
 			// Pools in order of first use.
-			pools: []NATPoolConfig{
+			pools: []vfp.NATPoolConfig{
 				{IP: "192.168.1.50", Ports: "20000-29999"},
 				{IP: "fd00:1::10", Ports: "20000-29999", Reserved: []string{"tcp/8080"}},
 				{IP: "192.168.1.10", Reserved: []string{"tcp/8080"}},
@@ -511,14 +513,14 @@ func TestHNSNATLower(t *testing.T) {
 		{
 			name:   "IPv6 VirtualIP with Nat66: IPv6 only",
 			edit:   func(t *testing.T, d doc) { natEPPolicy(d, 0, 0)["VirtualIP"] = "fd00:1::50" },
-			groups: map[string][]string{"ov-a/" + LayerNAT: {"port-mapping-hairpin", "outbound-nat-ipv6 dir=out v6"}},
+			groups: map[string][]string{"ov-a/" + hns.LayerNAT: {"port-mapping-hairpin", "outbound-nat-ipv6 dir=out v6"}},
 			rules: map[string][]string{
 				"ov-a/NAT_LAYER/outbound-nat-ipv6": {
 					"1000 exceptions dst=10.244.0.0/16,10.96.0.0/12,10.244.0.0/24,fd00:244::/64 allow",
 					"1101 snat-to-fd00:1::50 v6 allow snat=fd00:1::50 srcMAC=" + host + " dstMAC=" + gw + " stateful",
 				},
 			},
-			pools: []NATPoolConfig{{IP: "fd00:1::50"}, {IP: "192.168.1.10", Reserved: []string{"tcp/8080"}}, {IP: "fd00:1::10", Reserved: []string{"tcp/8080"}}},
+			pools: []vfp.NATPoolConfig{{IP: "fd00:1::50"}, {IP: "192.168.1.10", Reserved: []string{"tcp/8080"}}, {IP: "fd00:1::10", Reserved: []string{"tcp/8080"}}},
 		},
 		{
 			name: "one OutBoundNAT per family: each group sees its family only",
@@ -526,7 +528,7 @@ func TestHNSNATLower(t *testing.T) {
 				delete(natEPPolicy(d, 0, 0), "Nat66")
 				hnsAdd(t, at(d, "Endpoints", 0), "Policies", `{"Type": "OutBoundNAT", "Settings": {"VirtualIP": "fd00:1::50", "Nat66": true, "Exceptions": ["2001:db8:1::/48"]}}`)
 			},
-			groups: map[string][]string{"ov-a/" + LayerNAT: {"port-mapping-hairpin", "outbound-nat-ipv4 dir=out v4", "outbound-nat-ipv6 dir=out v6"}},
+			groups: map[string][]string{"ov-a/" + hns.LayerNAT: {"port-mapping-hairpin", "outbound-nat-ipv4 dir=out v4", "outbound-nat-ipv6 dir=out v6"}},
 			rules: map[string][]string{
 				"ov-a/NAT_LAYER/outbound-nat-ipv4": {"1000 exceptions dst=10.244.0.0/16,10.96.0.0/12,10.244.0.0/24,fd00:244::/64 allow", snat4},
 				"ov-a/NAT_LAYER/outbound-nat-ipv6": {
@@ -534,7 +536,7 @@ func TestHNSNATLower(t *testing.T) {
 					"1101 snat-to-fd00:1::50 v6 allow snat=fd00:1::50 srcMAC=" + host + " dstMAC=" + gw + " stateful",
 				},
 			},
-			pools: []NATPoolConfig{{IP: "192.168.1.10", Reserved: []string{"tcp/8080"}}, {IP: "fd00:1::10", Reserved: []string{"tcp/8080"}}, {IP: "fd00:1::50"}},
+			pools: []vfp.NATPoolConfig{{IP: "192.168.1.10", Reserved: []string{"tcp/8080"}}, {IP: "fd00:1::10", Reserved: []string{"tcp/8080"}}, {IP: "fd00:1::50"}},
 		},
 		{
 			name: "UDP port mapping with a VIP: reserved beside the TCP one",
@@ -547,7 +549,7 @@ func TestHNSNATLower(t *testing.T) {
 				"uplink/NAT_LAYER/port-mappings": append(slices.Clone(upMappings),
 					"102 port-mapping-192.168.1.10-udp-5353 proto=udp dst=192.168.1.10 dport=5353 allow srcMAC="+dr+" dstMAC=02:00:00:00:00:1b dstIP=10.244.0.11 dstPort=53 stateful"),
 			},
-			pools: []NATPoolConfig{{IP: "192.168.1.10", Reserved: []string{"tcp/8080", "udp/5353"}}, {IP: "fd00:1::10", Reserved: []string{"tcp/8080"}}},
+			pools: []vfp.NATPoolConfig{{IP: "192.168.1.10", Reserved: []string{"tcp/8080", "udp/5353"}}, {IP: "fd00:1::10", Reserved: []string{"tcp/8080"}}},
 		},
 		{
 			name: "overlay with a remote subnet: NAT before encapsulation",
@@ -556,15 +558,15 @@ func TestHNSNATLower(t *testing.T) {
 				hnsAdd(t, at(d, "Networks", 0), "Policies", `{"Type": "RemoteSubnetRoute", "Settings": {"DestinationPrefix": "10.244.1.0/24",
 					"IsolationId": 4096, "ProviderAddress": "192.168.1.20", "DistributedRouterMacAddress": "02:00:00:00:01:01"}}`)
 			},
-			layers: map[string][]string{"ov-a": {LayerNAT, LayerEncap}, "ov-b": {LayerNAT, LayerEncap}, "uplink": {LayerPARoute, LayerNAT}},
+			layers: map[string][]string{"ov-a": {hns.LayerNAT, hns.LayerEncap}, "ov-b": {hns.LayerNAT, hns.LayerEncap}, "uplink": {hns.LayerPARoute, hns.LayerNAT}},
 		},
 		{
 			name:   "L2Bridge: no MAC rewrite in the snat rule",
 			base:   natL2Doc,
-			layers: map[string][]string{"pod-a": {LayerNAT, LayerRoute}, "pod-b": {LayerNAT}, "uplink": {LayerNAT, LayerMACRewrite}},
+			layers: map[string][]string{"pod-a": {hns.LayerNAT, hns.LayerRoute}, "pod-b": {hns.LayerNAT}, "uplink": {hns.LayerNAT, hns.LayerMACRewrite}},
 			groups: map[string][]string{
-				"pod-a/" + LayerNAT: {"port-mapping-hairpin", "outbound-nat-dual-stack dir=out"},
-				"pod-b/" + LayerNAT: {"port-mapping-hairpin", "outbound-nat-ipv4 dir=out v4"},
+				"pod-a/" + hns.LayerNAT: {"port-mapping-hairpin", "outbound-nat-dual-stack dir=out"},
+				"pod-b/" + hns.LayerNAT: {"port-mapping-hairpin", "outbound-nat-ipv4 dir=out v4"},
 			},
 			rules: map[string][]string{
 				// Forwarded from the subnet's gateway, whose MAC
@@ -585,7 +587,7 @@ func TestHNSNATLower(t *testing.T) {
 					"100 port-mapping-192.168.1.10-udp-5353 proto=udp dst=192.168.1.10 dport=5353 allow srcMAC=" + gw + " dstMAC=02:00:00:00:00:2a dstIP=192.168.1.100 dstPort=53 stateful",
 				},
 			},
-			pools: []NATPoolConfig{{IP: "192.168.1.10", Reserved: []string{"udp/5353"}}, {IP: "fd00:1::10"}},
+			pools: []vfp.NATPoolConfig{{IP: "192.168.1.10", Reserved: []string{"udp/5353"}}, {IP: "fd00:1::10"}},
 			upIPs: []string{"192.168.1.10", "fd00:1::10"},
 		},
 	}
@@ -615,7 +617,7 @@ func TestHNSNATLower(t *testing.T) {
 				}
 			}
 			if tt.pools != nil {
-				if got := low.Switch.NATPools; !slices.EqualFunc(got, tt.pools, func(a, b NATPoolConfig) bool {
+				if got := low.Switch.NATPools; !slices.EqualFunc(got, tt.pools, func(a, b vfp.NATPoolConfig) bool {
 					return a.IP == b.IP && a.Ports == b.Ports && slices.Equal(a.Reserved, b.Reserved)
 				}) {
 					t.Errorf("switch.natPools = %+v, want %+v", got, tt.pools)

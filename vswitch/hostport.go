@@ -3,8 +3,8 @@ package vswitch
 import (
 	"fmt"
 	"net/netip"
-	"slices"
 
+	"github.com/ufp-dev/ufp/vfp"
 	"github.com/ufp-dev/ufp/vswitch/device"
 )
 
@@ -40,7 +40,7 @@ func (p *compiled) compileHost(at string) error {
 }
 
 // compile checks a port's link set-up against the port.
-func (lc *LinkConfig) compile(at string, port *Port) (device.Link, error) {
+func compileLink(lc *vfp.LinkConfig, at string, port *Port) (device.Link, error) {
 	var l device.Link
 	for i, s := range lc.Addresses {
 		pat := fmt.Sprintf("%s.addresses[%d]", at, i)
@@ -64,7 +64,7 @@ func (lc *LinkConfig) compile(at string, port *Port) (device.Link, error) {
 		}
 		rt := device.Route{Dst: dst, OnLink: r.OnLink}
 		if r.NextHop != "" {
-			if rt.Via, err = parseAddr(rat+".nextHop", r.NextHop); err != nil {
+			if rt.Via, err = vfp.ParseAddr(rat+".nextHop", r.NextHop); err != nil {
 				return l, err
 			}
 			if rt.Via.Is4() != dst.Addr().Is4() {
@@ -76,109 +76,11 @@ func (lc *LinkConfig) compile(at string, port *Port) (device.Link, error) {
 		l.Routes = append(l.Routes, rt)
 	}
 	if lc.GatewayMAC != "" {
-		m, err := parseUnicastMAC(at+".gatewayMac", lc.GatewayMAC)
+		m, err := vfp.ParseUnicastMAC(at+".gatewayMac", lc.GatewayMAC)
 		if err != nil {
 			return l, err
 		}
 		l.GatewayMAC = m
 	}
 	return l, nil
-}
-
-// hostNATPorts is the default NAT port range on a host address that the
-// host's own stack uses too (Uplink.HostPort): below Linux's default
-// ephemeral range (32768-60999), so that the host's connections and the
-// pods' translated ones never share a port.
-const hostNATPorts = "1024-32767"
-
-// parseHostAddr parses an Uplink.IpAddresses entry: an address, or an
-// address with its underlay prefix length.
-func parseHostAddr(at, s string) (netip.Addr, netip.Prefix, error) {
-	if pf, err := netip.ParsePrefix(s); err == nil {
-		return pf.Addr(), pf, nil
-	}
-	a, err := parseAddr(at, s)
-	return a, netip.Prefix{}, err
-}
-
-// hostVNICAddrs returns the host's addresses as prefixes when the host has
-// a vNIC on the switch (Uplink.HostPort), else none.
-func (l *hnsLowering) hostVNICAddrs() []netip.Prefix {
-	if l.c.Uplink.HostPort == "" {
-		return nil
-	}
-	var ps []netip.Prefix
-	for _, v4 := range []bool{true, false} {
-		if a, ok := l.hostIPs[v4]; ok {
-			ps = append(ps, netip.PrefixFrom(a, a.BitLen()))
-		}
-	}
-	return ps
-}
-
-// hostPort returns the host's vNIC (Uplink.HostPort), or nil: the host's
-// addresses with their underlay prefixes, a default route through each
-// family's Uplink.DefaultGateway, and a route on the link to every
-// network's subnets outside the host's own underlay prefix (the switch answers ARP and neighbour solicitations
-// for the pods there).
-func (l *hnsLowering) hostPort() *PortConfig {
-	name := l.c.Uplink.HostPort
-	if name == "" {
-		return nil
-	}
-	pc := &PortConfig{Name: name, MAC: l.hostMAC.String(), Host: true, MTU: uint16(l.mtu), Link: &LinkConfig{}}
-	for _, v4 := range []bool{true, false} {
-		a, ok := l.hostIPs[v4]
-		if !ok {
-			continue
-		}
-		pc.IPs = append(pc.IPs, a.String())
-		pf := l.hostNets[v4]
-		if !pf.IsValid() {
-			pf = netip.PrefixFrom(a, a.BitLen())
-		}
-		pc.Link.Addresses = append(pc.Link.Addresses, pf.String())
-		if gw, ok := l.defaultGW[v4]; ok {
-			pc.Link.Routes = append(pc.Link.Routes, LinkRouteConfig{Destination: netip.PrefixFrom(gw, 0).Masked().String(),
-				NextHop: gw.String(), OnLink: !pf.Contains(gw)})
-		}
-	}
-	for _, n := range l.nets {
-		for _, sub := range n.subnets {
-			if _, ok := l.hostIPs[sub.Addr().Is4()]; ok && !l.hostNets[sub.Addr().Is4()].Overlaps(sub) {
-				pc.Link.Routes = append(pc.Link.Routes, LinkRouteConfig{Destination: sub.String()})
-			}
-		}
-	}
-	return pc
-}
-
-// endpointLink is the link set-up of an endpoint's interface: its
-// addresses with their subnets' prefix lengths, a default route through
-// each subnet's gateway, and the gateway's MAC for an L3 port (the
-// network's distributed router on an overlay, the subnet router from
-// Uplink.Neighbors on an L2Bridge network).
-func (l *hnsLowering) endpointLink(ep *hnsEP) *LinkConfig {
-	n := ep.net
-	lc := &LinkConfig{}
-	defaults := map[bool]bool{}
-	for _, a := range ep.ips {
-		si := slices.IndexFunc(n.subnets, func(p netip.Prefix) bool { return p.Contains(a) })
-		lc.Addresses = append(lc.Addresses, netip.PrefixFrom(a, n.subnets[si].Bits()).String())
-		gw := n.gws[si]
-		if !gw.IsValid() || defaults[a.Is4()] {
-			continue
-		}
-		defaults[a.Is4()] = true
-		lc.Routes = append(lc.Routes, LinkRouteConfig{Destination: netip.PrefixFrom(gw, 0).Masked().String(), NextHop: gw.String()})
-		if lc.GatewayMAC != "" {
-			continue
-		}
-		if !n.drMAC.IsZero() {
-			lc.GatewayMAC = n.drMAC.String()
-		} else if m, ok := l.neighbors[gw]; ok {
-			lc.GatewayMAC = m.String()
-		}
-	}
-	return lc
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/hns"
+	"github.com/ufp-dev/ufp/vfp"
 	"github.com/ufp-dev/ufp/vswitch/device"
 )
 
@@ -56,7 +58,7 @@ func TestHostPortLowering(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	i := slices.IndexFunc(low.Ports, func(p PortConfig) bool { return p.Name == "host" })
+	i := slices.IndexFunc(low.Ports, func(p vfp.PortConfig) bool { return p.Name == "host" })
 	if i < 0 {
 		t.Fatal("no host port")
 	}
@@ -72,8 +74,8 @@ func TestHostPortLowering(t *testing.T) {
 		}
 	}
 	for _, p := range low.Switch.NATPools {
-		if p.IP == "192.168.50.1" && p.Ports != hostNATPorts {
-			t.Errorf("NAT pool on the host's address: ports %q, want %q", p.Ports, hostNATPorts)
+		if p.IP == "192.168.50.1" && p.Ports != hns.HostNATPorts {
+			t.Errorf("NAT pool on the host's address: ports %q, want %q", p.Ports, hns.HostNATPorts)
 		}
 	}
 	sw, err := New(cfg)
@@ -159,7 +161,7 @@ func TestHostPortTraffic(t *testing.T) {
 		t.Errorf("pod to outside: %s", got)
 	}
 	if n := natPort(t, got); n < 1024 || n > 32767 {
-		t.Errorf("pod to outside: NAT port %d is outside %s", n, hostNATPorts)
+		t.Errorf("pod to outside: NAT port %d is outside %s", n, hns.HostNATPorts)
 	}
 }
 

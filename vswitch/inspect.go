@@ -120,7 +120,7 @@ func portInfo(p *Port, dev *DeviceInfo) PortInfo {
 	return info
 }
 
-// underlayName is u as PortConfig.Underlay spells it.
+// underlayName is u as vfp.PortConfig.Underlay spells it.
 func underlayName(u Underlay) string {
 	switch u {
 	case Rewritten:

@@ -13,53 +13,12 @@ import (
 	"github.com/ufp-dev/ufp/lb"
 	"github.com/ufp-dev/ufp/nat"
 	"github.com/ufp-dev/ufp/rules"
+	"github.com/ufp-dev/ufp/vfp"
 )
 
 // Load balancing at the VFP level: switch.loadBalancers, and the lb action
 // that chooses a connection's backend when its first packet crosses a
-// stateful rule. The HNS level (hnslb.go) lowers LoadBalancers into them.
-
-// BalancerConfig is one load-balanced Service port: the backends a
-// connection may go to and how one is chosen.
-type BalancerConfig struct {
-	Name     string          `json:"name"`
-	Backends []BackendConfig `json:"backends"`
-	// TargetPort is the backends' port (0: the destination port stays).
-	TargetPort uint16 `json:"targetPort,omitempty"`
-	// PreserveDst keeps the destination address: backends receive the
-	// frontend address, which they must own.
-	PreserveDst bool `json:"preserveDst,omitempty"`
-	// Distribution is what chooses a backend: "connection" (the
-	// 5-tuple, the default), "source-ip-protocol" or "source-ip".
-	Distribution string `json:"distribution,omitempty"`
-	// AffinityTimeout, when set, remembers each client's backend for this
-	// long after its last new connection: later connections from the
-	// client go there while it stays healthy, even when backends are
-	// added.
-	AffinityTimeout Duration `json:"affinityTimeout,omitempty"`
-	// SourceVIP is an address of switch.natPools. Connections are
-	// translated to it (with a port of its pool) when their backend is
-	// the client itself, and when the backend is remote, unless DSR is on
-	// and the client is behind the port that balanced the connection.
-	SourceVIP string `json:"sourceVIP,omitempty"`
-	// DSR: remote backends reply straight to the client, whose own port
-	// translates the replies back; no SourceVIP for them.
-	DSR bool `json:"dsr,omitempty"`
-}
-
-// BackendConfig is one backend of a load balancer.
-type BackendConfig struct {
-	IP string `json:"ip"`
-	// Remote backends are on another host.
-	Remote bool `json:"remote,omitempty"`
-	// Unhealthy backends get no new connections; established ones stay.
-	Unhealthy bool `json:"unhealthy,omitempty"`
-	// Modify (MACs only) and Push are the route to the backend that an
-	// action with lbRoute applies: its MAC, or its host's, and for a
-	// remote backend over an overlay, the VXLAN header set to its host.
-	Modify *ModifyConfig `json:"modify,omitempty"`
-	Push   *PushConfig   `json:"push,omitempty"`
-}
+// stateful rule. The HNS level (package hns, lb.go) lowers LoadBalancers into them.
 
 // loadBalancer is a compiled load balancer. Immutable, but for aff, which
 // is the switch's and outlives policies.
@@ -203,7 +162,7 @@ func (p *lbPick) release() {
 
 // compileLBs validates switch.loadBalancers and checks that every lb
 // action names one.
-func (p *compiled) compileLBs(cfgs []BalancerConfig) error {
+func (p *compiled) compileLBs(cfgs []vfp.BalancerConfig) error {
 	p.lbs = make(map[string]*loadBalancer, len(cfgs))
 	pools := map[netip.Addr]bool{}
 	for _, pc := range p.pools {
@@ -211,7 +170,7 @@ func (p *compiled) compileLBs(cfgs []BalancerConfig) error {
 	}
 	for i := range cfgs {
 		at := fmt.Sprintf("switch.loadBalancers[%d]", i)
-		b, err := cfgs[i].compile(at, pools)
+		b, err := compileBalancer(&cfgs[i], at, pools)
 		if err != nil {
 			return err
 		}
@@ -243,7 +202,7 @@ func (p *compiled) compileLBs(cfgs []BalancerConfig) error {
 	return nil
 }
 
-func (c *BalancerConfig) compile(at string, pools map[netip.Addr]bool) (*loadBalancer, error) {
+func compileBalancer(c *vfp.BalancerConfig, at string, pools map[netip.Addr]bool) (*loadBalancer, error) {
 	if c.Name == "" {
 		return nil, fmt.Errorf("%s.name: a load balancer needs a name", at)
 	}
@@ -254,7 +213,7 @@ func (c *BalancerConfig) compile(at string, pools map[netip.Addr]bool) (*loadBal
 		return nil, fmt.Errorf("%s.distribution: %w", at, err)
 	}
 	if c.SourceVIP != "" {
-		if b.sourceVIP, err = parseAddr(at+".sourceVIP", c.SourceVIP); err != nil {
+		if b.sourceVIP, err = vfp.ParseAddr(at+".sourceVIP", c.SourceVIP); err != nil {
 			return nil, err
 		}
 		if !pools[b.sourceVIP] {
@@ -267,7 +226,7 @@ func (c *BalancerConfig) compile(at string, pools map[netip.Addr]bool) (*loadBal
 		bc := &c.Backends[i]
 		bat := fmt.Sprintf("%s.backends[%d]", at, i)
 		be := &backend{remote: bc.Remote, unhealthy: bc.Unhealthy}
-		if be.ip, err = parseAddr(bat+".ip", bc.IP); err != nil {
+		if be.ip, err = vfp.ParseAddr(bat+".ip", bc.IP); err != nil {
 			return nil, err
 		}
 		if !be.ip.IsGlobalUnicast() {
@@ -287,7 +246,7 @@ func (c *BalancerConfig) compile(at string, pools map[netip.Addr]bool) (*loadBal
 		if m := bc.Modify; m != nil && (m.SrcIP != "" || m.DstIP != "" || m.SrcPort != nil || m.DstPort != nil) {
 			return nil, fmt.Errorf("%s.modify: a backend's route sets MACs only", bat)
 		}
-		if err := compileHT(bat, bc.Modify, bc.Push, &be.route); err != nil {
+		if err := vfp.CompileHT(bat, bc.Modify, bc.Push, &be.route); err != nil {
 			return nil, err
 		}
 		if b.sourceVIP.IsValid() && b.sourceVIP.Is4() != be.ip.Is4() {

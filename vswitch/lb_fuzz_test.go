@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/hns"
 	"github.com/ufp-dev/ufp/nat"
 )
 
@@ -240,7 +241,7 @@ func lbfModelOf(c *Config) (*lbfModel, error) {
 		for _, ic := range e.IpConfigurations {
 			a := netip.MustParseAddr(ic.IpAddress)
 			ips = append(ips, a)
-			if e.Flags&EndpointFlagRemote != 0 {
+			if e.Flags&hns.EndpointFlagRemote != 0 {
 				m.remote[a] = true
 			} else {
 				m.ports[a] = e.Name
@@ -254,7 +255,7 @@ func lbfModelOf(c *Config) (*lbfModel, error) {
 		host[a.Is4()] = a
 	}
 	for _, lb := range c.LoadBalancers {
-		v4 := lb.Flags&LBFlagIPv6 == 0
+		v4 := lb.Flags&hns.LBFlagIPv6 == 0
 		var fronts []netip.Addr
 		for _, s := range lb.FrontendVIPs {
 			fronts = append(fronts, netip.MustParseAddr(s))
@@ -264,9 +265,9 @@ func lbfModelOf(c *Config) (*lbfModel, error) {
 			fronts = []netip.Addr{host[v4]}
 		}
 		for _, pm := range lb.PortMappings {
-			s := &lbfSvc{proto: uint8(pm.Protocol), target: pm.InternalPort, dsr: lb.Flags&LBFlagDSR != 0,
+			s := &lbfSvc{proto: uint8(pm.Protocol), target: pm.InternalPort, dsr: lb.Flags&hns.LBFlagDSR != 0,
 				affinity: time.Duration(pm.AffinityTimeoutSeconds) * time.Second, backends: map[netip.Addr]bool{},
-				fromPods: !nodePort || pm.Flags&LBPortLocalRoutedVIP != 0, fromUplink: pm.Flags&LBPortILB == 0}
+				fromPods: !nodePort || pm.Flags&hns.LBPortLocalRoutedVIP != 0, fromUplink: pm.Flags&hns.LBPortILB == 0}
 			s.name = fmt.Sprintf("%s/%s/%d", lb.Name, dataplane.ProtoName(s.proto), pm.ExternalPort)
 			if lb.SourceVIP != "" {
 				s.sourceVIP = netip.MustParseAddr(lb.SourceVIP)

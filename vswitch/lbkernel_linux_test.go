@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ufp-dev/ufp/hns"
 	"golang.org/x/sys/unix"
 )
 
@@ -190,12 +191,12 @@ func lkPods(t *testing.T, cfg *Config) (clients, backends []lkPod) {
 		names = append(names, b.name)
 	}
 	for _, svc := range lkServices {
-		i := slices.IndexFunc(cfg.LoadBalancers, func(c LoadBalancerConfig) bool { return c.Name == svc.name })
+		i := slices.IndexFunc(cfg.LoadBalancers, func(c hns.LoadBalancerConfig) bool { return c.Name == svc.name })
 		if i < 0 {
 			t.Fatalf("%s: no load balancer %q", lkPolicy, svc.name)
 		}
 		c := cfg.LoadBalancers[i]
-		pm := LoadBalancerPortMappingConfig{}
+		pm := hns.LoadBalancerPortMappingConfig{}
 		if len(c.PortMappings) == 1 {
 			pm = c.PortMappings[0]
 		}

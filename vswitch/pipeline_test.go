@@ -15,6 +15,7 @@ import (
 	"github.com/gopacket/gopacket/layers"
 
 	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/vfp"
 )
 
 // ptPolicy is a policy with every kind of rule the slow path knows: an ACL
@@ -191,7 +192,7 @@ func ptConfig(tb testing.TB, b bool) *Config {
 }
 
 // ptWithFlowTable returns a copy of cfg with another flow table.
-func ptWithFlowTable(cfg *Config, ft FlowTableConfig) *Config {
+func ptWithFlowTable(cfg *Config, ft vfp.FlowTableConfig) *Config {
 	c := *cfg
 	c.Switch.FlowTable = ft
 	return &c
@@ -714,7 +715,7 @@ type ptFlow struct {
 // another goroutine alternates the policy and expires flows. Run it with
 // -race.
 func TestPipelineSwitchConcurrent(t *testing.T) {
-	ft := FlowTableConfig{MaxFlows: 1 << 16}
+	ft := vfp.FlowTableConfig{MaxFlows: 1 << 16}
 	cfgA := ptWithFlowTable(ptConfig(t, false), ft)
 	cfgB := ptWithFlowTable(ptConfig(t, true), ft)
 	sw, err := New(cfgA)

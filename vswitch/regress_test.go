@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/vfp"
 )
 
 // Regression tests for defects found in review; each names what it keeps
@@ -306,7 +307,7 @@ func TestPortIDsExhausted(t *testing.T) {
 	mk := func(prefix string, n int) *Config {
 		c := &Config{}
 		for i := range n {
-			c.Ports = append(c.Ports, PortConfig{Name: fmt.Sprintf("%s%d", prefix, i), MAC: fmt.Sprintf("02:00:00:%02x:%02x:%02x", i>>16, (i>>8)&0xff, i&0xff)})
+			c.Ports = append(c.Ports, vfp.PortConfig{Name: fmt.Sprintf("%s%d", prefix, i), MAC: fmt.Sprintf("02:00:00:%02x:%02x:%02x", i>>16, (i>>8)&0xff, i&0xff)})
 		}
 		return c
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ufp-dev/ufp/dataplane"
 	"github.com/ufp-dev/ufp/nat"
+	"github.com/ufp-dev/ufp/vfp"
 )
 
 func portStats(t *testing.T, st Stats, name string) PortStats {
@@ -235,9 +236,9 @@ func TestStatsPortIDReused(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var podB PortConfig
+	var podB vfp.PortConfig
 	apply(func(c *Config) {
-		i := slices.IndexFunc(c.Ports, func(p PortConfig) bool { return p.Name == "pod-b" })
+		i := slices.IndexFunc(c.Ports, func(p vfp.PortConfig) bool { return p.Name == "pod-b" })
 		podB = c.Ports[i]
 		c.Ports = slices.Delete(c.Ports, i, i+1)
 	})

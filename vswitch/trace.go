@@ -15,6 +15,7 @@ import (
 	"github.com/ufp-dev/ufp/dataplane"
 	"github.com/ufp-dev/ufp/nat"
 	"github.com/ufp-dev/ufp/rules"
+	"github.com/ufp-dev/ufp/vfp"
 )
 
 // The packet trace: what the switch would do with a packet described by
@@ -464,7 +465,7 @@ func (r *TraceRequest) packet(pol *compiled) (*tracePacket, error) {
 	if r.Proto == "" {
 		return nil, fmt.Errorf("proto: required (tcp, udp, icmp, icmpv6 or a number 0-255)")
 	}
-	proto, err := parseProto(r.Proto)
+	proto, err := vfp.ParseProto(r.Proto)
 	if err != nil {
 		return nil, fmt.Errorf("proto: %w", err)
 	}
@@ -631,7 +632,7 @@ func traceMAC(name, s string) (dataplane.MAC, error) {
 	if s == "" {
 		return dataplane.MAC{}, nil
 	}
-	return parseMAC(name, s)
+	return vfp.ParseMAC(name, s)
 }
 
 // parseTCPFlags reads tcpdump's flag letters; "" is a SYN.
@@ -700,7 +701,7 @@ func (pol *compiled) senderMAC(ip netip.Addr) dataplane.MAC {
 			if err != nil {
 				continue
 			}
-			mac, err := parseMAC("", n.MacAddress)
+			mac, err := vfp.ParseMAC("", n.MacAddress)
 			if err != nil {
 				continue
 			}
@@ -1061,5 +1062,5 @@ func jsonAddr(name, s string) (netip.Addr, error) {
 	if s == "" {
 		return netip.Addr{}, nil
 	}
-	return parseAddr(name, s)
+	return vfp.ParseAddr(name, s)
 }

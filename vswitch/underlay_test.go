@@ -712,7 +712,7 @@ func TestUnderlayDecapOwnershipKnownBugs(t *testing.T) {
 			frame := ptVXLANFrom(t, ulPAMAC.String(), ulHost.String(), "192.168.1.20", tt.outerDst, 4096, inner)
 			p, trace := r.run("uplink", frame, dataplane.Offload{})
 			ulRegression(t, p.Drop != dataplane.NotDropped,
-				"hns.go decapLayer: the decap rule matches VNI, outer source and inner source only; it pops and the gateway routes to %s (port %s)\n%s",
+				"hns/hns.go decapLayer: the decap rule matches VNI, outer source and inner source only; it pops and the gateway routes to %s (port %s)\n%s",
 				tt.dst, outName(r.sw, p), trace)
 		})
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ufp-dev/ufp/hns"
 	"github.com/ufp-dev/ufp/vswitch"
 )
 
@@ -242,7 +243,7 @@ func TestUFPDPolicy(t *testing.T) {
 		for _, l := range p.Layers {
 			layers = append(layers, l.Name)
 		}
-		if got := strings.Join(layers, ","); got != vswitch.LayerACL+","+vswitch.LayerNAT {
+		if got := strings.Join(layers, ","); got != hns.LayerACL+","+hns.LayerNAT {
 			t.Errorf("port %s: layers %s, want ACL and NAT", p.Name, got)
 		}
 	}
@@ -454,7 +455,7 @@ func TestUFPDOverlayPolicy(t *testing.T) {
 				for _, l := range p.Layers {
 					layers = append(layers, l.Name)
 				}
-				if got := strings.Join(layers, ","); !strings.Contains(got, vswitch.LayerACL) || !strings.Contains(got, vswitch.LayerNAT) {
+				if got := strings.Join(layers, ","); !strings.Contains(got, hns.LayerACL) || !strings.Contains(got, hns.LayerNAT) {
 					t.Errorf("node %d port %s: layers %s, want ACL and NAT among them", n, p.Name, got)
 				}
 			}

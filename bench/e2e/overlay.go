@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/ufp-dev/ufp/hns"
+	"github.com/ufp-dev/ufp/vfp"
 	"github.com/ufp-dev/ufp/vswitch"
 )
 
@@ -188,36 +190,36 @@ func ufpdOverlayPolicy(n overlayNode) (*vswitch.Config, error) {
 	if err := json.Unmarshal(ufpdPolicy, &pair); err != nil {
 		return nil, fmt.Errorf("ufpd-policy.json: %w", err)
 	}
-	policies := map[string][]vswitch.PolicyConfig{}
+	policies := map[string][]hns.PolicyConfig{}
 	for _, ep := range pair.Endpoints {
 		policies[ep.Name] = ep.Policies
 	}
-	settings := func(typ string, v any) (vswitch.PolicyConfig, error) {
+	settings := func(typ string, v any) (hns.PolicyConfig, error) {
 		b, err := json.Marshal(v)
 		if err != nil {
-			return vswitch.PolicyConfig{}, fmt.Errorf("%s settings: %w", typ, err)
+			return hns.PolicyConfig{}, fmt.Errorf("%s settings: %w", typ, err)
 		}
-		return vswitch.PolicyConfig{Type: typ, Settings: b}, nil
+		return hns.PolicyConfig{Type: typ, Settings: b}, nil
 	}
 	p := n.peer()
-	vsid, err := settings("VSID", vswitch.VsidSettings{IsolationId: vxlanVNI})
+	vsid, err := settings("VSID", hns.VsidSettings{IsolationId: vxlanVNI})
 	if err != nil {
 		return nil, err
 	}
-	pa, err := settings("ProviderAddress", vswitch.ProviderAddressSettings{ProviderAddress: n.ip()})
+	pa, err := settings("ProviderAddress", hns.ProviderAddressSettings{ProviderAddress: n.ip()})
 	if err != nil {
 		return nil, err
 	}
-	dr, err := settings("DrMacAddress", vswitch.DrMacAddressSettings{Address: n.drMAC()})
+	dr, err := settings("DrMacAddress", hns.DrMacAddressSettings{Address: n.drMAC()})
 	if err != nil {
 		return nil, err
 	}
-	route, err := settings("RemoteSubnetRoute", vswitch.RemoteSubnetRouteSettings{
+	route, err := settings("RemoteSubnetRoute", hns.RemoteSubnetRouteSettings{
 		DestinationPrefix: p.subnet(), IsolationId: vxlanVNI, ProviderAddress: p.ip(), DistributedRouterMacAddress: p.drMAC()})
 	if err != nil {
 		return nil, err
 	}
-	peerPA, err := settings("ProviderAddress", vswitch.ProviderAddressSettings{ProviderAddress: p.ip()})
+	peerPA, err := settings("ProviderAddress", hns.ProviderAddressSettings{ProviderAddress: p.ip()})
 	if err != nil {
 		return nil, err
 	}
@@ -225,29 +227,29 @@ func ufpdOverlayPolicy(n overlayNode) (*vswitch.Config, error) {
 	peerPort, peerIP, _ := p.pod()
 	const network = "bench"
 	return &vswitch.Config{
-		Switch: vswitch.SwitchConfig{Name: fmt.Sprintf("bench-node-%d", n)},
-		Uplink: &vswitch.UplinkConfig{
+		Switch: vfp.SwitchConfig{Name: fmt.Sprintf("bench-node-%d", n)},
+		Uplink: &hns.UplinkConfig{
 			Name: "uplink", MacAddress: n.mac(), Mtu: underlayMTU,
 			IpAddresses: []string{n.ip()}, DefaultGateway: underlayGW,
-			Neighbors: []vswitch.NeighborConfig{
+			Neighbors: []hns.NeighborConfig{
 				{IpAddress: underlayGW, MacAddress: underlayGWM},
 				{IpAddress: p.ip(), MacAddress: p.mac()},
 			},
 		},
-		Networks: []vswitch.NetworkConfig{{
-			Name: network, Type: vswitch.TypeOverlay,
-			Ipams: []vswitch.IpamConfig{{Subnets: []vswitch.SubnetConfig{{
+		Networks: []hns.NetworkConfig{{
+			Name: network, Type: hns.TypeOverlay,
+			Ipams: []hns.IpamConfig{{Subnets: []hns.SubnetConfig{{
 				IpAddressPrefix: n.subnet(),
-				Routes:          []vswitch.RouteConfig{{NextHop: n.gateway(), DestinationPrefix: "0.0.0.0/0"}},
-				Policies:        []vswitch.PolicyConfig{vsid},
+				Routes:          []hns.RouteConfig{{NextHop: n.gateway(), DestinationPrefix: "0.0.0.0/0"}},
+				Policies:        []hns.PolicyConfig{vsid},
 			}}}},
-			Policies: []vswitch.PolicyConfig{pa, dr, route},
+			Policies: []hns.PolicyConfig{pa, dr, route},
 		}},
-		Endpoints: []vswitch.EndpointConfig{
+		Endpoints: []hns.EndpointConfig{
 			{Name: port, HostComputeNetwork: network, MacAddress: mac,
-				IpConfigurations: []vswitch.IpConfigConfig{{IpAddress: ip}}, Policies: policies[port]},
-			{Name: peerPort, HostComputeNetwork: network, Flags: vswitch.EndpointFlagRemote,
-				IpConfigurations: []vswitch.IpConfigConfig{{IpAddress: peerIP}}, Policies: []vswitch.PolicyConfig{peerPA}},
+				IpConfigurations: []hns.IpConfigConfig{{IpAddress: ip}}, Policies: policies[port]},
+			{Name: peerPort, HostComputeNetwork: network, Flags: hns.EndpointFlagRemote,
+				IpConfigurations: []hns.IpConfigConfig{{IpAddress: peerIP}}, Policies: []hns.PolicyConfig{peerPA}},
 		},
 	}, nil
 }

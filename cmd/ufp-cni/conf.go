@@ -14,7 +14,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/ufp-dev/ufp/api"
-	"github.com/ufp-dev/ufp/vswitch"
+	"github.com/ufp-dev/ufp/hns"
 )
 
 // DefaultSubnetFile is where flannel writes the node's pod subnet; a conf
@@ -228,9 +228,9 @@ func (n *NetConf) validate() error {
 func (n *NetConf) expectedNetworkType() string {
 	switch strings.ToLower(n.kind) {
 	case "win-overlay", "sdnoverlay":
-		return vswitch.TypeOverlay
+		return hns.TypeOverlay
 	case "win-bridge", "sdnbridge", "l2bridge":
-		return vswitch.TypeL2Bridge
+		return hns.TypeL2Bridge
 	}
 	return ""
 }

@@ -20,7 +20,7 @@ import (
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/version"
 	"github.com/ufp-dev/ufp/api"
-	"github.com/ufp-dev/ufp/vswitch"
+	"github.com/ufp-dev/ufp/hns"
 )
 
 // ufpd is what ufp-cni asks of ufpd's control API.
@@ -212,7 +212,7 @@ func checkNetwork(n *NetConf, tr *translation, netw *api.Network) error {
 		if pc.Type != "ProviderAddress" {
 			continue
 		}
-		var s vswitch.ProviderAddressSettings
+		var s hns.ProviderAddressSettings
 		if json.Unmarshal(pc.Settings, &s) == nil {
 			if a, err := netip.ParseAddr(s.ProviderAddress); err == nil {
 				pas = append(pas, a)
@@ -265,7 +265,7 @@ func buildEndpoint(n *NetConf, tr *translation, netw *api.Network, res *types100
 		Interfaces: []*types100.Interface{{Name: args.IfName, Sandbox: args.Netns}},
 		DNS:        n.resultDNS(),
 	}
-	var ipcs []vswitch.IpConfigConfig
+	var ipcs []hns.IpConfigConfig
 	var addrs []netip.Addr
 	gws := map[bool]netip.Addr{} // the default route's gateway by is-IPv4
 	for i, ip := range res.IPs {
@@ -294,7 +294,7 @@ func buildEndpoint(n *NetConf, tr *translation, netw *api.Network, res *types100
 				return nil, nil, fmt.Errorf("%s: gateway %s, but ufpd's subnet %s has %s: the pod's gateway is its subnet's (set the IPAM range's gateway to it)", at, ip.Gateway, sub.prefix, gwString(sub.gw))
 			}
 		}
-		ipcs = append(ipcs, vswitch.IpConfigConfig{IpAddress: a.String(), PrefixLength: uint8(ones)})
+		ipcs = append(ipcs, hns.IpConfigConfig{IpAddress: a.String(), PrefixLength: uint8(ones)})
 		addrs = append(addrs, a)
 		ipc := &types100.IPConfig{Interface: types100.Int(0), Address: net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(ones, a.BitLen())}}
 		if sub.gw.IsValid() {
@@ -332,7 +332,7 @@ func buildEndpoint(n *NetConf, tr *translation, netw *api.Network, res *types100
 	}
 	out.Interfaces[0].Mac = mac.String()
 	ep := &api.Endpoint{
-		EndpointConfig: vswitch.EndpointConfig{
+		EndpointConfig: hns.EndpointConfig{
 			Name: name, HostComputeNetwork: n.Network, MacAddress: mac.String(),
 			IpConfigurations: ipcs, Policies: tr.Policies,
 		},

@@ -17,6 +17,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/ufp-dev/ufp/api"
+	"github.com/ufp-dev/ufp/hns"
 	"github.com/ufp-dev/ufp/vswitch"
 )
 
@@ -156,15 +157,15 @@ func (f *fakeIPAM) GC(ctx context.Context, plugin string, conf []byte) error {
 // testNetwork is an Overlay network as ufpd holds it: dual stack, with a
 // provider address.
 func testNetwork(name, typ string) api.Network {
-	sub := func(prefix, gw, def string) vswitch.SubnetConfig {
-		return vswitch.SubnetConfig{IpAddressPrefix: prefix, Routes: []vswitch.RouteConfig{{NextHop: gw, DestinationPrefix: def}}}
+	sub := func(prefix, gw, def string) hns.SubnetConfig {
+		return hns.SubnetConfig{IpAddressPrefix: prefix, Routes: []hns.RouteConfig{{NextHop: gw, DestinationPrefix: def}}}
 	}
-	n := api.Network{Name: name, Type: typ, Ipams: []vswitch.IpamConfig{{Subnets: []vswitch.SubnetConfig{
+	n := api.Network{Name: name, Type: typ, Ipams: []hns.IpamConfig{{Subnets: []hns.SubnetConfig{
 		sub("10.244.1.0/24", "10.244.1.1", "0.0.0.0/0"),
 		sub("fd00:244:1::/64", "fd00:244:1::1", "::/0"),
 	}}}}
-	if typ == vswitch.TypeOverlay {
-		n.Policies = []vswitch.PolicyConfig{{Type: "ProviderAddress", Settings: json.RawMessage(`{"ProviderAddress":"192.168.50.1"}`)}}
+	if typ == hns.TypeOverlay {
+		n.Policies = []hns.PolicyConfig{{Type: "ProviderAddress", Settings: json.RawMessage(`{"ProviderAddress":"192.168.50.1"}`)}}
 	}
 	return n
 }
@@ -213,7 +214,7 @@ func newHarness(addrs ...string) *harness {
 		addrs = []string{"10.244.1.5/24", "fd00:244:1::5/64"}
 	}
 	h := &harness{
-		u:    &fakeUfpd{networks: []api.Network{testNetwork("net1", vswitch.TypeOverlay)}},
+		u:    &fakeUfpd{networks: []api.Network{testNetwork("net1", hns.TypeOverlay)}},
 		ipam: &fakeIPAM{result: ipamResult(addrs...)},
 		out:  &bytes.Buffer{},
 	}
@@ -325,7 +326,7 @@ func TestAddFails(t *testing.T) {
 		{name: "provider-address", conf: strings.Replace(testConf, `"ProviderAddress": "192.168.50.1"`, `"ProviderAddress": "192.168.50.9"`, 1),
 			want: `policies[3] (ProviderAddress): 192.168.50.9 is not a provider address of network "net1"`},
 		{name: "exists", setup: func(h *harness) {
-			h.u.endpoints = []api.Endpoint{{EndpointConfig: vswitch.EndpointConfig{Name: endpointName("k8s-pods", "c0ffee", "eth0")}}}
+			h.u.endpoints = []api.Endpoint{{EndpointConfig: hns.EndpointConfig{Name: endpointName("k8s-pods", "c0ffee", "eth0")}}}
 		}, want: "is in ufpd already: DEL the attachment first"},
 		{name: "ipam-fails", setup: func(h *harness) { h.ipam.addErr = errors.New("no addresses left") },
 			want: "ipam host-local: ADD: no addresses left", wantCalls: []string{"ADD"}},
@@ -489,7 +490,7 @@ func TestStatus(t *testing.T) {
 		{name: "ok"},
 		{name: "down", setup: func(h *harness) { h.u.down = true }, want: "ufpd does not answer"},
 		{name: "no-network", setup: func(h *harness) { h.u.networks[0].Name = "other" }, want: `has no network "net1"`},
-		{name: "network-type", setup: func(h *harness) { h.u.networks[0] = testNetwork("net1", vswitch.TypeL2Bridge) },
+		{name: "network-type", setup: func(h *harness) { h.u.networks[0] = testNetwork("net1", hns.TypeL2Bridge) },
 			want: `policies[3] (ProviderAddress): 192.168.50.1 is not a provider address of network "net1"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -518,7 +519,7 @@ func TestStatus(t *testing.T) {
 func TestGC(t *testing.T) {
 	h := newHarness()
 	ep := func(name, network string) api.Endpoint {
-		return api.Endpoint{EndpointConfig: vswitch.EndpointConfig{Name: name, HostComputeNetwork: network}}
+		return api.Endpoint{EndpointConfig: hns.EndpointConfig{Name: name, HostComputeNetwork: network}}
 	}
 	valid := endpointName("k8s-pods", "c1", "eth0")
 	stale := endpointName("k8s-pods", "c2", "eth0")

@@ -13,7 +13,7 @@ import (
 	"strings"
 
 	"github.com/ufp-dev/ufp/api"
-	"github.com/ufp-dev/ufp/vswitch"
+	"github.com/ufp-dev/ufp/hns"
 )
 
 // WinPolicy is one entry of a Windows cni.conf's policies (or
@@ -201,7 +201,7 @@ func (tr *translation) policy(at string, wp WinPolicy) (*pending, error) {
 		}
 		return &pending{"ACL", s}, nil
 	case "encapoverhead":
-		var s vswitch.EncapOverheadSettings
+		var s hns.EncapOverheadSettings
 		if err := decodeFields(fat, fields, &s); err != nil {
 			return nil, err
 		}
@@ -231,8 +231,8 @@ type winOutboundNAT struct {
 // hcnNatFlagIPv6 is HCN's NatFlagsIPv6.
 const hcnNatFlagIPv6 = 2
 
-func (w *winOutboundNAT) settings(at string) (*vswitch.OutBoundNATSettings, error) {
-	s := &vswitch.OutBoundNATSettings{VirtualIP: w.VirtualIP, PortRange: w.PortRange, Nat66: w.Nat66 || w.Flags&hcnNatFlagIPv6 != 0}
+func (w *winOutboundNAT) settings(at string) (*hns.OutBoundNATSettings, error) {
+	s := &hns.OutBoundNATSettings{VirtualIP: w.VirtualIP, PortRange: w.PortRange, Nat66: w.Nat66 || w.Flags&hcnNatFlagIPv6 != 0}
 	if w.Flags&^hcnNatFlagIPv6 != 0 {
 		return nil, fmt.Errorf("%s.Flags: %d has flags ufp does not implement (2 IPv6 only)", at, w.Flags)
 	}
@@ -277,7 +277,7 @@ type winRoute struct {
 }
 
 // settings returns the SDNRoute, or nil for a route without a next hop.
-func (w *winRoute) settings(at string) (*vswitch.SDNRouteSettings, error) {
+func (w *winRoute) settings(at string) (*hns.SDNRouteSettings, error) {
 	if w.DestinationPrefix == "" {
 		return nil, fmt.Errorf("%s.DestinationPrefix: a route needs one", at)
 	}
@@ -298,7 +298,7 @@ func (w *winRoute) settings(at string) (*vswitch.SDNRouteSettings, error) {
 	if nh.Is4() != p.Addr().Is4() {
 		return nil, fmt.Errorf("%s.NextHop: %s is not of the family of %s", at, nh, p)
 	}
-	return &vswitch.SDNRouteSettings{DestinationPrefix: p.String(), NextHop: nh.String(), NeedEncap: w.NeedEncap}, nil
+	return &hns.SDNRouteSettings{DestinationPrefix: p.String(), NextHop: nh.String(), NeedEncap: w.NeedEncap}, nil
 }
 
 // winPA is ProviderAddress (v2) and PA (v1).
@@ -335,7 +335,7 @@ type winPortMapping struct {
 	Flags        uint32          `json:"Flags"`
 }
 
-func (w *winPortMapping) settings(at string) (*vswitch.PortMappingSettings, error) {
+func (w *winPortMapping) settings(at string) (*hns.PortMappingSettings, error) {
 	var proto string
 	if len(w.Protocol) > 0 {
 		if err := json.Unmarshal(w.Protocol, &proto); err != nil {
@@ -353,8 +353,8 @@ func (w *winPortMapping) settings(at string) (*vswitch.PortMappingSettings, erro
 type portFields [4]string
 
 // portMapping checks one port mapping, naming its fields as names does.
-func portMapping(at string, pm PortMapping, names portFields) (*vswitch.PortMappingSettings, error) {
-	s := &vswitch.PortMappingSettings{VIP: pm.HostIP}
+func portMapping(at string, pm PortMapping, names portFields) (*hns.PortMappingSettings, error) {
+	s := &hns.PortMappingSettings{VIP: pm.HostIP}
 	switch strings.ToLower(pm.Protocol) {
 	case "tcp", "6":
 		s.Protocol = 6
@@ -399,13 +399,13 @@ type winACL struct {
 	Priority        uint16 `json:"Priority"`
 }
 
-func (w *winACL) settings(at string) (*vswitch.ACLSettings, error) {
-	s := &vswitch.ACLSettings{
+func (w *winACL) settings(at string) (*hns.ACLSettings, error) {
+	s := &hns.ACLSettings{
 		Id: w.Id, Protocols: w.Protocols, LocalAddresses: w.LocalAddresses, RemoteAddresses: w.RemoteAddresses,
 		LocalPorts: w.LocalPorts, RemotePorts: w.RemotePorts, Priority: w.Priority,
-		Action:    canonical(w.Action, vswitch.ACLAllow, vswitch.ACLBlock, vswitch.ACLPass),
-		Direction: canonical(w.Direction, vswitch.ACLIn, vswitch.ACLOut),
-		RuleType:  canonical(w.RuleType, vswitch.ACLRuleSwitch, vswitch.ACLRuleHost),
+		Action:    canonical(w.Action, hns.ACLAllow, hns.ACLBlock, hns.ACLPass),
+		Direction: canonical(w.Direction, hns.ACLIn, hns.ACLOut),
+		RuleType:  canonical(w.RuleType, hns.ACLRuleSwitch, hns.ACLRuleHost),
 	}
 	for _, v1 := range []struct {
 		field, v2field string
@@ -438,9 +438,9 @@ func canonical(s string, names ...string) string {
 // added if there is none) and ipMasq (an OutBoundNAT if there is none;
 // ufpd never translates traffic within the endpoint's network).
 func ipMasq(n *NetConf, ps []pending) ([]pending, error) {
-	first := func() *vswitch.OutBoundNATSettings {
+	first := func() *hns.OutBoundNATSettings {
 		for _, p := range ps {
-			if s, ok := p.settings.(*vswitch.OutBoundNATSettings); ok && !strings.Contains(s.VirtualIP, ":") {
+			if s, ok := p.settings.(*hns.OutBoundNATSettings); ok && !strings.Contains(s.VirtualIP, ":") {
 				return s
 			}
 		}
@@ -455,11 +455,11 @@ func ipMasq(n *NetConf, ps []pending) ([]pending, error) {
 				s.Exceptions = append(s.Exceptions, n.IPMasqNetwork)
 			}
 		} else {
-			ps = append(ps, pending{"OutBoundNAT", &vswitch.OutBoundNATSettings{Exceptions: []string{n.IPMasqNetwork}}})
+			ps = append(ps, pending{"OutBoundNAT", &hns.OutBoundNATSettings{Exceptions: []string{n.IPMasqNetwork}}})
 		}
 	}
 	if n.IPMasq && first() == nil {
-		ps = append(ps, pending{"OutBoundNAT", &vswitch.OutBoundNATSettings{}})
+		ps = append(ps, pending{"OutBoundNAT", &hns.OutBoundNATSettings{}})
 	}
 	return ps, nil
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/ufp-dev/ufp/api"
+	"github.com/ufp-dev/ufp/hns"
 	"github.com/ufp-dev/ufp/vswitch"
 )
 
@@ -118,14 +119,14 @@ func (c *cli) network(args []string) error {
 	return k.flush()
 }
 
-func policyString(p vswitch.PolicyConfig) string {
+func policyString(p hns.PolicyConfig) string {
 	if s := compactJSON(p.Settings); s != "" {
 		return p.Type + " " + s
 	}
 	return p.Type
 }
 
-func policyStrings(ps []vswitch.PolicyConfig) []string {
+func policyStrings(ps []hns.PolicyConfig) []string {
 	s := make([]string, len(ps))
 	for i, p := range ps {
 		s[i] = fmt.Sprintf("[%d] %s", i, policyString(p))
@@ -175,7 +176,7 @@ func deviceString(d *api.Device) string {
 func portState(e *api.Endpoint) string {
 	st := e.Status
 	switch {
-	case e.Flags&vswitch.EndpointFlagRemote != 0:
+	case e.Flags&hns.EndpointFlagRemote != 0:
 		return "remote"
 	case st != nil && st.DeviceError != "":
 		return "error: " + st.DeviceError
@@ -217,7 +218,7 @@ func (c *cli) endpoint(args []string) error {
 	k.add("ips", "%s", orDash(endpointIPs(e)))
 	if e.Flags != 0 {
 		fl := fmt.Sprint(e.Flags)
-		if e.Flags&vswitch.EndpointFlagRemote != 0 {
+		if e.Flags&hns.EndpointFlagRemote != 0 {
 			fl += " (remote)"
 		}
 		k.add("flags", "%s", fl)
@@ -284,13 +285,13 @@ func lbProto(p uint32) string {
 
 // lbFlags names a load balancer's flags.
 func lbFlags(f uint32) string {
-	return bitNames(f, []string{vswitch.LBFlagDSR: "DSR", vswitch.LBFlagIPv6: "IPv6"})
+	return bitNames(f, []string{hns.LBFlagDSR: "DSR", hns.LBFlagIPv6: "IPv6"})
 }
 
 // portFlags names a port mapping's flags.
 func portFlags(f uint32) string {
-	return bitNames(f, []string{vswitch.LBPortILB: "ILB", vswitch.LBPortLocalRoutedVIP: "LocalRoutedVIP",
-		vswitch.LBPortUseMux: "UseMux", vswitch.LBPortPreserveDIP: "PreserveDIP", vswitch.LBPortVipExternalIP: "VipExternalIP"})
+	return bitNames(f, []string{hns.LBPortILB: "ILB", hns.LBPortLocalRoutedVIP: "LocalRoutedVIP",
+		hns.LBPortUseMux: "UseMux", hns.LBPortPreserveDIP: "PreserveDIP", hns.LBPortVipExternalIP: "VipExternalIP"})
 }
 
 // bitNames names the bits of f by names (indexed by bit value); unknown

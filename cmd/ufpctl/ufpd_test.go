@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/ufp-dev/ufp/api"
+	"github.com/ufp-dev/ufp/hns"
 	"github.com/ufp-dev/ufp/vswitch"
 )
 
@@ -215,20 +216,20 @@ func twoNodePolicy(t *testing.T) []byte {
 	if pol.Uplink == nil || len(pol.Networks) != 1 || len(pol.Networks[0].Ipams) == 0 {
 		t.Fatalf("the demo's policy changed shape: %+v", pol)
 	}
-	pol.Uplink.Neighbors = append(pol.Uplink.Neighbors, vswitch.NeighborConfig{IpAddress: "192.168.50.2", MacAddress: "02:00:00:00:00:02"})
+	pol.Uplink.Neighbors = append(pol.Uplink.Neighbors, hns.NeighborConfig{IpAddress: "192.168.50.2", MacAddress: "02:00:00:00:00:02"})
 	n := &pol.Networks[0]
-	n.Ipams[0].Subnets = append(n.Ipams[0].Subnets, vswitch.SubnetConfig{
+	n.Ipams[0].Subnets = append(n.Ipams[0].Subnets, hns.SubnetConfig{
 		IpAddressPrefix: "fd00:244:1::/64",
-		Routes:          []vswitch.RouteConfig{{NextHop: "fd00:244:1::1", DestinationPrefix: "::/0"}},
-		Policies:        []vswitch.PolicyConfig{{Type: "VSID", Settings: json.RawMessage(`{"IsolationId": 4096}`)}},
+		Routes:          []hns.RouteConfig{{NextHop: "fd00:244:1::1", DestinationPrefix: "::/0"}},
+		Policies:        []hns.PolicyConfig{{Type: "VSID", Settings: json.RawMessage(`{"IsolationId": 4096}`)}},
 	})
-	n.Policies = append(n.Policies, vswitch.PolicyConfig{Type: "RemoteSubnetRoute", Settings: json.RawMessage(
+	n.Policies = append(n.Policies, hns.PolicyConfig{Type: "RemoteSubnetRoute", Settings: json.RawMessage(
 		`{"DestinationPrefix": "10.244.2.0/24", "IsolationId": 4096, "ProviderAddress": "192.168.50.2", "DistributedRouterMacAddress": "02:00:00:00:02:01"}`)})
 	v6 := map[string]string{"pod-a": "fd00:244:1::10", "pod-b": "fd00:244:1::11"}
 	for i := range pol.Endpoints {
 		e := &pol.Endpoints[i]
 		if a, ok := v6[e.Name]; ok {
-			e.IpConfigurations = append(e.IpConfigurations, vswitch.IpConfigConfig{IpAddress: a})
+			e.IpConfigurations = append(e.IpConfigurations, hns.IpConfigConfig{IpAddress: a})
 			delete(v6, e.Name)
 		}
 	}

@@ -138,9 +138,9 @@ func (d *daemon) rollback(c *config) {
 	}
 }
 
-// hns returns the running policy document if it is HNS level; the API's
+// hnsLevel checks that the running policy document is HNS level; the API's
 // objects (networks, endpoints, load balancers) exist only there.
-func hns(dr *draft) error {
+func hnsLevel(dr *draft) error {
 	if !dr.doc.IsHNS() && len(dr.doc.Ports) > 0 {
 		return errorf(http.StatusConflict, "", "the running policy is VFP level (ports): networks, endpoints and load balancers are HNS objects; replace the whole configuration with PUT /v1/config")
 	}

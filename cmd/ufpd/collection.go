@@ -70,7 +70,7 @@ func routeCollection[T any](h func(string, func(http.ResponseWriter, *http.Reque
 		}
 		object := c.kind + " " + name
 		return d.accepted(d.change(object, ifMatch(r), func(dr *draft) error {
-			if err := hns(dr); err != nil {
+			if err := hnsLevel(dr); err != nil {
 				return err
 			}
 			list := c.of(dr.doc)

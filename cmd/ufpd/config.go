@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/ufp-dev/ufp/vfp"
 	"github.com/ufp-dev/ufp/vswitch"
 )
 
@@ -143,7 +144,7 @@ func parseConfig(b []byte) (*config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
-	ports := map[string]*vswitch.PortConfig{}
+	ports := map[string]*vfp.PortConfig{}
 	for i := range low.Ports {
 		ports[low.Ports[i].Name] = &low.Ports[i]
 	}
@@ -176,7 +177,7 @@ func parseConfig(b []byte) (*config, error) {
 }
 
 // check validates d for port pc and fills in its defaults.
-func (d *deviceConfig) check(at string, pc *vswitch.PortConfig) error {
+func (d *deviceConfig) check(at string, pc *vfp.PortConfig) error {
 	switch d.Type {
 	case "tap", "tun":
 		if pc.Uplink {

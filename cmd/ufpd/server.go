@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ufp-dev/ufp/api"
+	"github.com/ufp-dev/ufp/hns"
 	"github.com/ufp-dev/ufp/vswitch"
 )
 
@@ -277,7 +278,7 @@ func findByName[T any](s []T, name string, nameOf func(*T) string) int {
 	return -1
 }
 
-func endpointName(e *vswitch.EndpointConfig) string { return e.Name }
+func endpointName(e *hns.EndpointConfig) string { return e.Name }
 
 // named checks the Name of an object in a body against the URL's, and
 // fills it in if the body leaves it out.
@@ -312,7 +313,7 @@ func (d *daemon) getEndpoint(w http.ResponseWriter, r *http.Request) (any, error
 }
 
 // endpoint returns ec as the API shows it: with its device and status.
-func (d *daemon) endpoint(ec *vswitch.EndpointConfig, devs []deviceConfig) api.Endpoint {
+func (d *daemon) endpoint(ec *hns.EndpointConfig, devs []deviceConfig) api.Endpoint {
 	e := api.Endpoint{EndpointConfig: *ec}
 	if i := slices.IndexFunc(devs, func(dc deviceConfig) bool { return dc.Port == ec.Name }); i >= 0 {
 		dev := api.Device(devs[i])
@@ -333,7 +334,7 @@ func (d *daemon) createEndpoint(w http.ResponseWriter, r *http.Request) (any, er
 	}
 	object := "endpoint " + e.Name
 	return d.accepted(d.change(object, ifMatch(r), func(dr *draft) error {
-		if err := hns(dr); err != nil {
+		if err := hnsLevel(dr); err != nil {
 			return err
 		}
 		if findByName(dr.doc.Endpoints, e.Name, endpointName) >= 0 {
@@ -404,7 +405,7 @@ func (d *daemon) deleteEndpoint(w http.ResponseWriter, r *http.Request) (any, er
 }
 
 // withEndpoint runs fn on the draft's endpoint named by the URL.
-func (d *daemon) withEndpoint(r *http.Request, fn func(e *vswitch.EndpointConfig) error) (any, error) {
+func (d *daemon) withEndpoint(r *http.Request, fn func(e *hns.EndpointConfig) error) (any, error) {
 	name := r.PathValue("name")
 	object := "endpoint " + name
 	return d.accepted(d.change(object, ifMatch(r), func(dr *draft) error {
@@ -431,7 +432,7 @@ func (d *daemon) addPolicy(w http.ResponseWriter, r *http.Request) (any, error) 
 	if err := decode(r, "endpoint "+r.PathValue("name")+" policy", &p); err != nil {
 		return nil, err
 	}
-	return d.withEndpoint(r, func(e *vswitch.EndpointConfig) error {
+	return d.withEndpoint(r, func(e *hns.EndpointConfig) error {
 		e.Policies = append(e.Policies, p)
 		return nil
 	})
@@ -442,7 +443,7 @@ func (d *daemon) setPolicies(w http.ResponseWriter, r *http.Request) (any, error
 	if err := decode(r, "endpoint "+r.PathValue("name")+" policies", &ps); err != nil {
 		return nil, err
 	}
-	return d.withEndpoint(r, func(e *vswitch.EndpointConfig) error {
+	return d.withEndpoint(r, func(e *hns.EndpointConfig) error {
 		e.Policies = ps
 		return nil
 	})
@@ -454,7 +455,7 @@ func (d *daemon) deletePolicy(w http.ResponseWriter, r *http.Request) (any, erro
 	if err != nil || idx < 0 {
 		return nil, errorf(http.StatusBadRequest, object, "Policies[%s]: not a policy index", r.PathValue("index"))
 	}
-	return d.withEndpoint(r, func(e *vswitch.EndpointConfig) error {
+	return d.withEndpoint(r, func(e *hns.EndpointConfig) error {
 		if idx >= len(e.Policies) {
 			return errorf(http.StatusNotFound, object, "Policies[%d]: the endpoint has %d policies", idx, len(e.Policies))
 		}

@@ -24,6 +24,7 @@ import (
 	"github.com/gopacket/gopacket/pcapgo"
 
 	"github.com/ufp-dev/ufp/api"
+	"github.com/ufp-dev/ufp/hns"
 	"github.com/ufp-dev/ufp/vswitch"
 )
 
@@ -115,9 +116,9 @@ func TestAPIObjects(t *testing.T) {
 	// A second network, then an endpoint on it.
 	n2 := nets[0]
 	n2.Name = "cbr1"
-	n2.Ipams = []vswitch.IpamConfig{{Subnets: []vswitch.SubnetConfig{{IpAddressPrefix: "10.245.1.0/24",
-		Routes:   []vswitch.RouteConfig{{NextHop: "10.245.1.1", DestinationPrefix: "0.0.0.0/0"}},
-		Policies: []vswitch.PolicyConfig{{Type: "VSID", Settings: json.RawMessage(`{"IsolationId": 4097}`)}}}}}}
+	n2.Ipams = []hns.IpamConfig{{Subnets: []hns.SubnetConfig{{IpAddressPrefix: "10.245.1.0/24",
+		Routes:   []hns.RouteConfig{{NextHop: "10.245.1.1", DestinationPrefix: "0.0.0.0/0"}},
+		Policies: []hns.PolicyConfig{{Type: "VSID", Settings: json.RawMessage(`{"IsolationId": 4097}`)}}}}}}
 	if err := c.CreateNetwork(ctx, &n2); err != nil {
 		t.Fatal(err)
 	}

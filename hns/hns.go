@@ -1,4 +1,4 @@
-package vswitch
+package hns
 
 import (
 	"bytes"
@@ -11,14 +11,8 @@ import (
 	"strings"
 
 	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/vfp"
 )
-
-// The HNS level of a policy document: networks, endpoints and their
-// policies, named and shaped as the Host Networking Service's v2 schema
-// names them (HostComputeNetwork, HostComputeEndpoint, policies as Type
-// plus Settings). A document at this level is lowered into ports, layers
-// and rules (Config.Lower) before it is compiled; docs/ARCHITECTURE.md
-// lists what each object becomes.
 
 // UplinkConfig is the host's connection to the underlay network: the
 // switch port that leads to it and the host's identity there.
@@ -188,7 +182,7 @@ const (
 	LayerRoute      = "VNET_ROUTE_LAYER"
 	LayerNAT        = "NAT_LAYER"
 	// LayerACL is an endpoint's first layer: its network's and its own
-	// ACLs (hnsacl.go).
+	// ACLs (acl.go).
 	LayerACL = "ACL_LAYER"
 )
 
@@ -205,14 +199,25 @@ const DefaultUplinkMTU = 1500
 // MaxVNI is the largest VXLAN network identifier (24 bits).
 const MaxVNI = 1<<24 - 1
 
-// IsHNS reports whether c is written at the HNS level.
-func (c *Config) IsHNS() bool {
+// Document is a policy document at the HNS level: the switch's settings
+// (its flow table), the uplink, and the networks, endpoints and load
+// balancers. Lower turns it into the VFP level.
+type Document struct {
+	Switch        vfp.SwitchConfig
+	Uplink        *UplinkConfig
+	Networks      []NetworkConfig
+	Endpoints     []EndpointConfig
+	LoadBalancers []LoadBalancerConfig
+}
+
+// IsHNS reports whether c has anything of the HNS level.
+func (c *Document) IsHNS() bool {
 	return c.Uplink != nil || len(c.Networks) > 0 || len(c.Endpoints) > 0 || len(c.LoadBalancers) > 0
 }
 
-// compactSettings stores every policy's Settings compactly, so that a
+// CompactSettings stores every policy's Settings compactly, so that a
 // document reads back equal to itself after marshalling.
-func (c *Config) compactSettings() {
+func (c *Document) CompactSettings() {
 	compact := func(ps []PolicyConfig) {
 		for i := range ps {
 			var b bytes.Buffer
@@ -247,7 +252,7 @@ func decodeSettings(at string, raw json.RawMessage, v any) error {
 	if err := dec.Decode(&generic); err != nil {
 		return fmt.Errorf("%s: %v", at, err)
 	}
-	if err := checkFields(generic, reflect.TypeOf(v), at); err != nil {
+	if err := vfp.CheckFields(generic, reflect.TypeOf(v), at); err != nil {
 		return err
 	}
 	if err := json.Unmarshal(raw, v); err != nil {
@@ -256,8 +261,8 @@ func decodeSettings(at string, raw json.RawMessage, v any) error {
 	return nil
 }
 
-// hnsNet is a network being lowered.
-type hnsNet struct {
+// netPlan is a network being lowered.
+type netPlan struct {
 	cfg     *NetworkConfig
 	at      string
 	subnets []netip.Prefix
@@ -265,12 +270,12 @@ type hnsNet struct {
 	vnis    []uint32            // the subnets' VSIDs, in subnet order, deduplicated
 	pa      map[bool]netip.Addr // local provider address by is-IPv4
 	drMAC   dataplane.MAC
-	routes  []hnsRoute
-	eps     []*hnsEP
-	acls    hnsACLs // NetworkACL policies (hnsacl.go)
+	routes  []paRoute
+	eps     []*epPlan
+	acls    aclSet // NetworkACL policies (acl.go)
 }
 
-type hnsRoute struct {
+type paRoute struct {
 	at     string
 	prefix netip.Prefix
 	vni    uint32
@@ -279,56 +284,50 @@ type hnsRoute struct {
 	drMAC  dataplane.MAC
 }
 
-type hnsEP struct {
+type epPlan struct {
 	cfg        *EndpointConfig
 	at         string
-	net        *hnsNet
+	net        *netPlan
 	mac        dataplane.MAC
 	ips        []netip.Addr
-	sdn        []hnsSDN
+	sdn        []sdnRoute
 	overhead   int // -1: not set
 	overheadAt string
-	outNAT     []*hnsOutNAT
-	acls       hnsACLs // ACL policies (hnsacl.go)
+	outNAT     []*outNATPlan
+	acls       aclSet // ACL policies (acl.go)
 }
 
-type hnsSDN struct {
+type sdnRoute struct {
 	at      string
 	prefix  netip.Prefix
 	nextHop netip.Addr
 	encap   bool
 }
 
-// hnsLowering holds what lowering has learnt so far.
-type hnsLowering struct {
-	c         *Config
+// lowering holds what lowering has learnt so far.
+type lowering struct {
+	c         *Document
 	uplink    string
 	hostMAC   dataplane.MAC
 	mtu       int
 	neighbors map[netip.Addr]dataplane.MAC
-	nets      []*hnsNet
-	byName    map[string]*hnsNet
+	nets      []*netPlan
+	byName    map[string]*netPlan
 	hostIPs   map[bool]netip.Addr   // Uplink.IpAddresses by is-IPv4
 	hostNets  map[bool]netip.Prefix // their underlay prefixes, when given
 	defaultGW map[bool]netip.Addr   // Uplink.DefaultGateway(V6) by is-IPv4
-	nat       hnsNAT
-	remotes   map[string]*hnsRemote // remote endpoints by name
-	lbs       []*hnsLB
+	nat       natPlan
+	remotes   map[string]*remoteEP // remote endpoints by name
+	lbs       []*lbPlan
 	vxlanPort uint16
 	vxlanAt   string
 }
 
 // Lower returns the VFP-level document an HNS-level document compiles to:
 // the uplink and one port per endpoint, with the layers and rules that
-// implement the networks' modes and policies. A VFP-level document is
-// returned as it is. Errors name the HNS object and field.
-func (c *Config) Lower() (*Config, error) {
-	if !c.IsHNS() {
-		return c, nil
-	}
-	if len(c.Ports) > 0 {
-		return nil, fmt.Errorf("ports: a document is written either with ports (VFP level) or with Networks and Endpoints (HNS level), not both")
-	}
+// implement the networks' modes and policies. Errors name the HNS object
+// and field.
+func Lower(c *Document) (*vfp.Document, error) {
 	if c.Switch.Gateway != nil || len(c.Switch.Gateways) > 0 {
 		return nil, fmt.Errorf("switch.gateway: at the HNS level gateways come from the networks' subnets")
 	}
@@ -341,8 +340,8 @@ func (c *Config) Lower() (*Config, error) {
 	if len(c.Switch.LoadBalancers) > 0 {
 		return nil, fmt.Errorf("switch.loadBalancers: at the HNS level LoadBalancers make them")
 	}
-	l := &hnsLowering{c: c, byName: map[string]*hnsNet{}, neighbors: map[netip.Addr]dataplane.MAC{},
-		hostIPs: map[bool]netip.Addr{}, hostNets: map[bool]netip.Prefix{}, defaultGW: map[bool]netip.Addr{}, remotes: map[string]*hnsRemote{}}
+	l := &lowering{c: c, byName: map[string]*netPlan{}, neighbors: map[netip.Addr]dataplane.MAC{},
+		hostIPs: map[bool]netip.Addr{}, hostNets: map[bool]netip.Prefix{}, defaultGW: map[bool]netip.Addr{}, remotes: map[string]*remoteEP{}}
 	if err := l.uplinkConfig(); err != nil {
 		return nil, err
 	}
@@ -370,13 +369,13 @@ func (c *Config) Lower() (*Config, error) {
 	return l.emit(eps), nil
 }
 
-func (l *hnsLowering) uplinkConfig() error {
+func (l *lowering) uplinkConfig() error {
 	u := l.c.Uplink
 	if u == nil {
 		return fmt.Errorf("Uplink: an HNS-level document needs the Uplink (its MacAddress at least)")
 	}
 	l.uplink = cmp.Or(u.Name, "uplink")
-	mac, err := parseUnicastMAC("Uplink.MacAddress", u.MacAddress)
+	mac, err := vfp.ParseUnicastMAC("Uplink.MacAddress", u.MacAddress)
 	if err != nil {
 		return err
 	}
@@ -390,11 +389,11 @@ func (l *hnsLowering) uplinkConfig() error {
 	}
 	for i, n := range u.Neighbors {
 		at := fmt.Sprintf("Uplink.Neighbors[%d]", i)
-		a, err := parseAddr(at+".IpAddress", n.IpAddress)
+		a, err := vfp.ParseAddr(at+".IpAddress", n.IpAddress)
 		if err != nil {
 			return err
 		}
-		m, err := parseUnicastMAC(at+".MacAddress", n.MacAddress)
+		m, err := vfp.ParseUnicastMAC(at+".MacAddress", n.MacAddress)
 		if err != nil {
 			return err
 		}
@@ -410,7 +409,7 @@ func (l *hnsLowering) uplinkConfig() error {
 }
 
 // network validates Networks[i].
-func (l *hnsLowering) network(i int) error {
+func (l *lowering) network(i int) error {
 	nc := &l.c.Networks[i]
 	at := fmt.Sprintf("Networks[%d]", i)
 	if nc.Name == "" {
@@ -427,7 +426,7 @@ func (l *hnsLowering) network(i int) error {
 	default:
 		return fmt.Errorf("%s.Type: %q is not supported (want L2Bridge or Overlay)", at, nc.Type)
 	}
-	n := &hnsNet{cfg: nc, at: at, pa: map[bool]netip.Addr{}}
+	n := &netPlan{cfg: nc, at: at, pa: map[bool]netip.Addr{}}
 	if len(nc.Ipams) == 0 {
 		return fmt.Errorf("%s.Ipams: a network needs at least one subnet", at)
 	}
@@ -465,7 +464,7 @@ func (l *hnsLowering) network(i int) error {
 			if err := overlayOnly(); err != nil {
 				return err
 			}
-			a, err := parseAddr(sat+".ProviderAddress", s.ProviderAddress)
+			a, err := vfp.ParseAddr(sat+".ProviderAddress", s.ProviderAddress)
 			if err != nil {
 				return err
 			}
@@ -505,7 +504,7 @@ func (l *hnsLowering) network(i int) error {
 			if err := decodeSettings(sat, pc.Settings, &s); err != nil {
 				return err
 			}
-			m, err := parseUnicastMAC(sat+".Address", s.Address)
+			m, err := vfp.ParseUnicastMAC(sat+".Address", s.Address)
 			if err != nil {
 				return err
 			}
@@ -599,7 +598,7 @@ func family(a netip.Addr) string {
 }
 
 // subnet validates one subnet of network n.
-func (n *hnsNet) subnet(at string, sc *SubnetConfig) error {
+func (n *netPlan) subnet(at string, sc *SubnetConfig) error {
 	p, err := parseNetPrefix(at+".IpAddressPrefix", sc.IpAddressPrefix)
 	if err != nil {
 		return err
@@ -611,7 +610,7 @@ func (n *hnsNet) subnet(at string, sc *SubnetConfig) error {
 		if err != nil || d.Bits() != 0 {
 			return fmt.Errorf("%s.DestinationPrefix: %q: only the default route (0.0.0.0/0 or ::/0) is taken from a subnet; route other prefixes with SDNRoute", rat, r.DestinationPrefix)
 		}
-		nh, err := parseAddr(rat+".NextHop", r.NextHop)
+		nh, err := vfp.ParseAddr(rat+".NextHop", r.NextHop)
 		if err != nil {
 			return err
 		}
@@ -658,8 +657,8 @@ func (n *hnsNet) subnet(at string, sc *SubnetConfig) error {
 }
 
 // remoteRoute validates a RemoteSubnetRoute of overlay network n.
-func (l *hnsLowering) remoteRoute(n *hnsNet, at string, s *RemoteSubnetRouteSettings) (hnsRoute, error) {
-	r := hnsRoute{at: at, vni: s.IsolationId}
+func (l *lowering) remoteRoute(n *netPlan, at string, s *RemoteSubnetRouteSettings) (paRoute, error) {
+	r := paRoute{at: at, vni: s.IsolationId}
 	p, err := parseNetPrefix(at+".DestinationPrefix", s.DestinationPrefix)
 	if err != nil {
 		return r, err
@@ -668,7 +667,7 @@ func (l *hnsLowering) remoteRoute(n *hnsNet, at string, s *RemoteSubnetRouteSett
 	if s.IsolationId == 0 || s.IsolationId > MaxVNI {
 		return r, fmt.Errorf("%s.IsolationId: %d is out of range (a VNI is 1 to %d)", at, s.IsolationId, MaxVNI)
 	}
-	if r.pa, err = parseAddr(at+".ProviderAddress", s.ProviderAddress); err != nil {
+	if r.pa, err = vfp.ParseAddr(at+".ProviderAddress", s.ProviderAddress); err != nil {
 		return r, err
 	}
 	local, ok := n.pa[r.pa.Is4()]
@@ -684,7 +683,7 @@ func (l *hnsLowering) remoteRoute(n *hnsNet, at string, s *RemoteSubnetRouteSett
 	if !slices.Contains(n.vnis, r.vni) {
 		return r, fmt.Errorf("%s.IsolationId: %d is not the network's VNI (its subnets' VSID %d): replies would be dropped as unknown-vni", at, r.vni, n.vnis[0])
 	}
-	if r.drMAC, err = parseUnicastMAC(at+".DistributedRouterMacAddress", s.DistributedRouterMacAddress); err != nil {
+	if r.drMAC, err = vfp.ParseUnicastMAC(at+".DistributedRouterMacAddress", s.DistributedRouterMacAddress); err != nil {
 		return r, err
 	}
 	for _, o := range n.routes {
@@ -697,7 +696,7 @@ func (l *hnsLowering) remoteRoute(n *hnsNet, at string, s *RemoteSubnetRouteSett
 
 // checkOverlaps rejects subnets (local or remote) that overlap across the
 // document.
-func (l *hnsLowering) checkOverlaps() error {
+func (l *lowering) checkOverlaps() error {
 	type owned struct {
 		p  netip.Prefix
 		at string
@@ -742,7 +741,7 @@ func (l *hnsLowering) checkOverlaps() error {
 }
 
 // endpoints validates the endpoints.
-func (l *hnsLowering) endpoints() ([]*hnsEP, error) {
+func (l *lowering) endpoints() ([]*epPlan, error) {
 	names := map[string]string{l.uplink: "the uplink"}
 	macs := map[dataplane.MAC]string{l.hostMAC: "the uplink (Uplink.MacAddress)"}
 	for _, n := range l.nets {
@@ -752,7 +751,7 @@ func (l *hnsLowering) endpoints() ([]*hnsEP, error) {
 	}
 	var nbMACs []dataplane.MAC
 	for i, nb := range l.c.Uplink.Neighbors {
-		m, _ := parseMAC("", nb.MacAddress) // checked in uplinkConfig
+		m, _ := vfp.ParseMAC("", nb.MacAddress) // checked in uplinkConfig
 		if o, dr := macs[m]; dr {
 			return nil, fmt.Errorf("Uplink.Neighbors[%d].MacAddress: %s is %s", i, m, o)
 		}
@@ -770,7 +769,7 @@ func (l *hnsLowering) endpoints() ([]*hnsEP, error) {
 			ips[pa] = n.at + "'s ProviderAddress"
 		}
 	}
-	var eps []*hnsEP
+	var eps []*epPlan
 	for i := range l.c.Endpoints {
 		ec := &l.c.Endpoints[i]
 		at := fmt.Sprintf("Endpoints[%d]", i)
@@ -795,8 +794,8 @@ func (l *hnsLowering) endpoints() ([]*hnsEP, error) {
 			}
 			continue
 		}
-		ep := &hnsEP{cfg: ec, at: at, net: n, overhead: -1}
-		mac, err := parseUnicastMAC(at+".MacAddress", ec.MacAddress)
+		ep := &epPlan{cfg: ec, at: at, net: n, overhead: -1}
+		mac, err := vfp.ParseUnicastMAC(at+".MacAddress", ec.MacAddress)
 		if err != nil {
 			return nil, err
 		}
@@ -810,7 +809,7 @@ func (l *hnsLowering) endpoints() ([]*hnsEP, error) {
 		}
 		for j, ic := range ec.IpConfigurations {
 			iat := fmt.Sprintf("%s.IpConfigurations[%d]", at, j)
-			a, err := parseAddr(iat+".IpAddress", ic.IpAddress)
+			a, err := vfp.ParseAddr(iat+".IpAddress", ic.IpAddress)
 			if err != nil {
 				return nil, err
 			}
@@ -863,7 +862,7 @@ func joinPrefixes(ps []netip.Prefix) string {
 	return strings.Join(s, ", ")
 }
 
-func (l *hnsLowering) endpointPolicy(ep *hnsEP, at string, index int, pc *PolicyConfig) error {
+func (l *lowering) endpointPolicy(ep *epPlan, at string, index int, pc *PolicyConfig) error {
 	sat := at + ".Settings"
 	switch pc.Type {
 	case "SDNRoute":
@@ -871,13 +870,13 @@ func (l *hnsLowering) endpointPolicy(ep *hnsEP, at string, index int, pc *Policy
 		if err := decodeSettings(sat, pc.Settings, &s); err != nil {
 			return err
 		}
-		r := hnsSDN{at: sat, encap: s.NeedEncap}
+		r := sdnRoute{at: sat, encap: s.NeedEncap}
 		p, err := parseNetPrefix(sat+".DestinationPrefix", s.DestinationPrefix)
 		if err != nil {
 			return err
 		}
 		r.prefix = p
-		if r.nextHop, err = parseAddr(sat+".NextHop", s.NextHop); err != nil {
+		if r.nextHop, err = vfp.ParseAddr(sat+".NextHop", s.NextHop); err != nil {
 			return err
 		}
 		n := ep.net
@@ -933,7 +932,7 @@ func (l *hnsLowering) endpointPolicy(ep *hnsEP, at string, index int, pc *Policy
 }
 
 // routeTo returns the first remote subnet route to provider address pa.
-func (n *hnsNet) routeTo(pa netip.Addr) *hnsRoute {
+func (n *netPlan) routeTo(pa netip.Addr) *paRoute {
 	for i := range n.routes {
 		if n.routes[i].pa == pa {
 			return &n.routes[i]
@@ -944,7 +943,7 @@ func (n *hnsNet) routeTo(pa netip.Addr) *hnsRoute {
 
 // encapOverhead is what VXLAN adds toward the network's remote provider
 // addresses: 50 bytes over IPv4, 70 once any is IPv6 (0 for L2Bridge).
-func (l *hnsLowering) encapOverhead(n *hnsNet) int {
+func (l *lowering) encapOverhead(n *netPlan) int {
 	if n.cfg.Type != TypeOverlay {
 		return 0
 	}
@@ -966,7 +965,7 @@ func prefixStrings(ps []netip.Prefix) []string {
 
 // endpointNames returns the names of network n's endpoints: the ports its
 // gateway serves.
-func (n *hnsNet) endpointNames() []string {
+func (n *netPlan) endpointNames() []string {
 	var names []string
 	for _, ep := range n.eps {
 		names = append(names, ep.cfg.Name)
@@ -975,12 +974,12 @@ func (n *hnsNet) endpointNames() []string {
 }
 
 // emit writes the VFP-level document.
-func (l *hnsLowering) emit(eps []*hnsEP) *Config {
-	out := &Config{Switch: l.c.Switch}
+func (l *lowering) emit(eps []*epPlan) *vfp.Document {
+	out := &vfp.Document{Switch: l.c.Switch}
 	out.Switch.VXLANPort = l.vxlanPort
 	port := l.vxlanPort
 	for _, n := range l.nets {
-		gw := GatewayConfig{}
+		gw := vfp.GatewayConfig{}
 		for _, a := range n.gws {
 			if a.IsValid() {
 				gw.IPs = append(gw.IPs, a.String())
@@ -1000,12 +999,12 @@ func (l *hnsLowering) emit(eps []*hnsEP) *Config {
 			// otherwise ARP for it goes to the wire like any other.
 			for _, a := range n.gws {
 				if m, ok := l.neighbors[a]; ok && a.IsValid() {
-					out.Switch.Gateways = append(out.Switch.Gateways, GatewayConfig{MAC: m.String(), IPs: []string{a.String()}, Ports: n.endpointNames()})
+					out.Switch.Gateways = append(out.Switch.Gateways, vfp.GatewayConfig{MAC: m.String(), IPs: []string{a.String()}, Ports: n.endpointNames()})
 				}
 			}
 		}
 	}
-	up := PortConfig{Name: l.uplink, MAC: l.hostMAC.String(), Uplink: true, MTU: uint16(l.mtu), IPs: l.hostAddrs()}
+	up := vfp.PortConfig{Name: l.uplink, MAC: l.hostMAC.String(), Uplink: true, MTU: uint16(l.mtu), IPs: l.hostAddrs()}
 	if l.c.Uplink.HostPort != "" {
 		for i := range out.Switch.Gateways {
 			out.Switch.Gateways[i].Ports = append(out.Switch.Gateways[i].Ports, l.c.Uplink.HostPort)
@@ -1021,7 +1020,7 @@ func (l *hnsLowering) emit(eps []*hnsEP) *Config {
 		up.Layers = append(up.Layers, *rw)
 	}
 	for _, ep := range eps {
-		pc := PortConfig{Name: ep.cfg.Name, MAC: ep.mac.String(), MTU: uint16(l.mtu), Segment: ep.net.cfg.Name, Link: l.endpointLink(ep)}
+		pc := vfp.PortConfig{Name: ep.cfg.Name, MAC: ep.mac.String(), MTU: uint16(l.mtu), Segment: ep.net.cfg.Name, Link: l.endpointLink(ep)}
 		for _, a := range ep.ips {
 			pc.IPs = append(pc.IPs, a.String())
 		}
@@ -1066,8 +1065,8 @@ func (l *hnsLowering) emit(eps []*hnsEP) *Config {
 
 // push returns the VXLAN outer header set toward remote provider address
 // pa of network n.
-func (l *hnsLowering) push(n *hnsNet, r *hnsRoute, pa netip.Addr, port uint16) *PushConfig {
-	return &PushConfig{
+func (l *lowering) push(n *netPlan, r *paRoute, pa netip.Addr, port uint16) *vfp.PushConfig {
+	return &vfp.PushConfig{
 		VNI: r.vni, SrcMAC: l.hostMAC.String(), DstMAC: l.neighbors[pa].String(),
 		SrcIP: n.pa[pa.Is4()].String(), DstIP: pa.String(), DstPort: port,
 		// RFC 7348 section 4.3: VTEPs must not fragment VXLAN packets.
@@ -1079,12 +1078,12 @@ func (l *hnsLowering) push(n *hnsNet, r *hnsRoute, pa netip.Addr, port uint16) *
 // remote pod subnet gets the remote's router MAC and a VXLAN header set
 // toward the remote's provider address. Longer prefixes win; an SDNRoute
 // with NeedEncap overrides remote subnet routes for its prefix.
-func (l *hnsLowering) encapLayer(ep *hnsEP, port uint16) *LayerConfig {
+func (l *lowering) encapLayer(ep *epPlan, port uint16) *vfp.LayerConfig {
 	n := ep.net
 	type entry struct {
 		name   string
 		prefix netip.Prefix
-		r      *hnsRoute
+		r      *paRoute
 		pa     netip.Addr
 	}
 	var es []entry
@@ -1101,35 +1100,35 @@ func (l *hnsLowering) encapLayer(ep *hnsEP, port uint16) *LayerConfig {
 	// Longest prefix first; an SDN route before a remote subnet of the
 	// same prefix.
 	slices.SortStableFunc(es, func(a, b entry) int { return b.prefix.Bits() - a.prefix.Bits() })
-	g := GroupConfig{Name: "vxlan-to-remote-hosts"}
+	g := vfp.GroupConfig{Name: "vxlan-to-remote-hosts"}
 	for i, e := range es {
-		g.Rules = append(g.Rules, RuleConfig{
+		g.Rules = append(g.Rules, vfp.RuleConfig{
 			Name: e.name, Priority: u32(uint32(100 + i)), Terminating: true,
-			Match: &MatchConfig{Direction: "out", DstIPs: []string{e.prefix.String()}},
-			Action: ActionConfig{Type: "allow", Modify: &ModifyConfig{DstMAC: e.r.drMAC.String()},
+			Match: &vfp.MatchConfig{Direction: "out", DstIPs: []string{e.prefix.String()}},
+			Action: vfp.ActionConfig{Type: "allow", Modify: &vfp.ModifyConfig{DstMAC: e.r.drMAC.String()},
 				Push: l.push(n, e.r, e.pa, port)},
 		})
 	}
-	return &LayerConfig{Name: LayerEncap, Groups: []GroupConfig{g}}
+	return &vfp.LayerConfig{Name: LayerEncap, Groups: []vfp.GroupConfig{g}}
 }
 
 // routeLayer is an L2Bridge endpoint's VNET_ROUTE_LAYER: SDN routes send
 // traffic for their prefix to the next hop's MAC on the underlay.
-func (l *hnsLowering) routeLayer(ep *hnsEP) *LayerConfig {
+func (l *lowering) routeLayer(ep *epPlan) *vfp.LayerConfig {
 	if len(ep.sdn) == 0 {
 		return nil
 	}
 	sdn := slices.Clone(ep.sdn)
-	slices.SortStableFunc(sdn, func(a, b hnsSDN) int { return b.prefix.Bits() - a.prefix.Bits() })
-	g := GroupConfig{Name: "sdn-routes"}
+	slices.SortStableFunc(sdn, func(a, b sdnRoute) int { return b.prefix.Bits() - a.prefix.Bits() })
+	g := vfp.GroupConfig{Name: "sdn-routes"}
 	for i, s := range sdn {
-		g.Rules = append(g.Rules, RuleConfig{
+		g.Rules = append(g.Rules, vfp.RuleConfig{
 			Name: "sdn-route-" + s.prefix.String(), Priority: u32(uint32(100 + i)), Terminating: true,
-			Match:  &MatchConfig{Direction: "out", DstIPs: []string{s.prefix.String()}},
-			Action: ActionConfig{Type: "allow", Modify: &ModifyConfig{DstMAC: l.neighbors[s.nextHop].String()}},
+			Match:  &vfp.MatchConfig{Direction: "out", DstIPs: []string{s.prefix.String()}},
+			Action: vfp.ActionConfig{Type: "allow", Modify: &vfp.ModifyConfig{DstMAC: l.neighbors[s.nextHop].String()}},
 		})
 	}
-	return &LayerConfig{Name: LayerRoute, Groups: []GroupConfig{g}}
+	return &vfp.LayerConfig{Name: LayerRoute, Groups: []vfp.GroupConfig{g}}
 }
 
 // decapLayer is the uplink's VNET_PA_ROUTE_LAYER: VXLAN is decapsulated
@@ -1137,8 +1136,8 @@ func (l *hnsLowering) routeLayer(ep *hnsEP) *LayerConfig {
 // a remote subnet route names, with an inner source in that route's
 // prefix; the inner frame is then addressed to the network's router, which
 // routes it to the endpoint by IP. Other VXLAN is dropped by reason.
-func (l *hnsLowering) decapLayer() *LayerConfig {
-	g := GroupConfig{Name: "vxlan-from-remote-hosts", Match: &MatchConfig{Direction: "out", Encapsulated: true}}
+func (l *lowering) decapLayer() *vfp.LayerConfig {
+	g := vfp.GroupConfig{Name: "vxlan-from-remote-hosts", Match: &vfp.MatchConfig{Direction: "out", Encapsulated: true}}
 	prio := uint32(100)
 	var owned []uint32
 	var known []string
@@ -1156,11 +1155,11 @@ func (l *hnsLowering) decapLayer() *LayerConfig {
 			}
 		}
 		for _, r := range n.routes {
-			g.Rules = append(g.Rules, RuleConfig{
+			g.Rules = append(g.Rules, vfp.RuleConfig{
 				Name: "from-" + r.pa.String() + "-" + r.prefix.String(), Priority: u32(prio), Terminating: true,
-				Match: &MatchConfig{VNIs: vnis, OuterSrcIPs: []string{r.pa.String()}, OuterDstIPs: []string{n.pa[r.pa.Is4()].String()},
+				Match: &vfp.MatchConfig{VNIs: vnis, OuterSrcIPs: []string{r.pa.String()}, OuterDstIPs: []string{n.pa[r.pa.Is4()].String()},
 					SrcIPs: []string{r.prefix.String()}, DstIPs: prefixStrings(n.subnets)},
-				Action: ActionConfig{Type: "allow", Outer: "pop", Modify: &ModifyConfig{DstMAC: n.drMAC.String()}},
+				Action: vfp.ActionConfig{Type: "allow", Outer: "pop", Modify: &vfp.ModifyConfig{DstMAC: n.drMAC.String()}},
 			})
 			prio++
 			if !slices.Contains(known, r.pa.String()) {
@@ -1172,32 +1171,32 @@ func (l *hnsLowering) decapLayer() *LayerConfig {
 		return nil
 	}
 	if len(known) > 0 {
-		g.Rules = append(g.Rules, RuleConfig{
+		g.Rules = append(g.Rules, vfp.RuleConfig{
 			Name: "inner-source-not-behind-provider", Priority: u32(60000), Terminating: true,
-			Match:  &MatchConfig{VNIs: owned, OuterSrcIPs: known},
-			Action: ActionConfig{Type: "block", Reason: dataplane.DropSpoofedSource.String()},
+			Match:  &vfp.MatchConfig{VNIs: owned, OuterSrcIPs: known},
+			Action: vfp.ActionConfig{Type: "block", Reason: dataplane.DropSpoofedSource.String()},
 		})
 	}
 	g.Rules = append(g.Rules,
-		RuleConfig{
+		vfp.RuleConfig{
 			Name: "unknown-provider-address", Priority: u32(60001), Terminating: true,
-			Match:  &MatchConfig{VNIs: owned},
-			Action: ActionConfig{Type: "block", Reason: dataplane.DropUnknownProvider.String()},
+			Match:  &vfp.MatchConfig{VNIs: owned},
+			Action: vfp.ActionConfig{Type: "block", Reason: dataplane.DropUnknownProvider.String()},
 		},
-		RuleConfig{
+		vfp.RuleConfig{
 			Name: "unknown-vni", Priority: u32(60002), Terminating: true,
-			Action: ActionConfig{Type: "block", Reason: dataplane.DropUnknownVNI.String()},
+			Action: vfp.ActionConfig{Type: "block", Reason: dataplane.DropUnknownVNI.String()},
 		})
-	return &LayerConfig{Name: LayerPARoute, Groups: []GroupConfig{g}}
+	return &vfp.LayerConfig{Name: LayerPARoute, Groups: []vfp.GroupConfig{g}}
 }
 
 // macRewriteLayer is the uplink's VNET_MAC_REWRITE_LAYER for L2Bridge
 // endpoints: frames they send leave with the host's MAC as source, and
 // frames arriving for the host's MAC are readdressed to the endpoint that
 // has the destination IP.
-func (l *hnsLowering) macRewriteLayer(eps []*hnsEP) *LayerConfig {
+func (l *lowering) macRewriteLayer(eps []*epPlan) *vfp.LayerConfig {
 	var macs []string
-	in := GroupConfig{Name: "l2bridge-ingress", Match: &MatchConfig{Direction: "out", DstMACs: []string{l.hostMAC.String()}}}
+	in := vfp.GroupConfig{Name: "l2bridge-ingress", Match: &vfp.MatchConfig{Direction: "out", DstMACs: []string{l.hostMAC.String()}}}
 	for _, ep := range eps {
 		if ep.net.cfg.Type != TypeL2Bridge {
 			continue
@@ -1207,19 +1206,19 @@ func (l *hnsLowering) macRewriteLayer(eps []*hnsEP) *LayerConfig {
 		for _, a := range ep.ips {
 			ips = append(ips, a.String())
 		}
-		in.Rules = append(in.Rules, RuleConfig{
+		in.Rules = append(in.Rules, vfp.RuleConfig{
 			Name: "to-" + ep.cfg.Name, Priority: u32(uint32(100 + len(in.Rules))), Terminating: true,
-			Match:  &MatchConfig{DstIPs: ips},
-			Action: ActionConfig{Type: "allow", Modify: &ModifyConfig{DstMAC: ep.mac.String()}},
+			Match:  &vfp.MatchConfig{DstIPs: ips},
+			Action: vfp.ActionConfig{Type: "allow", Modify: &vfp.ModifyConfig{DstMAC: ep.mac.String()}},
 		})
 	}
 	if len(macs) == 0 {
 		return nil
 	}
-	egress := GroupConfig{Name: "l2bridge-egress", Rules: []RuleConfig{{
+	egress := vfp.GroupConfig{Name: "l2bridge-egress", Rules: []vfp.RuleConfig{{
 		Name: "source-mac-to-host", Priority: u32(100), Terminating: true,
-		Match:  &MatchConfig{Direction: "in", SrcMACs: macs},
-		Action: ActionConfig{Type: "allow", Modify: &ModifyConfig{SrcMAC: l.hostMAC.String()}},
+		Match:  &vfp.MatchConfig{Direction: "in", SrcMACs: macs},
+		Action: vfp.ActionConfig{Type: "allow", Modify: &vfp.ModifyConfig{SrcMAC: l.hostMAC.String()}},
 	}}}
-	return &LayerConfig{Name: LayerMACRewrite, Groups: []GroupConfig{egress, in}}
+	return &vfp.LayerConfig{Name: LayerMACRewrite, Groups: []vfp.GroupConfig{egress, in}}
 }

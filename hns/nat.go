@@ -1,4 +1,4 @@
-package vswitch
+package hns
 
 import (
 	"cmp"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/ufp-dev/ufp/dataplane"
 	"github.com/ufp-dev/ufp/nat"
+	"github.com/ufp-dev/ufp/vfp"
 )
 
 // Outbound NAT and port mappings at the HNS level: the OutBoundNAT and
@@ -54,20 +55,20 @@ type (
 	}
 )
 
-// hnsNAT is what lowering learns about NAT.
-type hnsNAT struct {
-	pools []*hnsPool // in order of first use
-	maps  []*hnsPortMap
+// natPlan is what lowering learns about NAT.
+type natPlan struct {
+	pools []*poolPlan // in order of first use
+	maps  []*portMap
 }
 
-type hnsPool struct {
+type poolPlan struct {
 	ip       netip.Addr
 	ports    string
 	portsAt  string
 	reserved []string
 }
 
-type hnsOutNAT struct {
+type outNATPlan struct {
 	at         string
 	vip        map[bool]netip.Addr // by is-IPv4: the families translated
 	exceptions []netip.Prefix
@@ -75,16 +76,16 @@ type hnsOutNAT struct {
 	hasDests   bool
 }
 
-type hnsPortMap struct {
+type portMap struct {
 	at                 string
-	ep                 *hnsEP
+	ep                 *epPlan
 	proto              string
 	internal, external uint16
 	vip, target        netip.Addr
 }
 
 // uplinkHost validates the host's own underlay addresses and gateways.
-func (l *hnsLowering) uplinkHost() error {
+func (l *lowering) uplinkHost() error {
 	u := l.c.Uplink
 	for i, s := range u.IpAddresses {
 		at := fmt.Sprintf("Uplink.IpAddresses[%d]", i)
@@ -113,7 +114,7 @@ func (l *hnsLowering) uplinkHost() error {
 		if g.s == "" {
 			continue
 		}
-		a, err := parseAddr(g.at, g.s)
+		a, err := vfp.ParseAddr(g.at, g.s)
 		if err != nil {
 			return err
 		}
@@ -130,7 +131,7 @@ func (l *hnsLowering) uplinkHost() error {
 
 // hostAddr is the host's address of a family: Uplink.IpAddresses, else
 // the network's provider address.
-func (l *hnsLowering) hostAddr(n *hnsNet, v4 bool) (netip.Addr, bool) {
+func (l *lowering) hostAddr(n *netPlan, v4 bool) (netip.Addr, bool) {
 	if a, ok := l.hostIPs[v4]; ok {
 		return a, true
 	}
@@ -140,7 +141,7 @@ func (l *hnsLowering) hostAddr(n *hnsNet, v4 bool) (netip.Addr, bool) {
 
 // hostAddrs lists the uplink's addresses: the host's, every provider
 // address, then every NAT address.
-func (l *hnsLowering) hostAddrs() []string {
+func (l *lowering) hostAddrs() []string {
 	var as []string
 	add := func(a netip.Addr) {
 		if s := a.String(); a.IsValid() && !slices.Contains(as, s) {
@@ -163,13 +164,13 @@ func (l *hnsLowering) hostAddrs() []string {
 }
 
 // pool returns the pool of ip, adding it.
-func (l *hnsLowering) pool(ip netip.Addr) *hnsPool {
+func (l *lowering) pool(ip netip.Addr) *poolPlan {
 	for _, p := range l.nat.pools {
 		if p.ip == ip {
 			return p
 		}
 	}
-	p := &hnsPool{ip: ip}
+	p := &poolPlan{ip: ip}
 	l.nat.pools = append(l.nat.pools, p)
 	return p
 }
@@ -181,17 +182,17 @@ func familyOf(v4 bool) string {
 	return "IPv6"
 }
 
-func (l *hnsLowering) outboundNAT(ep *hnsEP, at string, pc *PolicyConfig) error {
+func (l *lowering) outboundNAT(ep *epPlan, at string, pc *PolicyConfig) error {
 	sat := at + ".Settings"
 	var s OutBoundNATSettings
 	if err := decodeSettings(sat, pc.Settings, &s); err != nil {
 		return err
 	}
-	o := &hnsOutNAT{at: at, vip: map[bool]netip.Addr{}}
+	o := &outNATPlan{at: at, vip: map[bool]netip.Addr{}}
 	var vip netip.Addr
 	if s.VirtualIP != "" {
 		var err error
-		if vip, err = parseAddr(sat+".VirtualIP", s.VirtualIP); err != nil {
+		if vip, err = vfp.ParseAddr(sat+".VirtualIP", s.VirtualIP); err != nil {
 			return err
 		}
 		if !vip.IsGlobalUnicast() {
@@ -253,7 +254,7 @@ func (l *hnsLowering) outboundNAT(ep *hnsEP, at string, pc *PolicyConfig) error 
 		ss   []string
 		dst  *[]netip.Prefix
 	}{{"Exceptions", s.Exceptions, &o.exceptions}, {"ExceptionList", s.ExceptionList, &o.exceptions}, {"Destinations", s.Destinations, &o.dests}} {
-		ps, err := parsePrefixes(sat+"."+f.name, f.ss)
+		ps, err := vfp.ParsePrefixes(sat+"."+f.name, f.ss)
 		if err != nil {
 			return err
 		}
@@ -269,7 +270,7 @@ func (l *hnsLowering) outboundNAT(ep *hnsEP, at string, pc *PolicyConfig) error 
 	return nil
 }
 
-func (l *hnsLowering) portMapping(ep *hnsEP, at string, pc *PolicyConfig) error {
+func (l *lowering) portMapping(ep *epPlan, at string, pc *PolicyConfig) error {
 	sat := at + ".Settings"
 	var s PortMappingSettings
 	if err := decodeSettings(sat, pc.Settings, &s); err != nil {
@@ -295,7 +296,7 @@ func (l *hnsLowering) portMapping(ep *hnsEP, at string, pc *PolicyConfig) error 
 	}
 	var vips []netip.Addr
 	if s.VIP != "" {
-		vip, err := parseAddr(sat+".VIP", s.VIP)
+		vip, err := vfp.ParseAddr(sat+".VIP", s.VIP)
 		if err != nil {
 			return err
 		}
@@ -321,7 +322,7 @@ func (l *hnsLowering) portMapping(ep *hnsEP, at string, pc *PolicyConfig) error 
 		if ti < 0 {
 			return fmt.Errorf("%s.VIP: %s is %s, and the endpoint has no %s address", sat, vip, family(vip), family(vip))
 		}
-		m := &hnsPortMap{at: sat, ep: ep, proto: proto, internal: s.InternalPort, external: s.ExternalPort, vip: vip, target: ep.ips[ti]}
+		m := &portMap{at: sat, ep: ep, proto: proto, internal: s.InternalPort, external: s.ExternalPort, vip: vip, target: ep.ips[ti]}
 		for _, o := range l.nat.maps {
 			if o.vip == vip && o.proto == proto && o.external == m.external {
 				return fmt.Errorf("%s.ExternalPort: %s/%d on %s is mapped by %s already", sat, proto, m.external, vip, o.at)
@@ -336,7 +337,7 @@ func (l *hnsLowering) portMapping(ep *hnsEP, at string, pc *PolicyConfig) error 
 
 // checkNATAddr checks that a, a VirtualIP or VIP at field at, can be the
 // host's: not an underlay neighbour, not a network's gateway.
-func (l *hnsLowering) checkNATAddr(at string, a netip.Addr) error {
+func (l *lowering) checkNATAddr(at string, a netip.Addr) error {
 	if _, nb := l.neighbors[a]; nb {
 		return fmt.Errorf("%s: %s is an underlay neighbour (Uplink.Neighbors), not this host", at, a)
 	}
@@ -350,7 +351,7 @@ func (l *hnsLowering) checkNATAddr(at string, a netip.Addr) error {
 
 // checkNAT checks what needs every endpoint: no endpoint has an address
 // the host or a NAT pool uses.
-func (l *hnsLowering) checkNAT(eps []*hnsEP) error {
+func (l *lowering) checkNAT(eps []*epPlan) error {
 	for _, ep := range eps {
 		for j, a := range ep.ips {
 			for _, v4 := range []bool{true, false} {
@@ -376,7 +377,7 @@ func (l *hnsLowering) checkNAT(eps []*hnsEP) error {
 // routerMAC is the MAC frames the switch routes to network n's endpoints
 // come from: the distributed router's, or the L2Bridge gateway's when
 // Uplink.Neighbors has it (zero: leave the source MAC).
-func (l *hnsLowering) routerMAC(n *hnsNet) dataplane.MAC {
+func (l *lowering) routerMAC(n *netPlan) dataplane.MAC {
 	if !n.drMAC.IsZero() {
 		return n.drMAC
 	}
@@ -389,21 +390,21 @@ func (l *hnsLowering) routerMAC(n *hnsNet) dataplane.MAC {
 }
 
 // dnat is the modify that forwards a port mapping to its endpoint.
-func (l *hnsLowering) dnat(m *hnsPortMap) *ModifyConfig {
+func (l *lowering) dnat(m *portMap) *vfp.ModifyConfig {
 	port := m.internal
-	mod := &ModifyConfig{DstIP: m.target.String(), DstPort: &port, DstMAC: m.ep.mac.String()}
+	mod := &vfp.ModifyConfig{DstIP: m.target.String(), DstPort: &port, DstMAC: m.ep.mac.String()}
 	if r := l.routerMAC(m.ep.net); !r.IsZero() {
 		mod.SrcMAC = r.String()
 	}
 	return mod
 }
 
-func (m *hnsPortMap) match(dir string) *MatchConfig {
-	return &MatchConfig{Direction: dir, Protocols: []string{m.proto}, DstIPs: []string{m.vip.String()},
+func (m *portMap) match(dir string) *vfp.MatchConfig {
+	return &vfp.MatchConfig{Direction: dir, Protocols: []string{m.proto}, DstIPs: []string{m.vip.String()},
 		DstPorts: []string{strconv.Itoa(int(m.external))}}
 }
 
-func (m *hnsPortMap) name() string {
+func (m *portMap) name() string {
 	return fmt.Sprintf("port-mapping-%s-%s-%d", m.vip, m.proto, m.external)
 }
 
@@ -411,28 +412,28 @@ func (m *hnsPortMap) name() string {
 // reached from the endpoint (hairpin: to itself also translated from the
 // VIP, so that its replies come back through the switch), then
 // OutBoundNAT.
-func (l *hnsLowering) natLayer(ep *hnsEP) *LayerConfig {
-	var groups []GroupConfig
+func (l *lowering) natLayer(ep *epPlan) *vfp.LayerConfig {
+	var groups []vfp.GroupConfig
 	if g := l.lbGroup(ep, false); g != nil {
 		groups = append(groups, *g)
 	}
-	hair := GroupConfig{Name: "port-mapping-hairpin"}
+	hair := vfp.GroupConfig{Name: "port-mapping-hairpin"}
 	for _, m := range l.nat.maps {
 		if m.ep.net != ep.net {
 			continue
 		}
-		a := ActionConfig{Type: "allow", Modify: l.dnat(m)}
+		a := vfp.ActionConfig{Type: "allow", Modify: l.dnat(m)}
 		if m.ep == ep {
 			a.SNAT = m.vip.String()
 		}
-		hair.Rules = append(hair.Rules, RuleConfig{Name: m.name(), Priority: u32(uint32(100 + len(hair.Rules))),
+		hair.Rules = append(hair.Rules, vfp.RuleConfig{Name: m.name(), Priority: u32(uint32(100 + len(hair.Rules))),
 			Match: m.match("out"), Action: a, Terminating: true, Stateful: true})
 	}
 	if len(hair.Rules) > 0 {
 		groups = append(groups, hair)
 	}
 	for _, o := range ep.outNAT {
-		g := GroupConfig{Name: "outbound-nat-" + familyName(o), Match: &MatchConfig{Direction: "out"}}
+		g := vfp.GroupConfig{Name: "outbound-nat-" + familyName(o), Match: &vfp.MatchConfig{Direction: "out"}}
 		switch familyName(o) {
 		case "ipv4":
 			g.Match.IPVersion = 4
@@ -441,14 +442,14 @@ func (l *hnsLowering) natLayer(ep *hnsEP) *LayerConfig {
 		}
 		exc := append(slices.Clone(o.exceptions), ep.net.subnets...)
 		exc = append(exc, l.hostVNICAddrs()...) // the host's own stack is not outside
-		g.Rules = append(g.Rules, RuleConfig{Name: "exceptions", Priority: u32(1000), Terminating: true,
-			Match: &MatchConfig{DstIPs: prefixStrings(exc)}, Action: ActionConfig{Type: "allow"}})
+		g.Rules = append(g.Rules, vfp.RuleConfig{Name: "exceptions", Priority: u32(1000), Terminating: true,
+			Match: &vfp.MatchConfig{DstIPs: prefixStrings(exc)}, Action: vfp.ActionConfig{Type: "allow"}})
 		for i, v4 := range []bool{true, false} {
 			vip, ok := o.vip[v4]
 			if !ok {
 				continue
 			}
-			mc := &MatchConfig{IPVersion: 4}
+			mc := &vfp.MatchConfig{IPVersion: 4}
 			if !v4 {
 				mc.IPVersion = 6
 			}
@@ -462,12 +463,12 @@ func (l *hnsLowering) natLayer(ep *hnsEP) *LayerConfig {
 					continue
 				}
 			}
-			a := ActionConfig{Type: "allow", SNAT: vip.String()}
+			a := vfp.ActionConfig{Type: "allow", SNAT: vip.String()}
 			if ep.net.cfg.Type == TypeOverlay {
 				// Out of the overlay onto the underlay, from the host.
-				a.Modify = &ModifyConfig{SrcMAC: l.hostMAC.String(), DstMAC: l.neighbors[l.defaultGW[v4]].String()}
+				a.Modify = &vfp.ModifyConfig{SrcMAC: l.hostMAC.String(), DstMAC: l.neighbors[l.defaultGW[v4]].String()}
 			}
-			g.Rules = append(g.Rules, RuleConfig{Name: "snat-to-" + vip.String(), Priority: u32(uint32(1100 + i)),
+			g.Rules = append(g.Rules, vfp.RuleConfig{Name: "snat-to-" + vip.String(), Priority: u32(uint32(1100 + i)),
 				Match: mc, Action: a, Terminating: true, Stateful: true})
 		}
 		groups = append(groups, g)
@@ -475,12 +476,12 @@ func (l *hnsLowering) natLayer(ep *hnsEP) *LayerConfig {
 	if len(groups) == 0 {
 		return nil
 	}
-	return &LayerConfig{Name: LayerNAT, Groups: groups}
+	return &vfp.LayerConfig{Name: LayerNAT, Groups: groups}
 }
 
 // familyName names an OutBoundNAT policy's group by the families it
 // translates.
-func familyName(o *hnsOutNAT) string {
+func familyName(o *outNATPlan) string {
 	_, v4 := o.vip[true]
 	_, v6 := o.vip[false]
 	switch {
@@ -495,34 +496,34 @@ func familyName(o *hnsOutNAT) string {
 // portMapLayer is the uplink's NAT_LAYER: connections to a load balancer
 // frontend reached from the network are balanced, and connections to a
 // port mapping forwarded to its endpoint.
-func (l *hnsLowering) portMapLayer() *LayerConfig {
-	var groups []GroupConfig
+func (l *lowering) portMapLayer() *vfp.LayerConfig {
+	var groups []vfp.GroupConfig
 	if g := l.lbGroup(nil, true); g != nil {
 		groups = append(groups, *g)
 	}
 	if len(l.nat.maps) > 0 {
-		g := GroupConfig{Name: "port-mappings", Match: &MatchConfig{Direction: "out"}}
+		g := vfp.GroupConfig{Name: "port-mappings", Match: &vfp.MatchConfig{Direction: "out"}}
 		for _, m := range l.nat.maps {
-			g.Rules = append(g.Rules, RuleConfig{Name: m.name(), Priority: u32(uint32(100 + len(g.Rules))),
-				Match: m.match(""), Action: ActionConfig{Type: "allow", Modify: l.dnat(m)}, Terminating: true, Stateful: true})
+			g.Rules = append(g.Rules, vfp.RuleConfig{Name: m.name(), Priority: u32(uint32(100 + len(g.Rules))),
+				Match: m.match(""), Action: vfp.ActionConfig{Type: "allow", Modify: l.dnat(m)}, Terminating: true, Stateful: true})
 		}
 		groups = append(groups, g)
 	}
 	if len(groups) == 0 {
 		return nil
 	}
-	return &LayerConfig{Name: LayerNAT, Groups: groups}
+	return &vfp.LayerConfig{Name: LayerNAT, Groups: groups}
 }
 
 // natPools lists the pools of every VirtualIP and VIP.
-func (l *hnsLowering) natPools() []NATPoolConfig {
-	var ps []NATPoolConfig
+func (l *lowering) natPools() []vfp.NATPoolConfig {
+	var ps []vfp.NATPoolConfig
 	for _, p := range l.nat.pools {
 		ports := p.ports
 		if ports == "" && l.c.Uplink.HostPort != "" && l.hostIPs[p.ip.Is4()] == p.ip {
-			ports = hostNATPorts
+			ports = HostNATPorts
 		}
-		ps = append(ps, NATPoolConfig{IP: p.ip.String(), Ports: ports, Reserved: p.reserved})
+		ps = append(ps, vfp.NATPoolConfig{IP: p.ip.String(), Ports: ports, Reserved: p.reserved})
 	}
 	return ps
 }

@@ -1,4 +1,4 @@
-package vswitch
+package hns
 
 import (
 	"cmp"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/vfp"
 )
 
 // Service load balancing at the HNS level: LoadBalancers (HNS's
@@ -70,18 +71,18 @@ const (
 	EndpointFlagRemote = 1
 )
 
-// hnsRemote is a remote endpoint.
-type hnsRemote struct {
+// remoteEP is a remote endpoint.
+type remoteEP struct {
 	cfg *EndpointConfig
 	at  string
-	net *hnsNet
+	net *netPlan
 	ips []netip.Addr
 	mac dataplane.MAC // zero: not given
 	pa  netip.Addr    // Overlay: the ProviderAddress policy's, if any
 }
 
-// hnsLB is one port mapping of a load balancer, lowered.
-type hnsLB struct {
+// lbPlan is one port mapping of a load balancer, lowered.
+type lbPlan struct {
 	at        string
 	name      string // the switch.loadBalancers entry
 	proto     string
@@ -89,16 +90,16 @@ type hnsLB struct {
 	flags     uint32
 	frontends []netip.Addr // empty FrontendVIPs: the host's address
 	nodePort  bool
-	cfg       BalancerConfig
+	cfg       vfp.BalancerConfig
 	sourceVIP netip.Addr // invalid: none
 	lbAt      string     // the load balancer's path (at is the port mapping's)
 }
 
 // remoteEndpoint validates remote endpoint ec (Flags 1) of network n.
-func (l *hnsLowering) remoteEndpoint(ec *EndpointConfig, at string, n *hnsNet, ips map[netip.Addr]string) error {
-	r := &hnsRemote{cfg: ec, at: at, net: n}
+func (l *lowering) remoteEndpoint(ec *EndpointConfig, at string, n *netPlan, ips map[netip.Addr]string) error {
+	r := &remoteEP{cfg: ec, at: at, net: n}
 	if ec.MacAddress != "" {
-		m, err := parseUnicastMAC(at+".MacAddress", ec.MacAddress)
+		m, err := vfp.ParseUnicastMAC(at+".MacAddress", ec.MacAddress)
 		if err != nil {
 			return err
 		}
@@ -109,7 +110,7 @@ func (l *hnsLowering) remoteEndpoint(ec *EndpointConfig, at string, n *hnsNet, i
 	}
 	for j, ic := range ec.IpConfigurations {
 		iat := fmt.Sprintf("%s.IpConfigurations[%d].IpAddress", at, j)
-		a, err := parseAddr(iat, ic.IpAddress)
+		a, err := vfp.ParseAddr(iat, ic.IpAddress)
 		if err != nil {
 			return err
 		}
@@ -143,7 +144,7 @@ func (l *hnsLowering) remoteEndpoint(ec *EndpointConfig, at string, n *hnsNet, i
 		if err := decodeSettings(pat+".Settings", pc.Settings, &s); err != nil {
 			return err
 		}
-		pa, err := parseAddr(pat+".Settings.ProviderAddress", s.ProviderAddress)
+		pa, err := vfp.ParseAddr(pat+".Settings.ProviderAddress", s.ProviderAddress)
 		if err != nil {
 			return err
 		}
@@ -162,8 +163,8 @@ func (l *hnsLowering) remoteEndpoint(ec *EndpointConfig, at string, n *hnsNet, i
 }
 
 // routeFor returns the longest remote subnet route that holds a.
-func (n *hnsNet) routeFor(a netip.Addr) *hnsRoute {
-	var best *hnsRoute
+func (n *netPlan) routeFor(a netip.Addr) *paRoute {
+	var best *paRoute
 	for i := range n.routes {
 		r := &n.routes[i]
 		if r.prefix.Contains(a) && (best == nil || r.prefix.Bits() > best.prefix.Bits()) {
@@ -175,8 +176,8 @@ func (n *hnsNet) routeFor(a netip.Addr) *hnsRoute {
 
 // loadBalancers validates LoadBalancers and lowers each port mapping into
 // a switch load balancer.
-func (l *hnsLowering) loadBalancers(eps []*hnsEP) error {
-	local := map[string]*hnsEP{}
+func (l *lowering) loadBalancers(eps []*epPlan) error {
+	local := map[string]*epPlan{}
 	for _, ep := range eps {
 		local[ep.cfg.Name] = ep
 	}
@@ -214,7 +215,7 @@ func (l *hnsLowering) loadBalancers(eps []*hnsEP) error {
 		}
 		var sourceVIP netip.Addr
 		if c.SourceVIP != "" {
-			a, err := parseAddr(at+".SourceVIP", c.SourceVIP)
+			a, err := vfp.ParseAddr(at+".SourceVIP", c.SourceVIP)
 			if err != nil {
 				return err
 			}
@@ -241,7 +242,7 @@ func (l *hnsLowering) loadBalancers(eps []*hnsEP) error {
 		var frontends []netip.Addr
 		for j, s := range c.FrontendVIPs {
 			fat := fmt.Sprintf("%s.FrontendVIPs[%d]", at, j)
-			a, err := parseAddr(fat, s)
+			a, err := vfp.ParseAddr(fat, s)
 			if err != nil {
 				return err
 			}
@@ -270,7 +271,7 @@ func (l *hnsLowering) loadBalancers(eps []*hnsEP) error {
 			}
 			frontends = []netip.Addr{a}
 		}
-		var backends []BackendConfig
+		var backends []vfp.BackendConfig
 		seen := map[string]int{}
 		for j, name := range c.HostComputeEndpoints {
 			eat := fmt.Sprintf("%s.HostComputeEndpoints[%d]", at, j)
@@ -340,7 +341,7 @@ func (l *hnsLowering) loadBalancers(eps []*hnsEP) error {
 				}
 			}
 			dist := [...]string{"connection", "source-ip-protocol", "source-ip"}[pm.DistributionType]
-			cfg := BalancerConfig{
+			cfg := vfp.BalancerConfig{
 				Name:         fmt.Sprintf("%s/%s/%d", c.Name, proto, pm.ExternalPort),
 				Backends:     backends,
 				TargetPort:   pm.InternalPort,
@@ -352,9 +353,9 @@ func (l *hnsLowering) loadBalancers(eps []*hnsEP) error {
 				cfg.SourceVIP = sourceVIP.String()
 			}
 			if pm.AffinityTimeoutSeconds > 0 {
-				cfg.AffinityTimeout = Duration(time.Duration(pm.AffinityTimeoutSeconds) * time.Second)
+				cfg.AffinityTimeout = vfp.Duration(time.Duration(pm.AffinityTimeoutSeconds) * time.Second)
 			}
-			remote := slices.ContainsFunc(backends, func(b BackendConfig) bool { return b.Remote })
+			remote := slices.ContainsFunc(backends, func(b vfp.BackendConfig) bool { return b.Remote })
 			if remote && !sourceVIP.IsValid() && (c.Flags&LBFlagDSR == 0 || pm.Flags&LBPortILB == 0) {
 				why := "without DSR their replies would not come back through this host"
 				if c.Flags&LBFlagDSR != 0 {
@@ -362,7 +363,7 @@ func (l *hnsLowering) loadBalancers(eps []*hnsEP) error {
 				}
 				return fmt.Errorf("%s.SourceVIP: the load balancer has remote endpoints, and %s", at, why)
 			}
-			l.lbs = append(l.lbs, &hnsLB{at: pat, name: cfg.Name, proto: proto, external: pm.ExternalPort,
+			l.lbs = append(l.lbs, &lbPlan{at: pat, name: cfg.Name, proto: proto, external: pm.ExternalPort,
 				flags: pm.Flags, frontends: frontends, nodePort: nodePort, cfg: cfg, sourceVIP: sourceVIP, lbAt: at})
 		}
 	}
@@ -384,7 +385,7 @@ func (l *hnsLowering) loadBalancers(eps []*hnsEP) error {
 
 // remoteOwner returns the path of the remote endpoint that has address a,
 // or "".
-func (l *hnsLowering) remoteOwner(a netip.Addr) string {
+func (l *lowering) remoteOwner(a netip.Addr) string {
 	for _, r := range l.remotes {
 		if slices.Contains(r.ips, a) {
 			return r.at
@@ -395,7 +396,7 @@ func (l *hnsLowering) remoteOwner(a netip.Addr) string {
 
 // backend lowers the endpoint named name (ep if it is local) into a
 // backend of family v4, with the route to it from the uplink.
-func (l *hnsLowering) backend(at, name string, ep *hnsEP, v4 bool) (BackendConfig, error) {
+func (l *lowering) backend(at, name string, ep *epPlan, v4 bool) (vfp.BackendConfig, error) {
 	pick := func(ips []netip.Addr) (netip.Addr, error) {
 		i := slices.IndexFunc(ips, func(a netip.Addr) bool { return a.Is4() == v4 })
 		if i < 0 {
@@ -406,28 +407,28 @@ func (l *hnsLowering) backend(at, name string, ep *hnsEP, v4 bool) (BackendConfi
 	if ep != nil {
 		ip, err := pick(ep.ips)
 		if err != nil {
-			return BackendConfig{}, err
+			return vfp.BackendConfig{}, err
 		}
-		mod := &ModifyConfig{DstMAC: ep.mac.String()}
+		mod := &vfp.ModifyConfig{DstMAC: ep.mac.String()}
 		if r := l.routerMAC(ep.net); !r.IsZero() {
 			mod.SrcMAC = r.String()
 		}
-		return BackendConfig{IP: ip.String(), Unhealthy: ep.cfg.Unhealthy, Modify: mod}, nil
+		return vfp.BackendConfig{IP: ip.String(), Unhealthy: ep.cfg.Unhealthy, Modify: mod}, nil
 	}
 	r := l.remotes[name]
 	if r == nil {
-		return BackendConfig{}, fmt.Errorf("%s: no endpoint is named %q", at, name)
+		return vfp.BackendConfig{}, fmt.Errorf("%s: no endpoint is named %q", at, name)
 	}
 	ip, err := pick(r.ips)
 	if err != nil {
-		return BackendConfig{}, err
+		return vfp.BackendConfig{}, err
 	}
-	be := BackendConfig{IP: ip.String(), Remote: true}
+	be := vfp.BackendConfig{IP: ip.String(), Remote: true}
 	n := r.net
 	switch n.cfg.Type {
 	case TypeOverlay:
 		rt := n.routeFor(ip)
-		be.Modify = &ModifyConfig{DstMAC: rt.drMAC.String()}
+		be.Modify = &vfp.ModifyConfig{DstMAC: rt.drMAC.String()}
 		if !n.drMAC.IsZero() {
 			be.Modify.SrcMAC = n.drMAC.String()
 		}
@@ -447,7 +448,7 @@ func (l *hnsLowering) backend(at, name string, ep *hnsEP, v4 bool) (BackendConfi
 		if mac.IsZero() {
 			return be, fmt.Errorf("%s: remote endpoint %q has no MacAddress, and no router of network %q is in Uplink.Neighbors to send to", at, name, n.cfg.Name)
 		}
-		be.Modify = &ModifyConfig{SrcMAC: l.hostMAC.String(), DstMAC: mac.String()}
+		be.Modify = &vfp.ModifyConfig{SrcMAC: l.hostMAC.String(), DstMAC: mac.String()}
 	}
 	return be, nil
 }
@@ -455,8 +456,8 @@ func (l *hnsLowering) backend(at, name string, ep *hnsEP, v4 bool) (BackendConfi
 // lbGroup is the load-balancers group of a port's NAT_LAYER: for an
 // endpoint (uplink false), every frontend pods reach; for the uplink,
 // every frontend the network reaches.
-func (l *hnsLowering) lbGroup(ep *hnsEP, uplink bool) *GroupConfig {
-	g := GroupConfig{Name: "load-balancers", Match: &MatchConfig{Direction: "out"}}
+func (l *lowering) lbGroup(ep *epPlan, uplink bool) *vfp.GroupConfig {
+	g := vfp.GroupConfig{Name: "load-balancers", Match: &vfp.MatchConfig{Direction: "out"}}
 	for _, b := range l.lbs {
 		switch {
 		case uplink && b.flags&LBPortILB != 0:
@@ -466,12 +467,12 @@ func (l *hnsLowering) lbGroup(ep *hnsEP, uplink bool) *GroupConfig {
 		}
 		route := uplink || b.cfg.PreserveDst || ep.net.cfg.Type == TypeL2Bridge
 		for _, f := range b.frontends {
-			g.Rules = append(g.Rules, RuleConfig{
+			g.Rules = append(g.Rules, vfp.RuleConfig{
 				Name:     fmt.Sprintf("lb-%s-%s-%d", f, b.proto, b.external),
 				Priority: u32(uint32(100 + len(g.Rules))),
-				Match: &MatchConfig{Protocols: []string{b.proto}, DstIPs: []string{f.String()},
+				Match: &vfp.MatchConfig{Protocols: []string{b.proto}, DstIPs: []string{f.String()},
 					DstPorts: []string{strconv.Itoa(int(b.external))}},
-				Action:      ActionConfig{Type: "allow", LB: b.name, LBRoute: route},
+				Action:      vfp.ActionConfig{Type: "allow", LB: b.name, LBRoute: route},
 				Terminating: true, Stateful: true,
 			})
 		}
@@ -483,8 +484,8 @@ func (l *hnsLowering) lbGroup(ep *hnsEP, uplink bool) *GroupConfig {
 }
 
 // balancers lists the switch's load balancers.
-func (l *hnsLowering) balancers() []BalancerConfig {
-	var bs []BalancerConfig
+func (l *lowering) balancers() []vfp.BalancerConfig {
+	var bs []vfp.BalancerConfig
 	for _, b := range l.lbs {
 		bs = append(bs, b.cfg)
 	}
@@ -493,7 +494,7 @@ func (l *hnsLowering) balancers() []BalancerConfig {
 
 // externalVIPs lists the frontends the host answers for on the uplink:
 // those flagged VipExternalIP.
-func (l *hnsLowering) externalVIPs() []netip.Addr {
+func (l *lowering) externalVIPs() []netip.Addr {
 	var as []netip.Addr
 	for _, b := range l.lbs {
 		if b.flags&LBPortVipExternalIP != 0 && !b.nodePort {

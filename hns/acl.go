@@ -1,4 +1,4 @@
-package vswitch
+package hns
 
 import (
 	"cmp"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/ufp-dev/ufp/dataplane"
 	"github.com/ufp-dev/ufp/rules"
+	"github.com/ufp-dev/ufp/vfp"
 )
 
 // ACLs at the HNS level: the endpoint policy ACL and the network policy
@@ -63,16 +64,16 @@ const (
 
 // Group names of the ACL layer, in evaluation order.
 const (
-	aclNetworkGroup  = "network-acls"
-	aclEndpointGroup = "endpoint-acls"
+	ACLNetworkGroup  = "network-acls"
+	ACLEndpointGroup = "endpoint-acls"
 )
 
 // aclMaxTies is how many ACLs of one group may share a Priority: the tie
 // index fills the low 16 bits of the lowered rule's priority.
 const aclMaxTies = 1 << 16
 
-// hnsACL is one validated ACL or NetworkACL policy.
-type hnsACL struct {
+// aclEntry is one validated ACL or NetworkACL policy.
+type aclEntry struct {
 	at          string // the policy's path
 	name        string
 	defaultName bool // no Id: named after its policy index
@@ -86,23 +87,23 @@ type hnsACL struct {
 	priority    uint16
 }
 
-// hnsACLs are the ACLs of one group: a network's NetworkACLs or an
+// aclSet are the ACLs of one group: a network's NetworkACLs or an
 // endpoint's ACLs, in document order. The zero value is empty.
-type hnsACLs struct {
-	list  []*hnsACL
-	names map[string]*hnsACL
+type aclSet struct {
+	list  []*aclEntry
+	names map[string]*aclEntry
 	ties  map[uint16]int // ACLs by Priority
 }
 
 // parseACL validates the ACL or NetworkACL policy pc at path at, whose
 // index in its object's Policies is index.
-func parseACL(at string, index int, pc *PolicyConfig) (*hnsACL, error) {
+func parseACL(at string, index int, pc *PolicyConfig) (*aclEntry, error) {
 	sat := at + ".Settings"
 	var s ACLSettings
 	if err := decodeSettings(sat, pc.Settings, &s); err != nil {
 		return nil, err
 	}
-	a := &hnsACL{at: at, name: s.Id, priority: s.Priority}
+	a := &aclEntry{at: at, name: s.Id, priority: s.Priority}
 	if a.name == "" {
 		a.name, a.defaultName = "acl-"+strconv.Itoa(index), true
 	}
@@ -171,9 +172,9 @@ func parseACL(at string, index int, pc *PolicyConfig) (*hnsACL, error) {
 // add appends ACL a to the group s of owner (an endpoint's or network's
 // path), checking that its name is unique and its Priority not shared by
 // more ACLs than a group can order.
-func (s *hnsACLs) add(a *hnsACL, owner string) error {
+func (s *aclSet) add(a *aclEntry, owner string) error {
 	if s.names == nil {
-		s.names, s.ties = map[string]*hnsACL{}, map[uint16]int{}
+		s.names, s.ties = map[string]*aclEntry{}, map[uint16]int{}
 	}
 	if o, dup := s.names[a.name]; dup {
 		of := "the Id of " + o.at
@@ -196,7 +197,7 @@ func (s *hnsACLs) add(a *hnsACL, owner string) error {
 
 // acl validates the endpoint policy ACL at path at (Policies[index] of
 // endpoint ep).
-func (l *hnsLowering) acl(ep *hnsEP, at string, index int, pc *PolicyConfig) error {
+func (l *lowering) acl(ep *epPlan, at string, index int, pc *PolicyConfig) error {
 	a, err := parseACL(at, index, pc)
 	if err != nil {
 		return err
@@ -206,7 +207,7 @@ func (l *hnsLowering) acl(ep *hnsEP, at string, index int, pc *PolicyConfig) err
 
 // networkACL validates the network policy NetworkACL at path at
 // (Policies[index] of network n).
-func (l *hnsLowering) networkACL(n *hnsNet, at string, index int, pc *PolicyConfig) error {
+func (l *lowering) networkACL(n *netPlan, at string, index int, pc *PolicyConfig) error {
 	a, err := parseACL(at, index, pc)
 	if err != nil {
 		return err
@@ -230,15 +231,15 @@ func aclActionRank(action string) int {
 // priority is the ACL's Priority in the high 16 bits and, among ACLs of
 // equal Priority ordered Block, Allow, Pass, then document order, its
 // index in the low 16 bits.
-func (s *hnsACLs) group(name string) *GroupConfig {
+func (s *aclSet) group(name string) *vfp.GroupConfig {
 	if len(s.list) == 0 {
 		return nil
 	}
 	order := slices.Clone(s.list)
-	slices.SortStableFunc(order, func(a, b *hnsACL) int {
+	slices.SortStableFunc(order, func(a, b *aclEntry) int {
 		return cmp.Or(cmp.Compare(a.priority, b.priority), cmp.Compare(aclActionRank(a.action), aclActionRank(b.action)))
 	})
-	g := &GroupConfig{Name: name}
+	g := &vfp.GroupConfig{Name: name}
 	tie := uint32(0)
 	for i, a := range order {
 		if i > 0 && order[i-1].priority == a.priority {
@@ -252,8 +253,8 @@ func (s *hnsACLs) group(name string) *GroupConfig {
 }
 
 // rule is the ACL as a rule of priority prio.
-func (a *hnsACL) rule(prio uint32) RuleConfig {
-	m := &MatchConfig{Direction: "in"}
+func (a *aclEntry) rule(prio uint32) vfp.RuleConfig {
+	m := &vfp.MatchConfig{Direction: "in"}
 	src, dst, sports, dports := a.remote, a.local, a.remotePorts, a.localPorts
 	if a.out {
 		m.Direction = "out"
@@ -269,32 +270,32 @@ func (a *hnsACL) rule(prio uint32) RuleConfig {
 		m.DstIPs = prefixStrings(dst)
 	}
 	m.SrcPorts, m.DstPorts = rangeStrings(sports), rangeStrings(dports)
-	r := RuleConfig{Name: a.name, Priority: u32(prio), Match: m}
+	r := vfp.RuleConfig{Name: a.name, Priority: u32(prio), Match: m}
 	switch a.action {
 	case ACLAllow:
-		r.Action, r.Terminating, r.Stateful = ActionConfig{Type: "allow"}, true, true
+		r.Action, r.Terminating, r.Stateful = vfp.ActionConfig{Type: "allow"}, true, true
 	case ACLBlock:
-		r.Action, r.Terminating = ActionConfig{Type: "block"}, true
+		r.Action, r.Terminating = vfp.ActionConfig{Type: "block"}, true
 	case ACLPass:
-		r.Action, r.Stateful = ActionConfig{Type: "allow"}, true
+		r.Action, r.Stateful = vfp.ActionConfig{Type: "allow"}, true
 	}
 	return r
 }
 
 // aclLayer is endpoint ep's ACL_LAYER: its network's NetworkACLs, then
 // its own ACLs; nil if it has neither. Nothing matching is allowed.
-func (l *hnsLowering) aclLayer(ep *hnsEP) *LayerConfig {
-	var gs []GroupConfig
-	if g := ep.net.acls.group(aclNetworkGroup); g != nil {
+func (l *lowering) aclLayer(ep *epPlan) *vfp.LayerConfig {
+	var gs []vfp.GroupConfig
+	if g := ep.net.acls.group(ACLNetworkGroup); g != nil {
 		gs = append(gs, *g)
 	}
-	if g := ep.acls.group(aclEndpointGroup); g != nil {
+	if g := ep.acls.group(ACLEndpointGroup); g != nil {
 		gs = append(gs, *g)
 	}
 	if len(gs) == 0 {
 		return nil
 	}
-	return &LayerConfig{Name: LayerACL, Default: &DefaultsConfig{Out: "allow", In: "allow", Stateful: true}, Groups: gs}
+	return &vfp.LayerConfig{Name: LayerACL, Default: &vfp.DefaultsConfig{Out: "allow", In: "allow", Stateful: true}, Groups: gs}
 }
 
 // aclItems splits a comma-separated list, trimming spaces; an empty or

@@ -1,0 +1,13 @@
+// Package hns is the HNS level of a policy document: networks, endpoints,
+// load balancers and their policies, named and shaped as the Host
+// Networking Service's v2 schema names them (HostComputeNetwork,
+// HostComputeEndpoint, HostComputeLoadBalancer, policies as Type plus
+// Settings). It validates a document, naming the object and field of every
+// error, and lowers it (Lower) into the VFP level (package vfp): ports,
+// layers, groups and rules that implement the networks' modes (L2Bridge,
+// Overlay), OutBoundNAT, PortMapping, load balancers and ACLs.
+// docs/ARCHITECTURE.md lists what each object becomes.
+//
+// It imports vfp and dataplane, and nothing of the engine: a client of
+// ufpd's API uses these types without linking the switch.
+package hns

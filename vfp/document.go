@@ -1,0 +1,309 @@
+package vfp
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// SwitchConfig holds switch-wide settings.
+type SwitchConfig struct {
+	Name string `json:"name,omitempty"`
+	// Gateway is the address the switch answers ARP and neighbour
+	// solicitations for, and routes between its endpoints as.
+	Gateway *GatewayConfig `json:"gateway,omitempty"`
+	// Gateways are further router identities, one per network: each
+	// answers for its IPs with its own MAC.
+	Gateways []GatewayConfig `json:"gateways,omitempty"`
+	// FlowTable settings are taken when the switch is created; a later
+	// policy may not change them.
+	FlowTable FlowTableConfig `json:"flowTable"`
+	// VXLANPort is the UDP port decoded as VXLAN (default 4789).
+	VXLANPort uint16 `json:"vxlanPort,omitempty"`
+	// NATPools are the addresses source NAT (action snat) translates to,
+	// each with its port range. Pools outlive policy changes: a
+	// connection keeps its mapping while its pool's address stays.
+	NATPools []NATPoolConfig `json:"natPools,omitempty"`
+	// LoadBalancers are the Services' load balancers that lb actions
+	// name.
+	LoadBalancers []BalancerConfig `json:"loadBalancers,omitempty"`
+}
+
+// NATPoolConfig is one source NAT address and the ports it hands out.
+type NATPoolConfig struct {
+	IP string `json:"ip"`
+	// Ports is the range of TCP and UDP ports mappings get, "lo-hi"
+	// (default 1024-65535). ICMP echo identifiers use all 65536.
+	Ports string `json:"ports,omitempty"`
+	// Reserved are ports never handed out, "tcp/8080" or "udp/53":
+	// those of static port mappings.
+	Reserved []string `json:"reserved,omitempty"`
+}
+
+// GatewayConfig is the switch's own router identity.
+type GatewayConfig struct {
+	MAC string   `json:"mac"`
+	IPs []string `json:"ips"`
+	// Ports are the ports the gateway serves (default: all): only they
+	// get its ARP/ND answers, and it routes only between them.
+	Ports []string `json:"ports,omitempty"`
+}
+
+// FlowTableConfig bounds and ages the unified flow table.
+type FlowTableConfig struct {
+	MaxFlows int             `json:"maxFlows,omitempty"`
+	Shards   int             `json:"shards,omitempty"`
+	OnFull   string          `json:"onFull,omitempty"` // "refuse-new" (default) or "evict-oldest"
+	Timeouts *TimeoutsConfig `json:"timeouts,omitempty"`
+}
+
+// TimeoutsConfig are idle timeouts as Go durations ("30s", "2h4m").
+type TimeoutsConfig struct {
+	TCPEstablished Duration `json:"tcpEstablished,omitempty"`
+	TCPTransitory  Duration `json:"tcpTransitory,omitempty"`
+	TCPTimeWait    Duration `json:"tcpTimeWait,omitempty"`
+	TCPClosed      Duration `json:"tcpClosed,omitempty"`
+	UDP            Duration `json:"udp,omitempty"`
+	UDPUnreplied   Duration `json:"udpUnreplied,omitempty"`
+	ICMP           Duration `json:"icmp,omitempty"`
+	Other          Duration `json:"other,omitempty"`
+}
+
+// Duration is a time.Duration written as a Go duration string in JSON.
+type Duration time.Duration
+
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("want a duration string such as \"30s\"")
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	if v <= 0 {
+		return fmt.Errorf("duration %s must be positive", s)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// DefaultMaxFlows is the flow table bound when a policy sets none.
+const DefaultMaxFlows = 1 << 20
+
+// PortConfig is one switch port: a pod's vNIC or the uplink.
+type PortConfig struct {
+	Name string `json:"name"`
+	MAC  string `json:"mac"`
+	// IPs are the endpoint's addresses; packets a vNIC sends from other
+	// addresses are dropped as spoofed. An uplink's are the host's own
+	// addresses on the underlay (NAT and provider addresses): the switch
+	// answers ARP and neighbour solicitations for them there.
+	IPs []string `json:"ips,omitempty"`
+	// Uplink marks the port that leads out of the switch: frames for
+	// unknown unicast MACs go there. At most one port is the uplink.
+	Uplink bool `json:"uplink,omitempty"`
+	// MTU is the largest IP packet the port's device takes; larger
+	// packets switched to it are dropped (mtu-exceeded). 0: no limit.
+	MTU uint16 `json:"mtu,omitempty"`
+	// Underlay says how a vNIC appears on the uplink's network:
+	// "bridged" (the default: its frames and ARP/ND go out as they are),
+	// "rewrite" (L2Bridge: ARP and neighbour discovery it sends out carry
+	// the uplink's MAC, and the switch answers for it toward the uplink
+	// with the uplink's MAC) or "none" (overlay: it is not on the underlay
+	// at all; ARP and ND the switch cannot answer are dropped).
+	Underlay string `json:"underlay,omitempty"`
+	// Segment isolates vNICs: frames are switched between two vNICs only
+	// if their segments are the same or either is unset (an HNS network
+	// is a segment). The uplink reaches every segment.
+	Segment string        `json:"segment,omitempty"`
+	Layers  []LayerConfig `json:"layers,omitempty"`
+	// Host marks the host's own vNIC (HNS's vEthernet adapter): the
+	// node's network stack on the switch, with the uplink's MAC and some
+	// of its addresses (ips, each an address of the uplink). Frames from
+	// the underlay for the uplink's MAC that no layer claims go to it,
+	// and pods reach it at its addresses. At most one port is the host's.
+	Host bool `json:"host,omitempty"`
+	// Link is how the port's interface is set up when a daemon creates
+	// its device: addresses with prefix lengths, routes, and for an L3
+	// port the gateway MAC its frames are addressed to. The switch itself
+	// does not use it.
+	Link *LinkConfig `json:"link,omitempty"`
+}
+
+// LinkConfig is the network setup of a port's interface (see
+// PortConfig.Link).
+type LinkConfig struct {
+	// Addresses are the interface's addresses with prefix lengths
+	// ("10.0.0.10/24"), each one of the port's ips.
+	Addresses []string `json:"addresses,omitempty"`
+	// Routes are installed through the interface.
+	Routes []LinkRouteConfig `json:"routes,omitempty"`
+	// GatewayMAC is the MAC an L3 port's frames are sent to (the router
+	// the switch answers for); an Ethernet port learns it by ARP.
+	GatewayMAC string `json:"gatewayMac,omitempty"`
+}
+
+// LinkRouteConfig is one route through a port's interface.
+type LinkRouteConfig struct {
+	// Destination is a prefix ("0.0.0.0/0" for a default route).
+	Destination string `json:"destination"`
+	// NextHop is the router (empty: the destination is on the link).
+	NextHop string `json:"nextHop,omitempty"`
+	// OnLink: the next hop is on the link though no address covers it.
+	OnLink bool `json:"onLink,omitempty"`
+}
+
+// LayerConfig is one layer of a port.
+type LayerConfig struct {
+	Name    string          `json:"name"`
+	Default *DefaultsConfig `json:"default,omitempty"`
+	Groups  []GroupConfig   `json:"groups,omitempty"`
+}
+
+// DefaultsConfig gives a layer's action per direction when no rule
+// matches: "allow" (the default) or "block". Stateful makes a connection
+// the default allows stateful, as a stateful rule would.
+type DefaultsConfig struct {
+	Out      string `json:"out,omitempty"`
+	In       string `json:"in,omitempty"`
+	Stateful bool   `json:"stateful,omitempty"`
+}
+
+// GroupConfig is a group of rules with optional conditions of its own.
+type GroupConfig struct {
+	Name  string       `json:"name"`
+	Match *MatchConfig `json:"match,omitempty"`
+	Rules []RuleConfig `json:"rules"`
+}
+
+// RuleConfig is one rule.
+type RuleConfig struct {
+	Name        string       `json:"name"`
+	Priority    *uint32      `json:"priority"`
+	Match       *MatchConfig `json:"match,omitempty"`
+	Action      ActionConfig `json:"action"`
+	Terminating bool         `json:"terminating,omitempty"`
+	Stateful    bool         `json:"stateful,omitempty"`
+}
+
+// MatchConfig is a condition; every list given must match (any of its
+// entries), and an absent list matches anything.
+type MatchConfig struct {
+	Direction string   `json:"direction,omitempty"` // "out", "in" or "both"
+	IPVersion uint8    `json:"ipVersion,omitempty"`
+	SrcMACs   []string `json:"srcMACs,omitempty"`
+	DstMACs   []string `json:"dstMACs,omitempty"`
+	SrcIPs    []string `json:"srcIPs,omitempty"` // prefixes or addresses
+	DstIPs    []string `json:"dstIPs,omitempty"`
+	Protocols []string `json:"protocols,omitempty"` // tcp, udp, icmp, icmpv6 or a number
+	SrcPorts  []string `json:"srcPorts,omitempty"`  // "80" or "1000-2000"
+	DstPorts  []string `json:"dstPorts,omitempty"`
+	VNIs      []uint32 `json:"vnis,omitempty"`
+	// Encapsulated matches only packets still in a VXLAN tunnel.
+	Encapsulated bool     `json:"encapsulated,omitempty"`
+	OuterSrcIPs  []string `json:"outerSrcIPs,omitempty"`
+	OuterDstIPs  []string `json:"outerDstIPs,omitempty"`
+}
+
+// ActionConfig is "allow" or "block"; an allow may transpose headers.
+type ActionConfig struct {
+	Type   string        `json:"type"`
+	Modify *ModifyConfig `json:"modify,omitempty"`
+	// Outer is "pop" (decapsulate) or "not-present" (require no outer
+	// header set).
+	Outer string      `json:"outer,omitempty"`
+	Push  *PushConfig `json:"push,omitempty"`
+	// Reason is the drop reason a block counts its packets under
+	// (default blocked-by-policy), e.g. unknown-vni.
+	Reason string `json:"reason,omitempty"`
+	// SNAT translates the source address to this one, one of
+	// switch.natPools, with a port (or ICMP echo identifier) from its
+	// pool; the rule must be stateful.
+	SNAT string `json:"snat,omitempty"`
+	// LB names a load balancer of switch.loadBalancers: it chooses the
+	// connection's backend and translates the destination to it. The
+	// rule must be stateful. LBRoute also sets the frame's MACs (and
+	// tunnel) toward the backend, as its route says: for rules on the
+	// uplink and for load balancers that preserve the destination.
+	LB      string `json:"lb,omitempty"`
+	LBRoute bool   `json:"lbRoute,omitempty"`
+}
+
+// ModifyConfig rewrites tenant header fields.
+type ModifyConfig struct {
+	SrcMAC  string  `json:"srcMAC,omitempty"`
+	DstMAC  string  `json:"dstMAC,omitempty"`
+	SrcIP   string  `json:"srcIP,omitempty"`
+	DstIP   string  `json:"dstIP,omitempty"`
+	SrcPort *uint16 `json:"srcPort,omitempty"`
+	DstPort *uint16 `json:"dstPort,omitempty"`
+}
+
+// PushConfig is a VXLAN outer header set to push.
+type PushConfig struct {
+	VNI             uint32 `json:"vni"`
+	SrcMAC          string `json:"srcMAC"`
+	DstMAC          string `json:"dstMAC"`
+	SrcIP           string `json:"srcIP"`
+	DstIP           string `json:"dstIP"`
+	DstPort         uint16 `json:"dstPort,omitempty"`
+	TTL             uint8  `json:"ttl,omitempty"`
+	DontFragment    bool   `json:"dontFragment,omitempty"`
+	ZeroUDPChecksum bool   `json:"zeroUDPChecksum,omitempty"`
+}
+
+// Load balancing at the VFP level: switch.loadBalancers, which the lb
+// action of a stateful rule names; the engine chooses a connection's
+// backend when its first packet crosses the rule.
+
+// BalancerConfig is one load-balanced Service port: the backends a
+// connection may go to and how one is chosen.
+type BalancerConfig struct {
+	Name     string          `json:"name"`
+	Backends []BackendConfig `json:"backends"`
+	// TargetPort is the backends' port (0: the destination port stays).
+	TargetPort uint16 `json:"targetPort,omitempty"`
+	// PreserveDst keeps the destination address: backends receive the
+	// frontend address, which they must own.
+	PreserveDst bool `json:"preserveDst,omitempty"`
+	// Distribution is what chooses a backend: "connection" (the
+	// 5-tuple, the default), "source-ip-protocol" or "source-ip".
+	Distribution string `json:"distribution,omitempty"`
+	// AffinityTimeout, when set, remembers each client's backend for this
+	// long after its last new connection: later connections from the
+	// client go there while it stays healthy, even when backends are
+	// added.
+	AffinityTimeout Duration `json:"affinityTimeout,omitempty"`
+	// SourceVIP is an address of switch.natPools. Connections are
+	// translated to it (with a port of its pool) when their backend is
+	// the client itself, and when the backend is remote, unless DSR is on
+	// and the client is behind the port that balanced the connection.
+	SourceVIP string `json:"sourceVIP,omitempty"`
+	// DSR: remote backends reply straight to the client, whose own port
+	// translates the replies back; no SourceVIP for them.
+	DSR bool `json:"dsr,omitempty"`
+}
+
+// BackendConfig is one backend of a load balancer.
+type BackendConfig struct {
+	IP string `json:"ip"`
+	// Remote backends are on another host.
+	Remote bool `json:"remote,omitempty"`
+	// Unhealthy backends get no new connections; established ones stay.
+	Unhealthy bool `json:"unhealthy,omitempty"`
+	// Modify (MACs only) and Push are the route to the backend that an
+	// action with lbRoute applies: its MAC, or its host's, and for a
+	// remote backend over an overlay, the VXLAN header set to its host.
+	Modify *ModifyConfig `json:"modify,omitempty"`
+	Push   *PushConfig   `json:"push,omitempty"`
+}
+
+// Document is a policy document at the VFP level: the switch's settings
+// and its ports.
+type Document struct {
+	Switch SwitchConfig `json:"switch"`
+	Ports  []PortConfig `json:"ports,omitempty"`
+}
