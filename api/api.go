@@ -17,7 +17,7 @@ import (
 	"fmt"
 
 	"github.com/ufp-dev/ufp/hns"
-	"github.com/ufp-dev/ufp/vswitch"
+	"github.com/ufp-dev/ufp/inspect"
 )
 
 // DefaultSocket is where ufpd listens and its clients connect by default.
@@ -133,7 +133,7 @@ func path(format string, args ...any) string {
 // EndpointStatus is what ufpd knows of an endpoint's port and device.
 type EndpointStatus struct {
 	// Port is the endpoint's switch port (absent for a remote endpoint).
-	Port *vswitch.PortInfo `json:"port,omitempty"`
+	Port *inspect.PortInfo `json:"port,omitempty"`
 	// DeviceError says why the endpoint's device is not serving (it
 	// failed, or it could not be restored after a restart).
 	DeviceError string `json:"deviceError,omitempty"`
@@ -142,9 +142,9 @@ type EndpointStatus struct {
 // FlowList is the answer to a flow listing: the flows (at most the limit
 // asked for) and how many matched.
 type FlowList struct {
-	Flows   []vswitch.FlowInfo `json:"flows"`
+	Flows   []inspect.FlowInfo `json:"flows"`
 	Matched int                `json:"matched"`
 }
 
 // CaptureOptions are a capture's parameters.
-type CaptureOptions = vswitch.CaptureOptions
+type CaptureOptions = inspect.CaptureOptions

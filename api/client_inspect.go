@@ -7,18 +7,18 @@ import (
 	"net/url"
 	"strconv"
 
-	"github.com/ufp-dev/ufp/vswitch"
+	"github.com/ufp-dev/ufp/inspect"
 )
 
 // Ports lists the switch's ports.
-func (c *Client) Ports(ctx context.Context) ([]vswitch.PortInfo, error) {
-	var l []vswitch.PortInfo
+func (c *Client) Ports(ctx context.Context) ([]inspect.PortInfo, error) {
+	var l []inspect.PortInfo
 	return l, c.Do(ctx, http.MethodGet, path("/ports"), nil, &l)
 }
 
 // Layers returns a port's layers, groups and rules with their counters.
-func (c *Client) Layers(ctx context.Context, port string) ([]vswitch.LayerInfo, error) {
-	var l []vswitch.LayerInfo
+func (c *Client) Layers(ctx context.Context, port string) ([]inspect.LayerInfo, error) {
+	var l []inspect.LayerInfo
 	return l, c.Do(ctx, http.MethodGet, path("/ports/%s/layers", url.PathEscape(port)), nil, &l)
 }
 
@@ -37,21 +37,21 @@ func (c *Client) FlushFlows(ctx context.Context, f FlowFilter) (int, error) {
 }
 
 // Counters returns the switch's statistics.
-func (c *Client) Counters(ctx context.Context) (*vswitch.Stats, error) {
-	var s vswitch.Stats
+func (c *Client) Counters(ctx context.Context) (*inspect.Stats, error) {
+	var s inspect.Stats
 	return &s, c.Do(ctx, http.MethodGet, path("/counters"), nil, &s)
 }
 
 // Rules returns every rule of the running policy with its counters.
-func (c *Client) Rules(ctx context.Context) ([]vswitch.RuleCount, error) {
-	var l []vswitch.RuleCount
+func (c *Client) Rules(ctx context.Context) ([]inspect.RuleCount, error) {
+	var l []inspect.RuleCount
 	return l, c.Do(ctx, http.MethodGet, path("/rules"), nil, &l)
 }
 
 // Trace traces the packet req describes through the switch without
 // sending anything.
-func (c *Client) Trace(ctx context.Context, req *vswitch.TraceRequest) (*vswitch.TraceResult, error) {
-	var r vswitch.TraceResult
+func (c *Client) Trace(ctx context.Context, req *inspect.TraceRequest) (*inspect.TraceResult, error) {
+	var r inspect.TraceResult
 	return &r, c.Do(ctx, http.MethodPost, path("/trace"), req, &r)
 }
 

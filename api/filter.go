@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/ufp-dev/ufp/vswitch"
+	"github.com/ufp-dev/ufp/inspect"
 )
 
 // FlowFilter selects flows, as the query of GET and DELETE /v1/flows
@@ -51,8 +51,8 @@ func (f FlowFilter) query() string {
 
 // ParseFlowFilter reads a flow filter from a query. Errors name the
 // parameter.
-func ParseFlowFilter(q url.Values) (vswitch.FlowFilter, error) {
-	var f vswitch.FlowFilter
+func ParseFlowFilter(q url.Values) (inspect.FlowFilter, error) {
+	var f inspect.FlowFilter
 	for k := range q {
 		switch k {
 		case "port", "proto", "src", "dst", "sport", "dport", "limit":

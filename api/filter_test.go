@@ -6,24 +6,24 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ufp-dev/ufp/vswitch"
+	"github.com/ufp-dev/ufp/inspect"
 )
 
 func TestFlowFilterRoundTrip(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		in   FlowFilter
-		want vswitch.FlowFilter
+		want inspect.FlowFilter
 	}{
 		{name: "empty"},
 		{name: "everything",
 			in: FlowFilter{Port: "pod-a", Proto: "tcp", Src: "10.244.1.10", Dst: "10.96.0.0/12", SrcPort: 40000, DstPort: 80, Limit: 5},
-			want: vswitch.FlowFilter{Port: "pod-a", Proto: 6, Src: netip.MustParsePrefix("10.244.1.10/32"),
+			want: inspect.FlowFilter{Port: "pod-a", Proto: 6, Src: netip.MustParsePrefix("10.244.1.10/32"),
 				Dst: netip.MustParsePrefix("10.96.0.0/12"), SrcPort: 40000, DstPort: 80, Limit: 5}},
 		{name: "ipv6 and a number",
 			in:   FlowFilter{Proto: "58", Src: "fd00::1", Dst: "fd00::8/64"},
-			want: vswitch.FlowFilter{Proto: 58, Src: netip.MustParsePrefix("fd00::1/128"), Dst: netip.MustParsePrefix("fd00::/64")}},
-		{name: "icmpv6 by name", in: FlowFilter{Proto: "icmp6"}, want: vswitch.FlowFilter{Proto: 58}},
+			want: inspect.FlowFilter{Proto: 58, Src: netip.MustParsePrefix("fd00::1/128"), Dst: netip.MustParsePrefix("fd00::/64")}},
+		{name: "icmpv6 by name", in: FlowFilter{Proto: "icmp6"}, want: inspect.FlowFilter{Proto: 58}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			q, err := url.ParseQuery(strings.TrimPrefix(tc.in.query(), "?"))

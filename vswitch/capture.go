@@ -15,37 +15,7 @@ import (
 	"github.com/gopacket/gopacket/pcapgo"
 
 	"github.com/ufp-dev/ufp/dataplane"
-)
-
-// CaptureOptions configures Capture. The zero value captures every frame
-// in both directions, whole, until the context ends.
-type CaptureOptions struct {
-	// Count is how many frames to write before returning (0: until the
-	// context ends).
-	Count int `json:"count"`
-	// Snaplen is how many bytes of each frame are written (0: 65535).
-	Snaplen int `json:"snaplen"`
-	// Direction selects the frames: "in" those the port's device
-	// delivers to the switch, "out" those the switch writes to it, ""
-	// both.
-	Direction string `json:"direction"`
-}
-
-// CaptureSummary says what a capture did.
-type CaptureSummary struct {
-	// Captured counts the frames written.
-	Captured uint64 `json:"captured"`
-	// Dropped counts the frames the capture missed because it was not
-	// keeping up (its queue was full): the switch never waits for a
-	// capture.
-	Dropped uint64 `json:"dropped"`
-}
-
-// Capture directions (CaptureOptions.Direction).
-const (
-	CaptureIn   = "in"
-	CaptureOut  = "out"
-	CaptureBoth = ""
+	"github.com/ufp-dev/ufp/inspect"
 )
 
 // DefaultSnaplen is the Snaplen of a capture that sets none.
@@ -85,8 +55,8 @@ var ErrDetached = errors.New("device detached")
 // (an http.ResponseWriter, a bufio.Writer), it is flushed whenever the
 // capture has written all it has, so that frames reach a live reader
 // promptly. Safe for concurrent use.
-func (s *Switch) Capture(ctx context.Context, port string, w io.Writer, opt CaptureOptions) (CaptureSummary, error) {
-	var sum CaptureSummary
+func (s *Switch) Capture(ctx context.Context, port string, w io.Writer, opt inspect.CaptureOptions) (inspect.CaptureSummary, error) {
+	var sum inspect.CaptureSummary
 	c, err := newCapture(opt)
 	if err != nil {
 		return sum, fmt.Errorf("capture of port %q: %w", port, err)
@@ -218,14 +188,14 @@ type capFrame struct {
 	out    bool
 }
 
-func newCapture(opt CaptureOptions) (*capture, error) {
+func newCapture(opt inspect.CaptureOptions) (*capture, error) {
 	c := &capture{snaplen: opt.Snaplen}
 	switch opt.Direction {
-	case CaptureBoth:
+	case inspect.CaptureBoth:
 		c.in, c.out = true, true
-	case CaptureIn:
+	case inspect.CaptureIn:
 		c.in = true
-	case CaptureOut:
+	case inspect.CaptureOut:
 		c.out = true
 	default:
 		return nil, fmt.Errorf("direction: %q is none of \"in\", \"out\" and \"\" (both)", opt.Direction)

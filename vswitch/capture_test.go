@@ -14,6 +14,7 @@ import (
 	"github.com/gopacket/gopacket/pcapgo"
 
 	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/inspect"
 )
 
 const devGwMAC = "02:00:00:00:00:01"
@@ -72,14 +73,14 @@ func waitCaptures(t *testing.T, sw *Switch, port string, n int) {
 }
 
 type captureResult struct {
-	sum CaptureSummary
+	sum inspect.CaptureSummary
 	err error
 	out []byte
 }
 
 // startCapture runs Capture in a goroutine; its result comes on the
 // channel.
-func startCapture(ctx context.Context, sw *Switch, port string, opt CaptureOptions) <-chan captureResult {
+func startCapture(ctx context.Context, sw *Switch, port string, opt inspect.CaptureOptions) <-chan captureResult {
 	ch := make(chan captureResult, 1)
 	go func() {
 		var b bytes.Buffer
@@ -108,7 +109,7 @@ func TestCaptureDirections(t *testing.T) {
 	defer stop()
 	start()
 	a, b := devs["pod-a"], devs["pod-b"]
-	res := startCapture(context.Background(), sw, "pod-a", CaptureOptions{Count: 2})
+	res := startCapture(context.Background(), sw, "pod-a", inspect.CaptureOptions{Count: 2})
 	waitCaptures(t, sw, "pod-a", 1)
 
 	// Routed by the gateway: the switch rewrites both MACs.
@@ -125,7 +126,7 @@ func TestCaptureDirections(t *testing.T) {
 	if r.err != nil {
 		t.Fatalf("Capture: %v", r.err)
 	}
-	if r.sum != (CaptureSummary{Captured: 2}) {
+	if r.sum != (inspect.CaptureSummary{Captured: 2}) {
 		t.Errorf("summary %+v", r.sum)
 	}
 	recs, dropped := readCapture(t, r.out, "pod-a")
@@ -149,8 +150,8 @@ func TestCaptureOptions(t *testing.T) {
 	start()
 	a, b := devs["pod-a"], devs["pod-b"]
 	ctx := context.Background()
-	outOnly := startCapture(ctx, sw, "pod-b", CaptureOptions{Count: 1, Direction: CaptureOut, Snaplen: 20})
-	inOnly := startCapture(ctx, sw, "pod-b", CaptureOptions{Count: 1, Direction: CaptureIn})
+	outOnly := startCapture(ctx, sw, "pod-b", inspect.CaptureOptions{Count: 1, Direction: inspect.CaptureOut, Snaplen: 20})
+	inOnly := startCapture(ctx, sw, "pod-b", inspect.CaptureOptions{Count: 1, Direction: inspect.CaptureIn})
 	waitCaptures(t, sw, "pod-b", 2)
 
 	toB := ptUDP(t, devMACA, devMACB, "10.0.0.10", "10.0.0.11", 5000, 53)
@@ -186,7 +187,7 @@ func TestCaptureUntilContextEnds(t *testing.T) {
 	start()
 	a, b := devs["pod-a"], devs["pod-b"]
 	ctx, cancel := context.WithCancel(context.Background())
-	res := startCapture(ctx, sw, "pod-b", CaptureOptions{})
+	res := startCapture(ctx, sw, "pod-b", inspect.CaptureOptions{})
 	waitCaptures(t, sw, "pod-b", 1)
 	for sport := range uint16(5) {
 		a.Inject(ptUDP(t, devMACA, devMACB, "10.0.0.10", "10.0.0.11", 5000+sport, 53))
@@ -214,15 +215,15 @@ func TestCaptureErrors(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
 		port string
-		opt  CaptureOptions
+		opt  inspect.CaptureOptions
 		want string
 		is   error
 	}{
-		{"pod-z", CaptureOptions{}, `no port "pod-z"`, nil},
-		{"pod-d", CaptureOptions{}, `port "pod-d"`, ErrNoDevice},
-		{"pod-a", CaptureOptions{Direction: "both"}, "direction", nil},
-		{"pod-a", CaptureOptions{Count: -1}, "count", nil},
-		{"pod-a", CaptureOptions{Snaplen: -1}, "snaplen", nil},
+		{"pod-z", inspect.CaptureOptions{}, `no port "pod-z"`, nil},
+		{"pod-d", inspect.CaptureOptions{}, `port "pod-d"`, ErrNoDevice},
+		{"pod-a", inspect.CaptureOptions{Direction: "both"}, "direction", nil},
+		{"pod-a", inspect.CaptureOptions{Count: -1}, "count", nil},
+		{"pod-a", inspect.CaptureOptions{Snaplen: -1}, "snaplen", nil},
 	} {
 		var b bytes.Buffer
 		_, err := sw.Capture(ctx, tc.port, &b, tc.opt)
@@ -234,7 +235,7 @@ func TestCaptureErrors(t *testing.T) {
 		}
 	}
 
-	res := startCapture(ctx, sw, "pod-c", CaptureOptions{})
+	res := startCapture(ctx, sw, "pod-c", inspect.CaptureOptions{})
 	waitCaptures(t, sw, "pod-c", 1)
 	sw.Detach("pod-c")
 	r := waitResult(t, res)
@@ -270,7 +271,7 @@ func TestCaptureNeverBlocksSwitch(t *testing.T) {
 	defer w.close()
 	res := make(chan captureResult, 1)
 	go func() {
-		sum, err := sw.Capture(context.Background(), "pod-b", w, CaptureOptions{})
+		sum, err := sw.Capture(context.Background(), "pod-b", w, inspect.CaptureOptions{})
 		res <- captureResult{sum: sum, err: err}
 	}()
 	waitCaptures(t, sw, "pod-b", 1)
@@ -293,7 +294,7 @@ func TestCaptureNeverBlocksSwitch(t *testing.T) {
 // TestCaptureOfferDrops checks the bounded queue: frames beyond it are
 // dropped and counted, and the copies are the frames' bytes.
 func TestCaptureOfferDrops(t *testing.T) {
-	c, err := newCapture(CaptureOptions{Snaplen: 4})
+	c, err := newCapture(inspect.CaptureOptions{Snaplen: 4})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/inspect"
 	"github.com/ufp-dev/ufp/rules"
 )
 
@@ -50,28 +51,11 @@ func (ms *meterSet) get(rs []*rules.Rule) *ruleMeter {
 	return m
 }
 
-// RuleCount is a rule of the running policy with its counters: a plain
-// value, encoded as JSON as it is.
-type RuleCount struct {
-	Port  string `json:"port"`
-	Layer string `json:"layer"`
-	Group string `json:"group"`
-	Rule  string `json:"rule"`
-	// Hits counts the slow-path decisions the rule was its layer's
-	// verdict in; Packets and Bytes the traffic of the flows those
-	// decisions installed (both directions of a connection), live ones
-	// included. A packet decided on its own (not cached) counts as a hit
-	// only.
-	Hits    uint64 `json:"hits"`
-	Packets uint64 `json:"packets"`
-	Bytes   uint64 `json:"bytes"`
-}
-
 // RuleCounters returns the counters of every rule of the running policy,
 // in policy order (ports, their layers, groups, rules). They count from
 // the Apply that installed the policy; a flow decided under an older
 // policy counts for the new one's rules once it is revalidated.
-func (s *Switch) RuleCounters() []RuleCount {
+func (s *Switch) RuleCounters() []inspect.RuleCount {
 	pol := s.pol.Load()
 	live := map[*rules.Rule][2]uint64{}
 	s.pl.FlowTable().Range(func(f *dataplane.Flow) bool {
@@ -84,7 +68,7 @@ func (s *Switch) RuleCounters() []RuleCount {
 		}
 		return true
 	})
-	var out []RuleCount
+	var out []inspect.RuleCount
 	for _, p := range pol.ports {
 		for _, l := range p.Layers {
 			for gi := range l.Groups {
@@ -93,7 +77,7 @@ func (s *Switch) RuleCounters() []RuleCount {
 					r := &g.Rules[ri]
 					c := r.Counters()
 					t := live[r]
-					out = append(out, RuleCount{Port: p.Name, Layer: l.Name, Group: g.Name, Rule: r.Name,
+					out = append(out, inspect.RuleCount{Port: p.Name, Layer: l.Name, Group: g.Name, Rule: r.Name,
 						Hits: c.Hits.Load(), Packets: c.Packets.Load() + t[0], Bytes: c.Bytes.Load() + t[1]})
 				}
 			}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/ufp-dev/ufp/dataplane"
 	"github.com/ufp-dev/ufp/hns"
+	"github.com/ufp-dev/ufp/inspect"
 )
 
 // RuleCounters: the rule that decided a connection counts one hit per
@@ -13,7 +14,7 @@ import (
 // counters start anew with a policy change.
 func TestRuleCounters(t *testing.T) {
 	r := ulNewRig(t, mustParse(t, natDoc))
-	get := func(port, rule string) RuleCount {
+	get := func(port, rule string) inspect.RuleCount {
 		t.Helper()
 		for _, c := range r.sw.RuleCounters() {
 			if c.Port == port && c.Rule == rule {
@@ -21,7 +22,7 @@ func TestRuleCounters(t *testing.T) {
 			}
 		}
 		t.Fatalf("no rule %s on port %s in %+v", rule, port, r.sw.RuleCounters())
-		return RuleCount{}
+		return inspect.RuleCount{}
 	}
 	syn := natPkt{smac: natOvA, dmac: natDR, src: "10.244.0.10", sport: 5000, dst: "203.0.113.5", dport: 80, proto: "tcp", flags: "S"}
 	ack := syn
@@ -39,7 +40,7 @@ func TestRuleCounters(t *testing.T) {
 		}
 	}
 	const rule = "snat-to-192.168.1.10"
-	want := RuleCount{Port: "ov-a", Layer: hns.LayerNAT, Group: "outbound-nat-dual-stack", Rule: rule, Hits: 1, Packets: 4, Bytes: bytes}
+	want := inspect.RuleCount{Port: "ov-a", Layer: hns.LayerNAT, Group: "outbound-nat-dual-stack", Rule: rule, Hits: 1, Packets: 4, Bytes: bytes}
 	if got := get("ov-a", rule); got != want {
 		t.Errorf("live: %+v\nwant  %+v", got, want)
 	}

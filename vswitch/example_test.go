@@ -11,6 +11,7 @@ import (
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
 
+	"github.com/ufp-dev/ufp/inspect"
 	"github.com/ufp-dev/ufp/vswitch"
 )
 
@@ -89,7 +90,7 @@ func ExampleSwitch_Trace() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	res, err := sw.Trace(vswitch.TraceRequest{
+	res, err := sw.Trace(inspect.TraceRequest{
 		Port: "pod-a", Proto: "tcp",
 		Src: netip.MustParseAddr("10.244.1.10"), SrcPort: 40000,
 		Dst: netip.MustParseAddr("10.244.1.11"), DstPort: 22,

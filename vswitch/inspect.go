@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/inspect"
 	"github.com/ufp-dev/ufp/rules"
 )
 
@@ -38,47 +39,11 @@ func noPort(field, name string) error {
 	return &notFound{msg}
 }
 
-// PortInfo describes a port of the running policy. It is a snapshot: a
-// value the caller owns.
-type PortInfo struct {
-	Name string `json:"name"`
-	MAC  string `json:"mac"`
-	// ID is the port's ID in the dataplane; it is stable while a port of
-	// that name stays in the policy.
-	ID     uint16       `json:"id"`
-	IPs    []netip.Addr `json:"ips,omitempty"`
-	Uplink bool         `json:"uplink,omitempty"`
-	// Host marks the host's own vNIC.
-	Host bool `json:"host,omitempty"`
-	// MTU is the largest IP packet the port takes (0: no limit).
-	MTU uint16 `json:"mtu,omitempty"`
-	// Underlay is how a vNIC appears on the uplink's network: bridged,
-	// rewrite (L2Bridge) or none (overlay).
-	Underlay string `json:"underlay"`
-	Segment  string `json:"segment,omitempty"`
-	// Layers are the names of the port's layers, first to last (the order
-	// packets the port sends cross them).
-	Layers []string `json:"layers"`
-	// Device is the device attached to the port, nil if none.
-	Device *DeviceInfo `json:"device,omitempty"`
-}
-
-// DeviceInfo is the state of a port's device (see DeviceStatus).
-type DeviceInfo struct {
-	// Serving: a worker reads the device.
-	Serving bool `json:"serving"`
-	// Error says why the device stopped, if it failed.
-	Error    string `json:"error,omitempty"`
-	RxFrames uint64 `json:"rxFrames"`
-	TxFrames uint64 `json:"txFrames"`
-	TxErrors uint64 `json:"txErrors"`
-}
-
 // PortInfos describes every port of the running policy, in policy order.
-func (s *Switch) PortInfos() []PortInfo {
+func (s *Switch) PortInfos() []inspect.PortInfo {
 	pol := s.pol.Load()
 	devs := s.deviceInfos()
-	out := make([]PortInfo, 0, len(pol.ports))
+	out := make([]inspect.PortInfo, 0, len(pol.ports))
 	for _, p := range pol.ports {
 		out = append(out, portInfo(p, devs[p.Name]))
 	}
@@ -87,19 +52,19 @@ func (s *Switch) PortInfos() []PortInfo {
 
 // PortInfo describes the port named name. The error, if the policy has no
 // such port, names it and wraps ErrNotFound.
-func (s *Switch) PortInfo(name string) (PortInfo, error) {
+func (s *Switch) PortInfo(name string) (inspect.PortInfo, error) {
 	p := s.pol.Load().byName[name]
 	if p == nil {
-		return PortInfo{}, noPort("", name)
+		return inspect.PortInfo{}, noPort("", name)
 	}
 	return portInfo(p, s.deviceInfos()[name]), nil
 }
 
 // deviceInfos returns the attached devices' states by port name.
-func (s *Switch) deviceInfos() map[string]*DeviceInfo {
-	m := map[string]*DeviceInfo{}
+func (s *Switch) deviceInfos() map[string]*inspect.DeviceInfo {
+	m := map[string]*inspect.DeviceInfo{}
 	for _, st := range s.Devices() {
-		d := &DeviceInfo{Serving: st.Serving, RxFrames: st.RxFrames, TxFrames: st.TxFrames, TxErrors: st.TxErrors}
+		d := &inspect.DeviceInfo{Serving: st.Serving, RxFrames: st.RxFrames, TxFrames: st.TxFrames, TxErrors: st.TxErrors}
 		if st.Err != nil {
 			d.Error = st.Err.Error()
 		}
@@ -108,8 +73,8 @@ func (s *Switch) deviceInfos() map[string]*DeviceInfo {
 	return m
 }
 
-func portInfo(p *Port, dev *DeviceInfo) PortInfo {
-	info := PortInfo{
+func portInfo(p *Port, dev *inspect.DeviceInfo) inspect.PortInfo {
+	info := inspect.PortInfo{
 		Name: p.Name, MAC: p.MAC.String(), ID: uint16(p.ID), IPs: slices.Clone(p.IPs),
 		Uplink: p.Uplink, Host: p.Host, MTU: p.MTU, Underlay: underlayName(p.Underlay), Segment: p.Segment,
 		Layers: make([]string, 0, len(p.Layers)), Device: dev,
@@ -131,63 +96,25 @@ func underlayName(u Underlay) string {
 	return "bridged"
 }
 
-// LayerInfo describes one layer of a port: its defaults and its groups of
-// rules with their counters. A snapshot the caller owns.
-type LayerInfo struct {
-	Name string `json:"name"`
-	// DefaultOut and DefaultIn are the actions when no rule matches, as
-	// traces print actions ("allow", "block", "allow modify(...)").
-	DefaultOut      string      `json:"defaultOut"`
-	DefaultIn       string      `json:"defaultIn"`
-	DefaultStateful bool        `json:"defaultStateful,omitempty"`
-	Groups          []GroupInfo `json:"groups"`
-}
-
-// GroupInfo describes a group of a layer, in evaluation order.
-type GroupInfo struct {
-	Name string `json:"name"`
-	// Match is the group's own condition, "any" if it has none.
-	Match string     `json:"match"`
-	Rules []RuleInfo `json:"rules"`
-}
-
-// RuleInfo describes a rule and its counters.
-type RuleInfo struct {
-	Name     string `json:"name"`
-	Priority uint32 `json:"priority"`
-	// Match is the rule's condition ("dir=out proto=tcp dport=80"), "any"
-	// if it has none; Action its action as traces print it.
-	Match       string `json:"match"`
-	Action      string `json:"action"`
-	Terminating bool   `json:"terminating,omitempty"`
-	Stateful    bool   `json:"stateful,omitempty"`
-	// Hits, Packets and Bytes count as RuleCount's do: the slow-path
-	// decisions the rule was its layer's verdict in, and the traffic of
-	// the flows those decisions installed, live ones included.
-	Hits    uint64 `json:"hits"`
-	Packets uint64 `json:"packets"`
-	Bytes   uint64 `json:"bytes"`
-}
-
 // Layers describes the layers of port, first to last, with the counters
 // of their rules as RuleCounters computes them. The error, if the policy
 // has no such port, names it and wraps ErrNotFound.
-func (s *Switch) Layers(port string) ([]LayerInfo, error) {
+func (s *Switch) Layers(port string) ([]inspect.LayerInfo, error) {
 	p := s.pol.Load().byName[port]
 	if p == nil {
 		return nil, noPort("", port)
 	}
 	live := liveTraffic(s.pl.FlowTable())
-	out := make([]LayerInfo, 0, len(p.Layers))
+	out := make([]inspect.LayerInfo, 0, len(p.Layers))
 	for _, l := range p.Layers {
-		li := LayerInfo{Name: l.Name, DefaultOut: l.DefaultOut.String(), DefaultIn: l.DefaultIn.String(),
-			DefaultStateful: l.DefaultStateful, Groups: make([]GroupInfo, 0, len(l.Groups))}
+		li := inspect.LayerInfo{Name: l.Name, DefaultOut: l.DefaultOut.String(), DefaultIn: l.DefaultIn.String(),
+			DefaultStateful: l.DefaultStateful, Groups: make([]inspect.GroupInfo, 0, len(l.Groups))}
 		for gi := range l.Groups {
 			g := &l.Groups[gi]
-			gr := GroupInfo{Name: g.Name, Match: g.Match.String(), Rules: make([]RuleInfo, 0, len(g.Rules))}
+			gr := inspect.GroupInfo{Name: g.Name, Match: g.Match.String(), Rules: make([]inspect.RuleInfo, 0, len(g.Rules))}
 			for ri := range g.Rules {
 				r := &g.Rules[ri]
-				info := RuleInfo{Name: r.Name, Priority: r.Priority, Match: r.Match.String(), Action: r.Action.String(),
+				info := inspect.RuleInfo{Name: r.Name, Priority: r.Priority, Match: r.Match.String(), Action: r.Action.String(),
 					Terminating: r.Terminating, Stateful: r.Stateful}
 				if c := r.Counters(); c != nil {
 					t := live[r]
@@ -220,31 +147,11 @@ func liveTraffic(ft *dataplane.FlowTable) map[*rules.Rule][2]uint64 {
 	return live
 }
 
-// FlowFilter selects flows of the flow table. Zero fields match anything;
-// a flow matches when every other field does. The zero value matches every
-// flow.
-type FlowFilter struct {
-	// Port matches flows that enter or leave by the port of this name.
-	Port string `json:"port,omitempty"`
-	// Proto is an IP protocol number (0: any).
-	Proto uint8 `json:"proto,omitempty"`
-	// Src and Dst match the flow's (tenant) addresses.
-	Src netip.Prefix `json:"src,omitzero"`
-	Dst netip.Prefix `json:"dst,omitzero"`
-	// SrcPort and DstPort match the flow key's ports: TCP and UDP ports,
-	// an ICMP echo's identifier (both), another ICMP message's
-	// type<<8|code (DstPort).
-	SrcPort uint16 `json:"srcPort,omitempty"`
-	DstPort uint16 `json:"dstPort,omitempty"`
-	// Limit bounds how many flows Flows returns (0: all of them).
-	Limit int `json:"limit,omitempty"`
-}
-
 // CheckFlowFilter checks f against the running policy: its port must
 // exist (the error wraps ErrNotFound), its prefixes be valid or zero and
 // its limit not negative. Flows and FlushFlows take any filter; one that
 // fails this check matches nothing or everything it can.
-func (s *Switch) CheckFlowFilter(f FlowFilter) error {
+func (s *Switch) CheckFlowFilter(f inspect.FlowFilter) error {
 	if f.Port != "" && s.pol.Load().byName[f.Port] == nil {
 		return noPort("port", f.Port)
 	}
@@ -263,7 +170,7 @@ func (s *Switch) CheckFlowFilter(f FlowFilter) error {
 }
 
 // matches reports whether flow fl, under policy pol, is one f selects.
-func (f *FlowFilter) matches(pol *compiled, fl *dataplane.Flow) bool {
+func flowMatches(f *inspect.FlowFilter, pol *compiled, fl *dataplane.Flow) bool {
 	k := fl.Key()
 	switch {
 	case f.Proto != 0 && k.Proto != f.Proto,
@@ -279,51 +186,13 @@ func (f *FlowFilter) matches(pol *compiled, fl *dataplane.Flow) bool {
 	return p != nil && (k.InPort == p.ID || fl.Action().Out == p.ID)
 }
 
-// FlowInfo describes one flow (one direction of a connection) of the flow
-// table. A snapshot the caller owns.
-type FlowInfo struct {
-	// InPort is the port the flow's packets enter by; Proto the protocol
-	// (tcp, udp, icmp, icmpv6, proto-N).
-	InPort string `json:"inPort"`
-	Proto  string `json:"proto"`
-	// Src, Dst, SrcPort and DstPort are the flow key's (see FlowFilter
-	// for what the ports hold besides TCP and UDP).
-	Src     netip.Addr `json:"src"`
-	Dst     netip.Addr `json:"dst"`
-	SrcPort uint16     `json:"srcPort"`
-	DstPort uint16     `json:"dstPort"`
-	// Echo marks an ICMP echo flow (request or reply): both ports are its
-	// identifier.
-	Echo bool `json:"echo,omitempty"`
-	// VNI is the VXLAN VNI of a flow that arrives encapsulated (Encap).
-	VNI   uint32 `json:"vni,omitempty"`
-	Encap bool   `json:"encap,omitempty"`
-	// OutPort is the port the flow's packets leave by, HT their composite
-	// transposition; Drop the reason the flow's packets are dropped for
-	// instead ("" if they are not).
-	OutPort string `json:"outPort,omitempty"`
-	Drop    string `json:"drop,omitempty"`
-	HT      string `json:"ht,omitempty"`
-	// Stateful: the flow belongs to a stateful connection; Reply: it is
-	// the connection's reply direction.
-	Stateful bool   `json:"stateful,omitempty"`
-	Reply    bool   `json:"reply,omitempty"`
-	Packets  uint64 `json:"packets"`
-	Bytes    uint64 `json:"bytes"`
-	// IdleSeconds is the time since the flow's last packet, on the
-	// switch's clock (Switch.Now).
-	IdleSeconds float64 `json:"idleSeconds"`
-	// Generation is the policy generation the flow was decided under.
-	Generation uint64 `json:"generation"`
-}
-
 // Flows returns the flows f selects, sorted by input port name, protocol,
 // source and destination address, source and destination port (the
 // origin direction before the reply), at most f.Limit of them if it is
 // positive; matched counts every flow that matched. The flows are read
 // shard by shard while traffic goes on: a consistent view of each flow,
 // not of the table.
-func (s *Switch) Flows(f FlowFilter) (flows []FlowInfo, matched int) {
+func (s *Switch) Flows(f inspect.FlowFilter) (flows []inspect.FlowInfo, matched int) {
 	pol := s.pol.Load()
 	sel := s.selectFlows(pol, &f)
 	slices.SortFunc(sel, func(a, b *dataplane.Flow) int { return compareFlows(pol, a, b) })
@@ -332,7 +201,7 @@ func (s *Switch) Flows(f FlowFilter) (flows []FlowInfo, matched int) {
 		sel = sel[:f.Limit]
 	}
 	now := s.Now()
-	flows = make([]FlowInfo, 0, len(sel))
+	flows = make([]inspect.FlowInfo, 0, len(sel))
 	for _, fl := range sel {
 		flows = append(flows, flowInfo(pol, fl, now))
 	}
@@ -344,7 +213,7 @@ func (s *Switch) Flows(f FlowFilter) (flows []FlowInfo, matched int) {
 // flows it removed, partners included. The connections' state (NAT
 // mappings, balanced tuples) is released and their traffic credited to
 // their rules as when they expire; their next packets take the slow path.
-func (s *Switch) FlushFlows(f FlowFilter) int {
+func (s *Switch) FlushFlows(f inspect.FlowFilter) int {
 	ft := s.pl.FlowTable()
 	n := 0
 	for _, fl := range s.selectFlows(s.pol.Load(), &f) {
@@ -367,10 +236,10 @@ func (s *Switch) FlushFlows(f FlowFilter) int {
 }
 
 // selectFlows returns the flows of the table that f selects.
-func (s *Switch) selectFlows(pol *compiled, f *FlowFilter) []*dataplane.Flow {
+func (s *Switch) selectFlows(pol *compiled, f *inspect.FlowFilter) []*dataplane.Flow {
 	var sel []*dataplane.Flow
 	s.pl.FlowTable().Range(func(fl *dataplane.Flow) bool {
-		if f.matches(pol, fl) {
+		if flowMatches(f, pol, fl) {
 			sel = append(sel, fl)
 		}
 		return true
@@ -416,9 +285,9 @@ func portName(pol *compiled, id dataplane.PortID) string {
 }
 
 // flowInfo describes fl under policy pol at time now.
-func flowInfo(pol *compiled, fl *dataplane.Flow, now int64) FlowInfo {
+func flowInfo(pol *compiled, fl *dataplane.Flow, now int64) inspect.FlowInfo {
 	k, a := fl.Key(), fl.Action()
-	info := FlowInfo{
+	info := inspect.FlowInfo{
 		InPort: portName(pol, k.InPort), Proto: dataplane.ProtoName(k.Proto),
 		Src: k.SrcAddr(), Dst: k.DstAddr(), SrcPort: k.SrcPort, DstPort: k.DstPort,
 		Packets: fl.Packets(), Bytes: fl.Bytes(), Generation: a.Gen,

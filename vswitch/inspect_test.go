@@ -11,6 +11,7 @@ import (
 	"unicode"
 
 	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/inspect"
 )
 
 // Introspection: ports, layers with counters, flows listed and flushed.
@@ -59,7 +60,7 @@ func TestPortInfos(t *testing.T) {
 	stop()
 	_, err = sw.PortInfo("nope")
 	if !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), `"nope"`) {
-		t.Errorf("PortInfo(nope): %v", err)
+		t.Errorf("inspect.PortInfo(nope): %v", err)
 	}
 }
 
@@ -97,7 +98,7 @@ func TestLayers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []LayerInfo{{Name: "ACL", DefaultOut: "allow", DefaultIn: "block", Groups: []GroupInfo{{Name: "endpoint-acls", Match: "any", Rules: []RuleInfo{
+	want := []inspect.LayerInfo{{Name: "ACL", DefaultOut: "allow", DefaultIn: "block", Groups: []inspect.GroupInfo{{Name: "endpoint-acls", Match: "any", Rules: []inspect.RuleInfo{
 		{Name: "allow-web", Priority: 100, Match: "dir=in proto=tcp dport=80", Action: "allow", Terminating: true, Stateful: true,
 			Hits: 1, Packets: 1, Bytes: uint64(len(web))},
 		{Name: "deny-ssh", Priority: 200, Match: "dir=in proto=tcp dport=22", Action: "block", Terminating: true,
@@ -111,7 +112,7 @@ func TestLayers(t *testing.T) {
 		if c.Port != "pod-b" {
 			continue
 		}
-		i := slices.IndexFunc(ls[0].Groups[0].Rules, func(ri RuleInfo) bool { return ri.Name == c.Rule })
+		i := slices.IndexFunc(ls[0].Groups[0].Rules, func(ri inspect.RuleInfo) bool { return ri.Name == c.Rule })
 		ri := ls[0].Groups[0].Rules[i]
 		if ri.Hits != c.Hits || ri.Packets != c.Packets || ri.Bytes != c.Bytes {
 			t.Errorf("rule %s: %+v, RuleCounters %+v", c.Rule, ri, c)
@@ -155,7 +156,7 @@ func flowRig(t *testing.T) *ulRig {
 }
 
 // flowLine is a flow in one line, for comparisons.
-func flowLine(f FlowInfo) string {
+func flowLine(f inspect.FlowInfo) string {
 	s := f.InPort + " " + f.Proto + " " + netip.AddrPortFrom(f.Src, f.SrcPort).String() + " > " + netip.AddrPortFrom(f.Dst, f.DstPort).String()
 	switch {
 	case f.Drop != "":
@@ -182,19 +183,19 @@ func TestFlows(t *testing.T) {
 	}
 	for _, tt := range []struct {
 		name    string
-		filter  FlowFilter
+		filter  inspect.FlowFilter
 		want    []string
 		matched int
 	}{
-		{name: "all", filter: FlowFilter{}, want: all, matched: 8},
-		{name: "limit", filter: FlowFilter{Limit: 2}, want: all[:2], matched: 8},
-		{name: "udp", filter: FlowFilter{Proto: dataplane.ProtoUDP}, want: all[7:], matched: 1},
-		{name: "entering or leaving pod-b", filter: FlowFilter{Port: "pod-b"}, want: all[1:], matched: 7},
-		{name: "from an IPv4 prefix", filter: FlowFilter{Src: netip.MustParsePrefix("10.0.0.10/32")}, want: all[:3], matched: 3},
-		{name: "to IPv6", filter: FlowFilter{Dst: netip.MustParsePrefix("fd00::/64")}, want: []string{all[3], all[6]}, matched: 2},
-		{name: "source port", filter: FlowFilter{SrcPort: 40000, Proto: dataplane.ProtoTCP}, want: []string{all[0], all[1], all[3]}, matched: 3},
-		{name: "destination port and limit", filter: FlowFilter{DstPort: 80, Limit: 1}, want: all[1:2], matched: 3},
-		{name: "unknown port", filter: FlowFilter{Port: "nope"}, matched: 0},
+		{name: "all", filter: inspect.FlowFilter{}, want: all, matched: 8},
+		{name: "limit", filter: inspect.FlowFilter{Limit: 2}, want: all[:2], matched: 8},
+		{name: "udp", filter: inspect.FlowFilter{Proto: dataplane.ProtoUDP}, want: all[7:], matched: 1},
+		{name: "entering or leaving pod-b", filter: inspect.FlowFilter{Port: "pod-b"}, want: all[1:], matched: 7},
+		{name: "from an IPv4 prefix", filter: inspect.FlowFilter{Src: netip.MustParsePrefix("10.0.0.10/32")}, want: all[:3], matched: 3},
+		{name: "to IPv6", filter: inspect.FlowFilter{Dst: netip.MustParsePrefix("fd00::/64")}, want: []string{all[3], all[6]}, matched: 2},
+		{name: "source port", filter: inspect.FlowFilter{SrcPort: 40000, Proto: dataplane.ProtoTCP}, want: []string{all[0], all[1], all[3]}, matched: 3},
+		{name: "destination port and limit", filter: inspect.FlowFilter{DstPort: 80, Limit: 1}, want: all[1:2], matched: 3},
+		{name: "unknown port", filter: inspect.FlowFilter{Port: "nope"}, matched: 0},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			flows, n := r.sw.Flows(tt.filter)
@@ -207,8 +208,8 @@ func TestFlows(t *testing.T) {
 			}
 		})
 	}
-	flows, _ := r.sw.Flows(FlowFilter{SrcPort: 40001})
-	want := FlowInfo{InPort: "pod-a", Proto: "tcp", Src: addr("10.0.0.10"), Dst: addr("10.0.0.11"), SrcPort: 40001, DstPort: 80,
+	flows, _ := r.sw.Flows(inspect.FlowFilter{SrcPort: 40001})
+	want := inspect.FlowInfo{InPort: "pod-a", Proto: "tcp", Src: addr("10.0.0.10"), Dst: addr("10.0.0.11"), SrcPort: 40001, DstPort: 80,
 		OutPort: "pod-b", Stateful: true, Packets: 1, Bytes: 60, Generation: 1}
 	if len(flows) != 1 || flows[0].IdleSeconds < 0 {
 		t.Fatalf("%+v", flows)
@@ -224,17 +225,17 @@ func TestFlushFlows(t *testing.T) {
 	r := flowRig(t)
 	for _, tt := range []struct {
 		name    string
-		filter  FlowFilter
+		filter  inspect.FlowFilter
 		removed int
 		left    int
 	}{
-		{"nothing", FlowFilter{Port: "uplink"}, 0, 8},
-		{"a stateless flow", FlowFilter{Proto: dataplane.ProtoUDP}, 1, 7},
+		{"nothing", inspect.FlowFilter{Port: "uplink"}, 0, 8},
+		{"a stateless flow", inspect.FlowFilter{Proto: dataplane.ProtoUDP}, 1, 7},
 		// The origins match, their replies go with them.
-		{"connections by their origins", FlowFilter{Src: netip.MustParsePrefix("10.0.0.0/24"), DstPort: 80}, 4, 3},
+		{"connections by their origins", inspect.FlowFilter{Src: netip.MustParsePrefix("10.0.0.0/24"), DstPort: 80}, 4, 3},
 		// The reply matches, its origin goes with it.
-		{"a connection by its reply", FlowFilter{Src: netip.MustParsePrefix("fd00::11/128")}, 2, 1},
-		{"the rest", FlowFilter{}, 1, 0},
+		{"a connection by its reply", inspect.FlowFilter{Src: netip.MustParsePrefix("fd00::11/128")}, 2, 1},
+		{"the rest", inspect.FlowFilter{}, 1, 0},
 	} {
 		if n := r.sw.FlushFlows(tt.filter); n != tt.removed {
 			t.Errorf("%s: removed %d, want %d", tt.name, n, tt.removed)
@@ -259,7 +260,7 @@ func TestFlushFlowsReleases(t *testing.T) {
 	if n := r.sw.NAT().Bindings(); n != 1 {
 		t.Fatalf("%d bindings", n)
 	}
-	if n := r.sw.FlushFlows(FlowFilter{Port: "ov-b"}); n != 2 {
+	if n := r.sw.FlushFlows(inspect.FlowFilter{Port: "ov-b"}); n != 2 {
 		t.Errorf("removed %d flows, want 2", n)
 	}
 	if n := r.sw.NAT().Bindings(); n != 0 {
@@ -271,14 +272,14 @@ func TestCheckFlowFilter(t *testing.T) {
 	sw := traceSwitch(t, traceACLDoc)
 	for _, tt := range []struct {
 		name     string
-		filter   FlowFilter
+		filter   inspect.FlowFilter
 		want     string
 		notFound bool
 	}{
-		{name: "empty", filter: FlowFilter{}},
-		{name: "full", filter: FlowFilter{Port: "pod-a", Proto: 6, Src: netip.MustParsePrefix("10.0.0.0/8"), SrcPort: 1, DstPort: 2, Limit: 5}},
-		{name: "unknown port", filter: FlowFilter{Port: "x"}, want: `port: no port "x"`, notFound: true},
-		{name: "negative limit", filter: FlowFilter{Limit: -1}, want: "limit: -1 is negative"},
+		{name: "empty", filter: inspect.FlowFilter{}},
+		{name: "full", filter: inspect.FlowFilter{Port: "pod-a", Proto: 6, Src: netip.MustParsePrefix("10.0.0.0/8"), SrcPort: 1, DstPort: 2, Limit: 5}},
+		{name: "unknown port", filter: inspect.FlowFilter{Port: "x"}, want: `port: no port "x"`, notFound: true},
+		{name: "negative limit", filter: inspect.FlowFilter{Limit: -1}, want: "limit: -1 is negative"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			err := sw.CheckFlowFilter(tt.filter)
@@ -296,8 +297,8 @@ func TestCheckFlowFilter(t *testing.T) {
 // TestInspectJSON checks that every field of the introspection and trace
 // types has a lowerCamel JSON name: they go over the wire as they are.
 func TestInspectJSON(t *testing.T) {
-	for _, v := range []any{PortInfo{}, DeviceInfo{}, LayerInfo{}, GroupInfo{}, RuleInfo{}, FlowFilter{}, FlowInfo{},
-		TraceRequest{}, TraceOuter{}, TraceResult{}, TraceStep{}, HeaderChange{}} {
+	for _, v := range []any{inspect.PortInfo{}, inspect.DeviceInfo{}, inspect.LayerInfo{}, inspect.GroupInfo{}, inspect.RuleInfo{}, inspect.FlowFilter{}, inspect.FlowInfo{},
+		inspect.TraceRequest{}, inspect.TraceOuter{}, inspect.TraceResult{}, inspect.TraceStep{}, inspect.HeaderChange{}} {
 		typ := reflect.TypeOf(v)
 		for i := range typ.NumField() {
 			f := typ.Field(i)
@@ -309,7 +310,7 @@ func TestInspectJSON(t *testing.T) {
 	}
 	// A trace result survives the wire.
 	sw := traceSwitch(t, lbDoc)
-	res, err := sw.Trace(TraceRequest{Port: "ov-a", Proto: "tcp", Src: addr("10.244.0.10"), Dst: addr("10.96.0.21"), SrcPort: 1, DstPort: 80})
+	res, err := sw.Trace(inspect.TraceRequest{Port: "ov-a", Proto: "tcp", Src: addr("10.244.0.10"), Dst: addr("10.96.0.21"), SrcPort: 1, DstPort: 80})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -317,7 +318,7 @@ func TestInspectJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var back TraceResult
+	var back inspect.TraceResult
 	if err := json.Unmarshal(b, &back); err != nil || !reflect.DeepEqual(&back, res) {
 		t.Errorf("%v: %s", err, b)
 	}
@@ -328,7 +329,7 @@ func TestInspectJSON(t *testing.T) {
 func TestFlowsEcho(t *testing.T) {
 	r := ulNewRig(t, mustParse(t, traceACLDoc))
 	traceSend(t, r, "pod-a", natPkt{smac: traceA, dmac: traceB, src: "10.0.0.10", sport: 7, dst: "10.0.0.11", proto: "echo"}, "drop blocked-by-policy")
-	flows, n := r.sw.Flows(FlowFilter{Proto: dataplane.ProtoICMPv4})
+	flows, n := r.sw.Flows(inspect.FlowFilter{Proto: dataplane.ProtoICMPv4})
 	if n == 0 {
 		t.Fatal("no icmp flow")
 	}
@@ -337,7 +338,7 @@ func TestFlowsEcho(t *testing.T) {
 			t.Errorf("echo flow %+v: want Echo with identifier 7 in both ports", f)
 		}
 	}
-	tcp, _ := flowRig(t).sw.Flows(FlowFilter{Proto: dataplane.ProtoTCP})
+	tcp, _ := flowRig(t).sw.Flows(inspect.FlowFilter{Proto: dataplane.ProtoTCP})
 	for _, f := range tcp {
 		if f.Echo {
 			t.Errorf("tcp flow %+v says echo", f)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/inspect"
 )
 
 // The in-memory pipeline on a realistic mixed policy: the HNS document of
@@ -925,7 +926,7 @@ func TestMixedPolicy(t *testing.T) {
 	for k := range numMixKinds {
 		for v := range mixVariants {
 			syn := mixSyn(k, 1024, v, "S")
-			res, err := sw.Trace(TraceRequest{Port: "pod-a", Proto: "tcp", Src: addr(syn.src), Dst: addr(syn.dst), SrcPort: syn.sport, DstPort: syn.dport})
+			res, err := sw.Trace(inspect.TraceRequest{Port: "pod-a", Proto: "tcp", Src: addr(syn.src), Dst: addr(syn.dst), SrcPort: syn.sport, DstPort: syn.dport})
 			if err != nil {
 				t.Fatal(err)
 			}

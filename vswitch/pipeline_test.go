@@ -852,7 +852,7 @@ func TestPipelineSwitchConcurrent(t *testing.T) {
 	}
 	pl := sw.Pipeline()
 	if st := pl.Stats(); st.Fast != sum.fast || st.Slow != sum.slow {
-		t.Errorf("Stats() = %+v, the workers saw fast=%d slow=%d", st, sum.fast, sum.slow)
+		t.Errorf("inspect.Stats() = %+v, the workers saw fast=%d slow=%d", st, sum.fast, sum.slow)
 	}
 	if total := sum.fast + sum.slow; total != sum.packets {
 		t.Errorf("%d packets on the two paths, want %d", total, sum.packets)

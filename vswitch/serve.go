@@ -49,7 +49,7 @@ type DeviceStatus struct {
 	Err     error
 	// RxFrames counts frames read from the port's device, TxFrames
 	// frames written to it and TxErrors frames whose write failed. They
-	// are the port's counters (PortStats): they go on across a device
+	// are the port's counters (inspect.PortStats): they go on across a device
 	// detached and another attached.
 	RxFrames, TxFrames, TxErrors uint64
 }

@@ -1,89 +1,10 @@
 package vswitch
 
 import (
-	"net/netip"
-
 	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/inspect"
 	"github.com/ufp-dev/ufp/nat"
 )
-
-// Stats is a snapshot of the switch's counters and the occupancy of its
-// tables, as Switch.Stats returns it. It is a plain value owned by the
-// caller, meant to be encoded as JSON as it is.
-type Stats struct {
-	// Generation is the running policy's generation.
-	Generation uint64 `json:"generation"`
-	// FastPath and SlowPath count the packets by the path they took
-	// through the pipeline.
-	FastPath uint64 `json:"fastPath"`
-	SlowPath uint64 `json:"slowPath"`
-	// Drops counts the whole switch's drops by reason (a
-	// dataplane.DropReason's String), non-zero ones only.
-	Drops map[string]uint64 `json:"drops"`
-	// Ports are the running policy's ports, in policy order.
-	Ports []PortStats `json:"ports"`
-	// FlowTable is the unified flow table's occupancy and counters.
-	FlowTable FlowTableStats `json:"flowTable"`
-	// NATPools are the source NAT pools, retired ones still draining
-	// included, by address.
-	NATPools []NATPoolStats `json:"natPools"`
-	// DeviceFailures counts devices whose worker stopped on an error;
-	// TxNoDevice frames forwarded to a port with no (working) device.
-	DeviceFailures uint64 `json:"deviceFailures"`
-	TxNoDevice     uint64 `json:"txNoDevice"`
-}
-
-// PortStats are one port's counters. Rx counts the frames read from the
-// port's device (or given to the pipeline as arriving by it), Tx those
-// written to its device; Drops the frames that arrived by the port and
-// were dropped, by reason (non-zero ones only). A port's counters go on
-// across a device detached and another attached.
-type PortStats struct {
-	Name      string            `json:"name"`
-	RxPackets uint64            `json:"rxPackets"`
-	RxBytes   uint64            `json:"rxBytes"`
-	TxPackets uint64            `json:"txPackets"`
-	TxBytes   uint64            `json:"txBytes"`
-	TxErrors  uint64            `json:"txErrors"`
-	Drops     map[string]uint64 `json:"drops"`
-}
-
-// FlowTableStats are the flow table's occupancy (Flows of Capacity, one
-// flow per direction of a connection) and the counts of flows inserted,
-// expired (idle or closed), evicted to make room, and refused for want
-// of it, since the switch started.
-type FlowTableStats struct {
-	Flows    uint64 `json:"flows"`
-	Capacity uint64 `json:"capacity"`
-	Inserted uint64 `json:"inserted"`
-	Expired  uint64 `json:"expired"`
-	Evicted  uint64 `json:"evicted"`
-	Refused  uint64 `json:"refused"`
-}
-
-// NATPoolStats are one source NAT pool's occupancy: ports bound and ports
-// available to bind, over all protocols and per protocol.
-type NATPoolStats struct {
-	Address netip.Addr `json:"address"`
-	// PortsInUse and PortsTotal add up the protocols: TCP and UDP ports
-	// and ICMP echo identifiers.
-	PortsInUse uint64 `json:"portsInUse"`
-	PortsTotal uint64 `json:"portsTotal"`
-	// Protocols holds the same per protocol, by name: "tcp", "udp",
-	// "icmp" (ICMP and ICMPv6 echo identifiers).
-	Protocols map[string]NATPortUse `json:"protocols"`
-	// Exhausted counts bindings refused because every port was taken.
-	Exhausted uint64 `json:"exhausted"`
-	// Retired: the pool left the policy and drains its last bindings.
-	Retired bool `json:"retired"`
-}
-
-// NATPortUse is how many ports of one protocol a pool has bound, of how
-// many it can bind (the range less reservations).
-type NATPortUse struct {
-	InUse uint64 `json:"inUse"`
-	Total uint64 `json:"total"`
-}
 
 // natProtocols names the nat package's protocol classes.
 var natProtocols = [...]struct {
@@ -96,34 +17,34 @@ var natProtocols = [...]struct {
 // counters the workers keep on their own, summed here, and takes the
 // tables' locks briefly; nothing on the packet path waits for it. Safe for
 // concurrent use.
-func (s *Switch) Stats() Stats {
+func (s *Switch) Stats() inspect.Stats {
 	pol := s.pol.Load()
 	c := s.pl.Counters()
-	st := Stats{
+	st := inspect.Stats{
 		Generation:     pol.gen,
 		FastPath:       c.Fast,
 		SlowPath:       c.Slow,
 		Drops:          dropMap(&c.Drops),
-		Ports:          make([]PortStats, 0, len(pol.ports)),
+		Ports:          make([]inspect.PortStats, 0, len(pol.ports)),
 		DeviceFailures: s.DeviceFailures(),
 		TxNoDevice:     s.TxNoDevice(),
 	}
 	for _, p := range pol.ports {
 		pc := c.Port(p.ID)
-		st.Ports = append(st.Ports, PortStats{Name: p.Name, RxPackets: pc.RxPackets, RxBytes: pc.RxBytes,
+		st.Ports = append(st.Ports, inspect.PortStats{Name: p.Name, RxPackets: pc.RxPackets, RxBytes: pc.RxBytes,
 			TxPackets: pc.TxPackets, TxBytes: pc.TxBytes, TxErrors: pc.TxErrors, Drops: dropMap(&pc.Drops)})
 	}
 	ft := s.pl.FlowTable()
 	fs := ft.Stats()
-	st.FlowTable = FlowTableStats{Flows: uint64(max(fs.Flows, 0)), Capacity: uint64(max(ft.Config().MaxFlows, 0)),
+	st.FlowTable = inspect.FlowTableStats{Flows: uint64(max(fs.Flows, 0)), Capacity: uint64(max(ft.Config().MaxFlows, 0)),
 		Inserted: fs.Inserted, Expired: fs.Expired, Evicted: fs.Evicted, Refused: fs.Refused}
 	pools := s.nat.Stats()
-	st.NATPools = make([]NATPoolStats, 0, len(pools))
+	st.NATPools = make([]inspect.NATPoolStats, 0, len(pools))
 	for _, ps := range pools {
-		np := NATPoolStats{Address: ps.IP, Exhausted: ps.Exhausted, Retired: ps.Retired,
-			Protocols: make(map[string]NATPortUse, len(natProtocols))}
+		np := inspect.NATPoolStats{Address: ps.IP, Exhausted: ps.Exhausted, Retired: ps.Retired,
+			Protocols: make(map[string]inspect.NATPortUse, len(natProtocols))}
 		for _, pr := range natProtocols {
-			u := NATPortUse{InUse: uint64(max(ps.InUse[pr.class], 0)), Total: uint64(max(ps.Capacity[pr.class], 0))}
+			u := inspect.NATPortUse{InUse: uint64(max(ps.InUse[pr.class], 0)), Total: uint64(max(ps.Capacity[pr.class], 0))}
 			np.Protocols[pr.name] = u
 			np.PortsInUse += u.InUse
 			np.PortsTotal += u.Total

@@ -11,11 +11,12 @@ import (
 	"unicode"
 
 	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/inspect"
 	"github.com/ufp-dev/ufp/nat"
 	"github.com/ufp-dev/ufp/vfp"
 )
 
-func portStats(t *testing.T, st Stats, name string) PortStats {
+func portStats(t *testing.T, st inspect.Stats, name string) inspect.PortStats {
 	t.Helper()
 	for _, p := range st.Ports {
 		if p.Name == name {
@@ -23,11 +24,11 @@ func portStats(t *testing.T, st Stats, name string) PortStats {
 		}
 	}
 	t.Fatalf("no port %s in %+v", name, st.Ports)
-	return PortStats{}
+	return inspect.PortStats{}
 }
 
 // TestStatsServe drives frames through a serving switch and checks the
-// per-port counters, drops, paths and the flow table in Stats, and that
+// per-port counters, drops, paths and the flow table in inspect.Stats, and that
 // they stay once the workers are gone.
 func TestStatsServe(t *testing.T) {
 	sw, devs, start, stop := devSwitch(t)
@@ -50,12 +51,12 @@ func TestStatsServe(t *testing.T) {
 		t.Helper()
 		st := sw.Stats()
 		pa, pb := portStats(t, st, "pod-a"), portStats(t, st, "pod-b")
-		wantA := PortStats{Name: "pod-a", RxPackets: sent + 1, RxBytes: sentBytes + uint64(len(blocked)),
+		wantA := inspect.PortStats{Name: "pod-a", RxPackets: sent + 1, RxBytes: sentBytes + uint64(len(blocked)),
 			Drops: map[string]uint64{"blocked-by-policy": 1}}
 		if !reflect.DeepEqual(pa, wantA) {
 			t.Errorf("%s: pod-a %+v\nwant       %+v", when, pa, wantA)
 		}
-		wantB := PortStats{Name: "pod-b", TxPackets: sent, TxBytes: sentBytes, Drops: map[string]uint64{}}
+		wantB := inspect.PortStats{Name: "pod-b", TxPackets: sent, TxBytes: sentBytes, Drops: map[string]uint64{}}
 		if !reflect.DeepEqual(pb, wantB) {
 			t.Errorf("%s: pod-b %+v\nwant       %+v", when, pb, wantB)
 		}
@@ -130,7 +131,7 @@ func serve(t *testing.T, sw *Switch) (stop func()) {
 	}
 }
 
-// TestStatsNAT checks the NAT pools' occupancy in Stats.
+// TestStatsNAT checks the NAT pools' occupancy in inspect.Stats.
 func TestStatsNAT(t *testing.T) {
 	r := ulNewRig(t, mustParse(t, natDoc))
 	for _, sport := range []uint16{5000, 5001} {
@@ -141,7 +142,7 @@ func TestStatsNAT(t *testing.T) {
 	}
 	st := r.sw.Stats()
 	addr := netip.MustParseAddr("192.168.1.10")
-	var got *NATPoolStats
+	var got *inspect.NATPoolStats
 	for i := range st.NATPools {
 		if st.NATPools[i].Address == addr {
 			got = &st.NATPools[i]
@@ -174,7 +175,7 @@ func TestStatsNAT(t *testing.T) {
 // is encoded under a lowerCamel name.
 func TestStatsJSON(t *testing.T) {
 	sw, _, _, _ := devSwitch(t)
-	for _, v := range []any{sw.Stats(), sw.RuleCounters(), CaptureOptions{}, CaptureSummary{}} {
+	for _, v := range []any{sw.Stats(), sw.RuleCounters(), inspect.CaptureOptions{}, inspect.CaptureSummary{}} {
 		checkJSONNames(t, reflect.TypeOf(v))
 		if _, err := json.Marshal(v); err != nil {
 			t.Errorf("%T: %v", v, err)

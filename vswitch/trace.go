@@ -1,18 +1,14 @@
 package vswitch
 
 import (
-	"bytes"
 	"cmp"
 	"encoding/binary"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net/netip"
 	"slices"
-	"strings"
 
 	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/inspect"
 	"github.com/ufp-dev/ufp/nat"
 	"github.com/ufp-dev/ufp/rules"
 	"github.com/ufp-dev/ufp/vfp"
@@ -23,134 +19,11 @@ import (
 // changing any state. ufpd serves it (POST /v1/trace), ufpctl trace asks
 // for it.
 
-// TraceRequest describes the packet to trace; Trace reads it and keeps
-// nothing of it. Its JSON form spells addresses and MACs as strings;
-// decoding it reports a malformed field by its name ("src: \"x\" is not
-// an IP address").
-type TraceRequest struct {
-	// Port is the port the packet enters by (required).
-	Port string `json:"port"`
-	// Proto is tcp, udp, icmp, icmpv6 or a protocol number (required).
-	// icmp with IPv6 addresses is icmpv6.
-	Proto string `json:"proto"`
-	// Src and Dst are the packet's addresses (required, of one family).
-	Src netip.Addr `json:"src"`
-	Dst netip.Addr `json:"dst"`
-	// SrcPort and DstPort are the TCP or UDP ports; for an ICMP echo,
-	// SrcPort is the identifier.
-	SrcPort uint16 `json:"srcPort,omitempty"`
-	DstPort uint16 `json:"dstPort,omitempty"`
-	// TCPFlags are the TCP flags as tcpdump's letters: S, A (or .), F, R,
-	// P, e.g. "S", "SA", "S.", "FA". Default "S", a connection's first
-	// packet.
-	TCPFlags string `json:"tcpFlags,omitempty"`
-	// ICMPType and ICMPCode are the ICMP message's (default an echo
-	// request).
-	ICMPType *uint8 `json:"icmpType,omitempty"`
-	ICMPCode uint8  `json:"icmpCode,omitempty"`
-	// SrcMAC and DstMAC default to what the sender would use: from a vNIC,
-	// its own MAC, and the MAC the switch answers ARP (or neighbour
-	// solicitation) for Dst with, or off-link for the port's gateway; from
-	// the uplink, the MAC of the gateway with address Src or of the
-	// network's router if the switch knows one (else 02:00:00:75:66:70),
-	// and the MAC Dst's port has on the underlay (else the uplink's).
-	SrcMAC string `json:"srcMAC,omitempty"`
-	DstMAC string `json:"dstMAC,omitempty"`
-	// VXLAN, if set, is the outer header set the packet arrives in.
-	VXLAN *TraceOuter `json:"vxlan,omitempty"`
-	// Length is the L4 payload's length in bytes (for MTU checks).
-	Length int `json:"length,omitempty"`
-}
-
-// TraceOuter is the VXLAN outer header set of a traced packet.
-type TraceOuter struct {
-	// Src is the sending host's address (required); Dst defaults to the
-	// input port's address of Src's family.
-	Src netip.Addr `json:"src"`
-	Dst netip.Addr `json:"dst,omitzero"`
-	VNI uint32     `json:"vni"`
-	// SrcMAC and DstMAC default as TraceRequest's do for a packet from
-	// Src to Dst (the uplink's MAC from the uplink). Only the uplink
-	// decapsulates: elsewhere the packet is plain UDP.
-	SrcMAC string `json:"srcMAC,omitempty"`
-	DstMAC string `json:"dstMAC,omitempty"`
-}
-
-// TraceResult is what the switch would do with a traced packet. The trace
-// reads the running policy and the flow table and changes nothing: no
-// flow, NAT mapping, balanced connection, affinity or counter. The caller
-// owns the result.
-type TraceResult struct {
-	// Packet is the packet as built, in one line as ufp-replay prints
-	// packets ("ipv4 tcp 10.0.0.10:40000 > 10.0.0.11:80 [S]").
-	Packet string `json:"packet"`
-	// Generation is the policy generation the packet was decided under.
-	Generation uint64 `json:"generation"`
-	// Cached is the flow the fast path would handle the packet with now,
-	// nil if none: then the slow path decides it, as Steps and Lines tell.
-	// (A cached flow was decided as Lines tell when its connection
-	// started, under its own generation.)
-	Cached *FlowInfo `json:"cached,omitempty"`
-	// Steps are the verdicts of the layers the packet crosses, in order.
-	Steps []TraceStep `json:"steps"`
-	// Lines are the slow path's account of the decision, the lines
-	// ufp-replay prints for the packet.
-	Lines []string `json:"lines"`
-	// Changes are the header fields that differ between the packet as it
-	// enters and as it leaves, in header order; none if it is dropped.
-	Changes []HeaderChange `json:"changes,omitempty"`
-	// HT is the composite transposition the decision applies.
-	HT string `json:"ht,omitempty"`
-	// Verdict is "forward" or "drop"; Drop the drop reason.
-	Verdict string `json:"verdict"`
-	Drop    string `json:"drop,omitempty"`
-	// Answer, for a drop the switch answers (a TCP reset, an ICMP
-	// unreachable), is the answer in one line; it leaves by the input port.
-	Answer string `json:"answer,omitempty"`
-	// OutPort is the port the packet leaves by, and Output the packet as
-	// it leaves, in one line.
-	OutPort string `json:"outPort,omitempty"`
-	Output  string `json:"output,omitempty"`
-}
-
-// TraceStep is one layer's verdict for a traced packet.
-type TraceStep struct {
-	Port string `json:"port"`
-	// Direction is "out" (entering the switch through Port: its layers
-	// first to last) or "in" (leaving through it: last to first).
-	Direction string `json:"direction"`
-	Layer     string `json:"layer"`
-	// Group, Rule and Priority name the rule that decided; empty when
-	// the layer's default did (Default).
-	Group    string `json:"group,omitempty"`
-	Rule     string `json:"rule,omitempty"`
-	Priority uint32 `json:"priority,omitempty"`
-	// Action is the verdict's action as traces print it.
-	Action      string `json:"action"`
-	Default     bool   `json:"default,omitempty"`
-	Terminating bool   `json:"terminating,omitempty"`
-	Stateful    bool   `json:"stateful,omitempty"`
-}
-
-// HeaderChange is one header field of a traced packet that the switch
-// changes. From or To is empty where the header is absent (an outer
-// header set pushed or popped).
-type HeaderChange struct {
-	// Field is src-mac, dst-mac, src-ip, dst-ip, src-port, dst-port,
-	// icmp-id, ttl or hop-limit for the tenant headers; outer (the whole
-	// outer header set), vni, outer-src-mac, outer-dst-mac, outer-src-ip,
-	// outer-dst-ip, outer-src-port, outer-dst-port or outer-ttl for the
-	// VXLAN outer header set.
-	Field string `json:"field"`
-	From  string `json:"from"`
-	To    string `json:"to"`
-}
-
 // traceRecorder collects a trace's steps, and what its decision, which
 // is dry (translation.dry), needs beside: whether it translated a source
 // already, and the live source NAT bindings.
 type traceRecorder struct {
-	steps  []TraceStep
+	steps  []inspect.TraceStep
 	natted bool
 	nat    *natView // read on first need
 }
@@ -261,7 +134,7 @@ func (pol *compiled) natReserved(ip netip.Addr, proto uint8, port uint16) bool {
 
 // layer records layer l's verdict vd at port p in direction dir.
 func (r *traceRecorder) layer(p *Port, dir rules.Direction, l *rules.Layer, vd *rules.Verdict) {
-	st := TraceStep{Port: p.Name, Direction: dir.String(), Layer: l.Name, Action: vd.Action.String(),
+	st := inspect.TraceStep{Port: p.Name, Direction: dir.String(), Layer: l.Name, Action: vd.Action.String(),
 		Default: vd.Rule == nil, Stateful: vd.Stateful()}
 	if vd.Rule != nil {
 		st.Group, st.Rule, st.Priority, st.Terminating = vd.Group.Name, vd.Rule.Name, vd.Rule.Priority, vd.Rule.Terminating
@@ -305,22 +178,22 @@ var traceSrcMAC = dataplane.MAC{0x02, 0x00, 0x00, 0x75, 0x66, 0x70}
 // wraps ErrNotFound. Only IP packets are traced (not ARP or neighbour
 // discovery, which the switch answers itself). Safe for concurrent use
 // with traffic and policy changes.
-func (s *Switch) Trace(req TraceRequest) (*TraceResult, error) {
+func (s *Switch) Trace(req inspect.TraceRequest) (*inspect.TraceResult, error) {
 	pol := s.pol.Load()
-	pk, err := req.packet(pol)
+	pk, err := tracePacketOf(&req, pol)
 	if err != nil {
 		return nil, err
 	}
 	in := pk.in
 	frame := pk.frame()
-	res := &TraceResult{Packet: Describe(frame, pol.vxlan), Steps: []TraceStep{}, Lines: []string{}}
+	res := &inspect.TraceResult{Packet: Describe(frame, pol.vxlan), Steps: []inspect.TraceStep{}, Lines: []string{}}
 	p := dataplane.NewPacket(dataplane.BufferSize)
 	if !p.SetFrame(frame) {
 		return nil, fmt.Errorf("length: a frame of %d bytes is too large", len(frame))
 	}
 	p.InPort = in.ID
 	tr := &dataplane.Trace{}
-	drop := func(r dataplane.DropReason) (*TraceResult, error) {
+	drop := func(r dataplane.DropReason) (*inspect.TraceResult, error) {
 		res.Verdict, res.Drop, res.Lines = "drop", r.String(), append(res.Lines, tr.Lines()...)
 		return res, nil
 	}
@@ -426,7 +299,7 @@ func hasReply(v *dataplane.View) bool {
 	return false
 }
 
-// tracePacket is a validated TraceRequest with its defaults filled in.
+// tracePacket is a validated inspect.TraceRequest with its defaults filled in.
 type tracePacket struct {
 	in             *Port
 	srcMAC, dstMAC dataplane.MAC
@@ -453,7 +326,7 @@ const (
 )
 
 // packet validates r against policy pol and fills in its defaults.
-func (r *TraceRequest) packet(pol *compiled) (*tracePacket, error) {
+func tracePacketOf(r *inspect.TraceRequest, pol *compiled) (*tracePacket, error) {
 	pk := &tracePacket{}
 	if r.Port == "" {
 		return nil, fmt.Errorf("port: required")
@@ -530,7 +403,7 @@ func (r *TraceRequest) packet(pol *compiled) (*tracePacket, error) {
 		}
 	}
 	if r.VXLAN != nil {
-		if pk.outer, err = r.VXLAN.outer(pol, in); err != nil {
+		if pk.outer, err = traceOuterOf(r.VXLAN, pol, in); err != nil {
 			return nil, fmt.Errorf("vxlan.%w", err)
 		}
 	}
@@ -578,7 +451,7 @@ func (r *TraceRequest) packet(pol *compiled) (*tracePacket, error) {
 
 // outer validates o for a packet arriving by port in and fills in its
 // defaults. Its errors name the field within o.
-func (o *TraceOuter) outer(pol *compiled, in *Port) (*traceOuter, error) {
+func traceOuterOf(o *inspect.TraceOuter, pol *compiled, in *Port) (*traceOuter, error) {
 	t := &traceOuter{src: o.Src.Unmap(), dst: o.Dst.Unmap(), vni: o.VNI, port: cmp.Or(pol.vxlan, dataplane.VXLANPort)}
 	if !t.src.IsValid() {
 		return nil, fmt.Errorf("src: required")
@@ -892,16 +765,16 @@ func putUDP(l4 []byte, sport, dport uint16, pseudo uint64, sum bool) {
 
 // headerChanges lists the header fields that differ between frame in and
 // frame out.
-func headerChanges(in, out []byte, vxlanPort uint16) []HeaderChange {
+func headerChanges(in, out []byte, vxlanPort uint16) []inspect.HeaderChange {
 	var a, b dataplane.Parsed
 	a.VXLANPort, b.VXLANPort = vxlanPort, vxlanPort
 	if a.Decode(in) != dataplane.NotDropped || b.Decode(out) != dataplane.NotDropped {
 		return nil
 	}
-	var ch []HeaderChange
+	var ch []inspect.HeaderChange
 	add := func(field, from, to string) {
 		if from != to {
-			ch = append(ch, HeaderChange{Field: field, From: from, To: to})
+			ch = append(ch, inspect.HeaderChange{Field: field, From: from, To: to})
 		}
 	}
 	ta, tb := tenantFields(in, a.Tenant()), tenantFields(out, b.Tenant())
@@ -961,106 +834,4 @@ func outerSummary(b []byte, pr *dataplane.Parsed) string {
 		return ""
 	}
 	return fmt.Sprintf("vxlan vni %d %s > %s", pr.VNI, pr.Outer.SrcAddr(), pr.Outer.DstAddr())
-}
-
-// traceRequestJSON is TraceRequest's JSON form, addresses as strings.
-type traceRequestJSON struct {
-	Port     string          `json:"port"`
-	Proto    string          `json:"proto"`
-	Src      string          `json:"src"`
-	Dst      string          `json:"dst"`
-	SrcPort  uint16          `json:"srcPort"`
-	DstPort  uint16          `json:"dstPort"`
-	TCPFlags string          `json:"tcpFlags"`
-	ICMPType *uint8          `json:"icmpType"`
-	ICMPCode uint8           `json:"icmpCode"`
-	SrcMAC   string          `json:"srcMAC"`
-	DstMAC   string          `json:"dstMAC"`
-	VXLAN    json.RawMessage `json:"vxlan"`
-	Length   int             `json:"length"`
-}
-
-type traceOuterJSON struct {
-	Src    string `json:"src"`
-	Dst    string `json:"dst"`
-	VNI    uint32 `json:"vni"`
-	SrcMAC string `json:"srcMAC"`
-	DstMAC string `json:"dstMAC"`
-}
-
-// UnmarshalJSON decodes r strictly (unknown fields are errors); errors
-// name the field ("src: \"x\" is not an IP address").
-func (r *TraceRequest) UnmarshalJSON(b []byte) error {
-	var j traceRequestJSON
-	if err := decodeStrict(b, &j); err != nil {
-		return err
-	}
-	t := TraceRequest{Port: j.Port, Proto: j.Proto, SrcPort: j.SrcPort, DstPort: j.DstPort, TCPFlags: j.TCPFlags,
-		ICMPType: j.ICMPType, ICMPCode: j.ICMPCode, SrcMAC: j.SrcMAC, DstMAC: j.DstMAC, Length: j.Length}
-	var err error
-	if t.Src, err = jsonAddr("src", j.Src); err != nil {
-		return err
-	}
-	if t.Dst, err = jsonAddr("dst", j.Dst); err != nil {
-		return err
-	}
-	if len(j.VXLAN) > 0 && !bytes.Equal(j.VXLAN, []byte("null")) {
-		t.VXLAN = new(TraceOuter)
-		if err := t.VXLAN.UnmarshalJSON(j.VXLAN); err != nil {
-			return fmt.Errorf("vxlan.%w", err)
-		}
-	}
-	*r = t
-	return nil
-}
-
-// UnmarshalJSON decodes o strictly; errors name the field.
-func (o *TraceOuter) UnmarshalJSON(b []byte) error {
-	var j traceOuterJSON
-	if err := decodeStrict(b, &j); err != nil {
-		return err
-	}
-	t := TraceOuter{VNI: j.VNI, SrcMAC: j.SrcMAC, DstMAC: j.DstMAC}
-	var err error
-	if t.Src, err = jsonAddr("src", j.Src); err != nil {
-		return err
-	}
-	if t.Dst, err = jsonAddr("dst", j.Dst); err != nil {
-		return err
-	}
-	*o = t
-	return nil
-}
-
-// decodeStrict decodes the JSON object b into v, refusing unknown fields,
-// with errors that name the field.
-func decodeStrict(b []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
-	if err == nil {
-		if _, err := dec.Token(); err != io.EOF {
-			return fmt.Errorf("unexpected data after the JSON object")
-		}
-		return nil
-	}
-	var te *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &te) && te.Field != "":
-		return fmt.Errorf("%s: want %s, got JSON %s", te.Field, te.Type, te.Value)
-	case errors.As(err, &te):
-		return fmt.Errorf("want a JSON object, got JSON %s", te.Value)
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		name := strings.TrimPrefix(err.Error(), "json: unknown field ")
-		return fmt.Errorf("%s: unknown field", strings.Trim(name, `"`))
-	}
-	return err
-}
-
-// jsonAddr parses the address of field name; "" is the zero Addr.
-func jsonAddr(name, s string) (netip.Addr, error) {
-	if s == "" {
-		return netip.Addr{}, nil
-	}
-	return vfp.ParseAddr(name, s)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/gopacket/gopacket/layers"
 
 	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/inspect"
 	"github.com/ufp-dev/ufp/nat"
 )
 
@@ -57,36 +58,36 @@ func traceSwitch(t *testing.T, doc string) *Switch {
 
 // Steps of the trace tests.
 var (
-	stepAllowWeb = TraceStep{Port: "pod-b", Direction: "in", Layer: "ACL", Group: "endpoint-acls", Rule: "allow-web",
+	stepAllowWeb = inspect.TraceStep{Port: "pod-b", Direction: "in", Layer: "ACL", Group: "endpoint-acls", Rule: "allow-web",
 		Priority: 100, Action: "allow", Terminating: true, Stateful: true}
-	stepDenySSH = TraceStep{Port: "pod-b", Direction: "in", Layer: "ACL", Group: "endpoint-acls", Rule: "deny-ssh",
+	stepDenySSH = inspect.TraceStep{Port: "pod-b", Direction: "in", Layer: "ACL", Group: "endpoint-acls", Rule: "deny-ssh",
 		Priority: 200, Action: "block", Terminating: true}
-	stepACLDefault = TraceStep{Port: "pod-b", Direction: "in", Layer: "ACL", Action: "block", Default: true}
+	stepACLDefault = inspect.TraceStep{Port: "pod-b", Direction: "in", Layer: "ACL", Action: "block", Default: true}
 )
 
 func TestTrace(t *testing.T) {
-	vxlanOut := func(dst string) HeaderChange {
-		return HeaderChange{Field: "outer", From: "", To: "vxlan vni 4096 192.168.1.10 > " + dst}
+	vxlanOut := func(dst string) inspect.HeaderChange {
+		return inspect.HeaderChange{Field: "outer", From: "", To: "vxlan vni 4096 192.168.1.10 > " + dst}
 	}
 	tests := []struct {
 		name    string
 		doc     string
 		before  []natPkt // sent through the pipeline (by the trace's port) first
-		req     TraceRequest
+		req     inspect.TraceRequest
 		verdict string // forward or drop
 		out     string // the output port, or the drop reason
 		packet  string // the packet as built ("": not checked)
-		steps   []TraceStep
-		changes []HeaderChange // each is among the changes
-		same    []string       // fields that must not change
-		lines   []string       // each is a line of the trace
-		check   func(t *testing.T, res *TraceResult)
+		steps   []inspect.TraceStep
+		changes []inspect.HeaderChange // each is among the changes
+		same    []string               // fields that must not change
+		lines   []string               // each is a line of the trace
+		check   func(t *testing.T, res *inspect.TraceResult)
 	}{
 		{
 			name: "pod to pod allowed by an ACL rule", doc: traceACLDoc,
-			req:     TraceRequest{Port: "pod-a", Proto: "tcp", Src: addr("10.0.0.10"), Dst: addr("10.0.0.11"), SrcPort: 40000, DstPort: 80},
+			req:     inspect.TraceRequest{Port: "pod-a", Proto: "tcp", Src: addr("10.0.0.10"), Dst: addr("10.0.0.11"), SrcPort: 40000, DstPort: 80},
 			verdict: "forward", out: "pod-b", packet: "ipv4 tcp 10.0.0.10:40000 > 10.0.0.11:80 [S]",
-			steps: []TraceStep{stepAllowWeb},
+			steps: []inspect.TraceStep{stepAllowWeb},
 			same:  []string{"src-mac", "dst-mac", "src-ip", "dst-ip", "src-port", "dst-port", "ttl"},
 			lines: []string{
 				"port pod-b in: layer ACL: group endpoint-acls rule allow-web (priority 100, terminating, stateful) -> allow",
@@ -96,42 +97,42 @@ func TestTrace(t *testing.T) {
 		},
 		{
 			name: "pod to pod blocked by an ACL rule", doc: traceACLDoc,
-			req:     TraceRequest{Port: "pod-a", Proto: "tcp", Src: addr("10.0.0.10"), Dst: addr("10.0.0.11"), SrcPort: 40000, DstPort: 22},
+			req:     inspect.TraceRequest{Port: "pod-a", Proto: "tcp", Src: addr("10.0.0.10"), Dst: addr("10.0.0.11"), SrcPort: 40000, DstPort: 22},
 			verdict: "drop", out: "blocked-by-policy",
-			steps: []TraceStep{stepDenySSH},
+			steps: []inspect.TraceStep{stepDenySSH},
 			lines: []string{"port pod-b in: layer ACL: group endpoint-acls rule deny-ssh (priority 200, terminating) -> block"},
 		},
 		{
 			name: "pod to pod blocked by the layer default", doc: traceACLDoc,
-			req:     TraceRequest{Port: "pod-a", Proto: "udp", Src: addr("10.0.0.10"), Dst: addr("10.0.0.11"), SrcPort: 5000, DstPort: 53},
+			req:     inspect.TraceRequest{Port: "pod-a", Proto: "udp", Src: addr("10.0.0.10"), Dst: addr("10.0.0.11"), SrcPort: 5000, DstPort: 53},
 			verdict: "drop", out: "blocked-by-policy",
-			steps: []TraceStep{stepACLDefault},
+			steps: []inspect.TraceStep{stepACLDefault},
 			lines: []string{"port pod-b in: layer ACL: no rule matched -> default block"},
 		},
 		{
 			name: "IPv6 pod to pod", doc: traceACLDoc,
-			req:     TraceRequest{Port: "pod-a", Proto: "tcp", Src: addr("fd00::10"), Dst: addr("fd00::11"), SrcPort: 40000, DstPort: 80, TCPFlags: "S"},
+			req:     inspect.TraceRequest{Port: "pod-a", Proto: "tcp", Src: addr("fd00::10"), Dst: addr("fd00::11"), SrcPort: 40000, DstPort: 80, TCPFlags: "S"},
 			verdict: "forward", out: "pod-b", packet: "ipv6 tcp [fd00::10]:40000 > [fd00::11]:80 [S]",
-			steps: []TraceStep{stepAllowWeb},
+			steps: []inspect.TraceStep{stepAllowWeb},
 			same:  []string{"src-ip", "dst-ip", "hop-limit"},
 		},
 		{
 			name: "IPv6 echo blocked by the layer default", doc: traceACLDoc,
-			req:     TraceRequest{Port: "pod-a", Proto: "icmp", Src: addr("fd00::10"), Dst: addr("fd00::11"), SrcPort: 9},
+			req:     inspect.TraceRequest{Port: "pod-a", Proto: "icmp", Src: addr("fd00::10"), Dst: addr("fd00::11"), SrcPort: 9},
 			verdict: "drop", out: "blocked-by-policy", packet: "ipv6 icmpv6 fd00::10 > fd00::11 echo-request id 9",
-			steps: []TraceStep{stepACLDefault},
+			steps: []inspect.TraceStep{stepACLDefault},
 		},
 		{
 			name: "from the uplink to a MAC that is not the switch's", doc: traceACLDoc,
-			req:     TraceRequest{Port: "uplink", Proto: "udp", Src: addr("10.0.9.9"), Dst: addr("10.0.0.10"), SrcPort: 1, DstPort: 2, DstMAC: "02:00:00:00:99:99"},
+			req:     inspect.TraceRequest{Port: "uplink", Proto: "udp", Src: addr("10.0.9.9"), Dst: addr("10.0.0.10"), SrcPort: 1, DstPort: 2, DstMAC: "02:00:00:00:99:99"},
 			verdict: "drop", out: "not-for-this-switch",
 			lines: []string{"port uplink: dst 02:00:00:00:99:99 is no MAC of this switch: not for us"},
 		},
 		{
 			name: "outbound NAT, the port kept", doc: natDoc,
-			req:     TraceRequest{Port: "ov-b", Proto: "tcp", Src: addr("10.244.0.11"), Dst: addr("8.8.8.8"), SrcPort: 40000, DstPort: 443},
+			req:     inspect.TraceRequest{Port: "ov-b", Proto: "tcp", Src: addr("10.244.0.11"), Dst: addr("8.8.8.8"), SrcPort: 40000, DstPort: 443},
 			verdict: "forward", out: "uplink",
-			changes: []HeaderChange{
+			changes: []inspect.HeaderChange{
 				{Field: "src-mac", From: natOvB.String(), To: natHost.String()},
 				{Field: "dst-mac", From: natDR.String(), To: natRouter.String()},
 				{Field: "src-ip", From: "10.244.0.11", To: "192.168.1.10"},
@@ -145,9 +146,9 @@ func TestTrace(t *testing.T) {
 			// range, has its mapping to port 1024: every destination
 			// gets the same (endpoint-independent mapping).
 			before:  []natPkt{{smac: natOvB, dmac: natDR, src: "10.244.0.11", sport: 100, dst: "8.8.8.8", dport: 443, proto: "tcp", flags: "S"}},
-			req:     TraceRequest{Port: "ov-b", Proto: "tcp", Src: addr("10.244.0.11"), Dst: addr("1.1.1.1"), SrcPort: 100, DstPort: 443},
+			req:     inspect.TraceRequest{Port: "ov-b", Proto: "tcp", Src: addr("10.244.0.11"), Dst: addr("1.1.1.1"), SrcPort: 100, DstPort: 443},
 			verdict: "forward", out: "uplink",
-			changes: []HeaderChange{
+			changes: []inspect.HeaderChange{
 				{Field: "src-ip", From: "10.244.0.11", To: "192.168.1.10"},
 				{Field: "src-port", From: "100", To: "1024"},
 			},
@@ -156,9 +157,9 @@ func TestTrace(t *testing.T) {
 		},
 		{
 			name: "outbound NAT, a port the pool chooses", doc: natDoc,
-			req:     TraceRequest{Port: "ov-b", Proto: "udp", Src: addr("10.244.0.11"), Dst: addr("8.8.8.8"), SrcPort: 53, DstPort: 53},
+			req:     inspect.TraceRequest{Port: "ov-b", Proto: "udp", Src: addr("10.244.0.11"), Dst: addr("8.8.8.8"), SrcPort: 53, DstPort: 53},
 			verdict: "forward", out: "uplink",
-			changes: []HeaderChange{
+			changes: []inspect.HeaderChange{
 				{Field: "src-ip", From: "10.244.0.11", To: "192.168.1.10"},
 				{Field: "src-port", From: "53", To: "0"},
 			},
@@ -166,19 +167,19 @@ func TestTrace(t *testing.T) {
 		},
 		{
 			name: "NAT66 echo", doc: natDoc,
-			req:     TraceRequest{Port: "ov-a", Proto: "icmpv6", Src: addr("fd00:244::10"), Dst: addr("2001:db8::1"), SrcPort: 7},
+			req:     inspect.TraceRequest{Port: "ov-a", Proto: "icmpv6", Src: addr("fd00:244::10"), Dst: addr("2001:db8::1"), SrcPort: 7},
 			verdict: "forward", out: "uplink",
-			changes: []HeaderChange{{Field: "src-ip", From: "fd00:244::10", To: "fd00:1::10"}},
+			changes: []inspect.HeaderChange{{Field: "src-ip", From: "fd00:244::10", To: "fd00:1::10"}},
 			same:    []string{"icmp-id", "dst-ip", "hop-limit"},
 			lines:   []string{"  snat: icmpv6 [fd00:244::10]:7 -> [fd00:1::10]:7"},
 		},
 		{
 			name: "DSR Service with a remote backend", doc: lbDoc,
-			req:     TraceRequest{Port: "ov-a", Proto: "tcp", Src: addr("10.244.0.10"), Dst: addr("10.96.0.21"), SrcPort: 40000, DstPort: 80},
+			req:     inspect.TraceRequest{Port: "ov-a", Proto: "tcp", Src: addr("10.244.0.10"), Dst: addr("10.96.0.21"), SrcPort: 40000, DstPort: 80},
 			verdict: "forward", out: "uplink",
-			steps: []TraceStep{{Port: "ov-a", Direction: "out", Layer: "NAT_LAYER", Group: "load-balancers", Rule: "lb-10.96.0.21-tcp-80",
+			steps: []inspect.TraceStep{{Port: "ov-a", Direction: "out", Layer: "NAT_LAYER", Group: "load-balancers", Rule: "lb-10.96.0.21-tcp-80",
 				Priority: 104, Action: "allow lb far-dsr/tcp/80", Terminating: true, Stateful: true}},
-			changes: []HeaderChange{
+			changes: []inspect.HeaderChange{
 				{Field: "dst-ip", From: "10.96.0.21", To: "10.244.1.5"},
 				{Field: "dst-port", From: "80", To: "8080"},
 				vxlanOut("192.168.1.20"),
@@ -188,27 +189,27 @@ func TestTrace(t *testing.T) {
 		},
 		{
 			name: "ClusterIP Service with client affinity", doc: lbDoc,
-			req:     TraceRequest{Port: "ov-a", Proto: "tcp", Src: addr("10.244.0.10"), Dst: addr("10.96.0.40"), SrcPort: 40000, DstPort: 80},
+			req:     inspect.TraceRequest{Port: "ov-a", Proto: "tcp", Src: addr("10.244.0.10"), Dst: addr("10.96.0.40"), SrcPort: 40000, DstPort: 80},
 			verdict: "forward",
-			changes: []HeaderChange{{Field: "dst-port", From: "80", To: "8080"}},
-			check: func(t *testing.T, res *TraceResult) {
+			changes: []inspect.HeaderChange{{Field: "dst-port", From: "80", To: "8080"}},
+			check: func(t *testing.T, res *inspect.TraceResult) {
 				to := res.OutPort
 				if _, ok := lbIPOf[to]; !ok || to == "ov-a" {
 					t.Fatalf("out port %s, want ov-b or ov-c", to)
 				}
-				if !slices.Contains(res.Changes, HeaderChange{Field: "dst-ip", From: "10.96.0.40", To: lbIPOf[to]}) {
+				if !slices.Contains(res.Changes, inspect.HeaderChange{Field: "dst-ip", From: "10.96.0.40", To: lbIPOf[to]}) {
 					t.Errorf("changes %v: the destination is not translated to %s's %s", res.Changes, to, lbIPOf[to])
 				}
 			},
 		},
 		{
 			name: "overlay to a remote pod", doc: lbDoc,
-			req:     TraceRequest{Port: "ov-a", Proto: "udp", Src: addr("10.244.0.10"), Dst: addr("10.244.1.5"), SrcPort: 40000, DstPort: 53},
+			req:     inspect.TraceRequest{Port: "ov-a", Proto: "udp", Src: addr("10.244.0.10"), Dst: addr("10.244.1.5"), SrcPort: 40000, DstPort: 53},
 			verdict: "forward", out: "uplink",
-			steps: []TraceStep{{Port: "ov-a", Direction: "out", Layer: "VNET_ENCAP_LAYER", Group: "vxlan-to-remote-hosts",
+			steps: []inspect.TraceStep{{Port: "ov-a", Direction: "out", Layer: "VNET_ENCAP_LAYER", Group: "vxlan-to-remote-hosts",
 				Rule: "remote-subnet-10.244.1.0/24", Priority: 100, Terminating: true,
 				Action: "allow modify(dst-mac=02:00:00:00:01:01) push(vxlan(vni=4096 192.168.1.10>192.168.1.20 udp/4789 eth 02:00:00:00:00:fe>02:00:00:00:01:fe))"}},
-			changes: []HeaderChange{
+			changes: []inspect.HeaderChange{
 				{Field: "dst-mac", From: lbDR.String(), To: lbRDR.String()},
 				vxlanOut("192.168.1.20"),
 				{Field: "vni", From: "", To: "4096"},
@@ -219,7 +220,7 @@ func TestTrace(t *testing.T) {
 				{Field: "outer-dst-port", From: "", To: "4789"},
 			},
 			same: []string{"src-ip", "dst-ip", "src-port", "dst-port"},
-			check: func(t *testing.T, res *TraceResult) {
+			check: func(t *testing.T, res *inspect.TraceResult) {
 				if want := "vxlan vni 4096 192.168.1.10 > 192.168.1.20: ipv4 udp 10.244.0.10:40000 > 10.244.1.5:53"; res.Output != want {
 					t.Errorf("output %q, want %q", res.Output, want)
 				}
@@ -227,20 +228,20 @@ func TestTrace(t *testing.T) {
 		},
 		{
 			name: "overlay to a remote pod, larger than the uplink's MTU", doc: lbDoc,
-			req:     TraceRequest{Port: "ov-a", Proto: "udp", Src: addr("10.244.0.10"), Dst: addr("10.244.1.5"), SrcPort: 40000, DstPort: 53, Length: 1450},
+			req:     inspect.TraceRequest{Port: "ov-a", Proto: "udp", Src: addr("10.244.0.10"), Dst: addr("10.244.1.5"), SrcPort: 40000, DstPort: 53, Length: 1450},
 			verdict: "drop", out: "mtu-exceeded",
 			lines: []string{"packet larger than the output port's MTU of 1500 bytes"},
 		},
 		{
 			name: "encapsulated from a remote host", doc: lbDoc,
-			req: TraceRequest{Port: "uplink", Proto: "udp", Src: addr("10.244.1.5"), Dst: addr("10.244.0.10"), SrcPort: 53, DstPort: 40000,
-				VXLAN: &TraceOuter{Src: addr("192.168.1.20"), VNI: 4096}},
+			req: inspect.TraceRequest{Port: "uplink", Proto: "udp", Src: addr("10.244.1.5"), Dst: addr("10.244.0.10"), SrcPort: 53, DstPort: 40000,
+				VXLAN: &inspect.TraceOuter{Src: addr("192.168.1.20"), VNI: 4096}},
 			verdict: "forward", out: "ov-a",
 			packet: "vxlan vni 4096 192.168.1.20 > 192.168.1.10: ipv4 udp 10.244.1.5:53 > 10.244.0.10:40000",
-			steps: []TraceStep{{Port: "uplink", Direction: "out", Layer: "VNET_PA_ROUTE_LAYER", Group: "vxlan-from-remote-hosts",
+			steps: []inspect.TraceStep{{Port: "uplink", Direction: "out", Layer: "VNET_PA_ROUTE_LAYER", Group: "vxlan-from-remote-hosts",
 				Rule: "from-192.168.1.20-10.244.1.0/24", Priority: 100, Terminating: true,
 				Action: "allow pop(vxlan) modify(dst-mac=02:00:00:00:00:01)"}},
-			changes: []HeaderChange{
+			changes: []inspect.HeaderChange{
 				{Field: "outer", From: "vxlan vni 4096 192.168.1.20 > 192.168.1.10", To: ""},
 				{Field: "vni", From: "4096", To: ""},
 				{Field: "outer-src-ip", From: "192.168.1.20", To: ""},
@@ -249,16 +250,16 @@ func TestTrace(t *testing.T) {
 		},
 		{
 			name: "encapsulated with an unknown VNI", doc: lbDoc,
-			req: TraceRequest{Port: "uplink", Proto: "udp", Src: addr("10.244.1.5"), Dst: addr("10.244.0.10"), SrcPort: 53, DstPort: 40000,
-				VXLAN: &TraceOuter{Src: addr("192.168.1.20"), Dst: addr("192.168.1.10"), VNI: 4097}},
+			req: inspect.TraceRequest{Port: "uplink", Proto: "udp", Src: addr("10.244.1.5"), Dst: addr("10.244.0.10"), SrcPort: 53, DstPort: 40000,
+				VXLAN: &inspect.TraceOuter{Src: addr("192.168.1.20"), Dst: addr("192.168.1.10"), VNI: 4097}},
 			verdict: "drop", out: "unknown-vni",
 		},
 		{
 			name: "Service without backends: refused", doc: lbDoc,
-			req:     TraceRequest{Port: "ov-a", Proto: "tcp", Src: addr("10.244.0.10"), Dst: addr("10.96.0.30"), SrcPort: 40000, DstPort: 80},
+			req:     inspect.TraceRequest{Port: "ov-a", Proto: "tcp", Src: addr("10.244.0.10"), Dst: addr("10.96.0.30"), SrcPort: 40000, DstPort: 80},
 			verdict: "drop", out: "lb-no-backends",
 			lines: []string{"  lb empty/tcp/80: no healthy backend: connection refused", "rejected (lb-no-backends): answered to the sender"},
-			check: func(t *testing.T, res *TraceResult) {
+			check: func(t *testing.T, res *inspect.TraceResult) {
 				if want := "ipv4 tcp 10.96.0.30:80 > 10.244.0.10:40000 [R.]"; res.Answer != want {
 					t.Errorf("answer %q, want %q", res.Answer, want)
 				}
@@ -342,7 +343,7 @@ func TestTrace(t *testing.T) {
 	}
 }
 
-func traceDump(res *TraceResult) string {
+func traceDump(res *inspect.TraceResult) string {
 	b, _ := json.MarshalIndent(res, "", "  ")
 	return string(b)
 }
@@ -354,19 +355,19 @@ func TestTraceMatchesPipeline(t *testing.T) {
 	for _, tt := range []struct {
 		name string
 		doc  string
-		req  TraceRequest
+		req  inspect.TraceRequest
 	}{
-		{"acl", traceACLDoc, TraceRequest{Port: "pod-a", Proto: "tcp", Src: addr("10.0.0.10"), Dst: addr("10.0.0.11"), SrcPort: 1, DstPort: 80}},
-		{"acl drop", traceACLDoc, TraceRequest{Port: "pod-a", Proto: "tcp", Src: addr("10.0.0.10"), Dst: addr("10.0.0.11"), SrcPort: 1, DstPort: 22}},
-		{"nat", natDoc, TraceRequest{Port: "ov-a", Proto: "udp", Src: addr("10.244.0.10"), Dst: addr("8.8.8.8"), SrcPort: 5353, DstPort: 53, Length: 30}},
-		{"nat66 echo", natDoc, TraceRequest{Port: "ov-a", Proto: "icmp", Src: addr("fd00:244::10"), Dst: addr("2001:db8::1"), SrcPort: 77}},
-		{"dsr", lbDoc, TraceRequest{Port: "ov-a", Proto: "tcp", Src: addr("10.244.0.10"), Dst: addr("10.96.0.21"), SrcPort: 2000, DstPort: 80}},
-		{"remote service", lbDoc, TraceRequest{Port: "ov-a", Proto: "tcp", Src: addr("10.244.0.10"), Dst: addr("10.96.0.20"), SrcPort: 2000, DstPort: 80}},
-		{"ipv6 service", lbDoc, TraceRequest{Port: "ov-a", Proto: "tcp", Src: addr("fd00:244::10"), Dst: addr("fd00:96::10"), SrcPort: 2000, DstPort: 80}},
-		{"decap", lbDoc, TraceRequest{Port: "uplink", Proto: "tcp", Src: addr("10.244.1.5"), Dst: addr("10.244.0.11"), SrcPort: 80, DstPort: 3000,
-			TCPFlags: "A", VXLAN: &TraceOuter{Src: addr("192.168.1.20"), VNI: 4096}}},
-		{"l2bridge to the wire", ulDoc, TraceRequest{Port: "l2-a", Proto: "udp", Src: addr("192.168.1.100"), Dst: addr("8.8.8.8"), SrcPort: 1, DstPort: 2}},
-		{"l2bridge from the wire", ulDoc, TraceRequest{Port: "uplink", Proto: "udp", Src: addr("8.8.8.8"), Dst: addr("192.168.1.100"), SrcPort: 2, DstPort: 1}},
+		{"acl", traceACLDoc, inspect.TraceRequest{Port: "pod-a", Proto: "tcp", Src: addr("10.0.0.10"), Dst: addr("10.0.0.11"), SrcPort: 1, DstPort: 80}},
+		{"acl drop", traceACLDoc, inspect.TraceRequest{Port: "pod-a", Proto: "tcp", Src: addr("10.0.0.10"), Dst: addr("10.0.0.11"), SrcPort: 1, DstPort: 22}},
+		{"nat", natDoc, inspect.TraceRequest{Port: "ov-a", Proto: "udp", Src: addr("10.244.0.10"), Dst: addr("8.8.8.8"), SrcPort: 5353, DstPort: 53, Length: 30}},
+		{"nat66 echo", natDoc, inspect.TraceRequest{Port: "ov-a", Proto: "icmp", Src: addr("fd00:244::10"), Dst: addr("2001:db8::1"), SrcPort: 77}},
+		{"dsr", lbDoc, inspect.TraceRequest{Port: "ov-a", Proto: "tcp", Src: addr("10.244.0.10"), Dst: addr("10.96.0.21"), SrcPort: 2000, DstPort: 80}},
+		{"remote service", lbDoc, inspect.TraceRequest{Port: "ov-a", Proto: "tcp", Src: addr("10.244.0.10"), Dst: addr("10.96.0.20"), SrcPort: 2000, DstPort: 80}},
+		{"ipv6 service", lbDoc, inspect.TraceRequest{Port: "ov-a", Proto: "tcp", Src: addr("fd00:244::10"), Dst: addr("fd00:96::10"), SrcPort: 2000, DstPort: 80}},
+		{"decap", lbDoc, inspect.TraceRequest{Port: "uplink", Proto: "tcp", Src: addr("10.244.1.5"), Dst: addr("10.244.0.11"), SrcPort: 80, DstPort: 3000,
+			TCPFlags: "A", VXLAN: &inspect.TraceOuter{Src: addr("192.168.1.20"), VNI: 4096}}},
+		{"l2bridge to the wire", ulDoc, inspect.TraceRequest{Port: "l2-a", Proto: "udp", Src: addr("192.168.1.100"), Dst: addr("8.8.8.8"), SrcPort: 1, DstPort: 2}},
+		{"l2bridge from the wire", ulDoc, inspect.TraceRequest{Port: "uplink", Proto: "udp", Src: addr("8.8.8.8"), Dst: addr("192.168.1.100"), SrcPort: 2, DstPort: 1}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			r := ulNewRig(t, mustParse(t, tt.doc))
@@ -374,7 +375,7 @@ func TestTraceMatchesPipeline(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			pk, err := tt.req.packet(r.sw.pol.Load())
+			pk, err := tracePacketOf(&tt.req, r.sw.pol.Load())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -403,9 +404,9 @@ func TestTraceMatchesPipeline(t *testing.T) {
 // pipeline, the trace reports the flows its packets use.
 func TestTraceCached(t *testing.T) {
 	r := ulNewRig(t, mustParse(t, traceACLDoc))
-	syn := TraceRequest{Port: "pod-a", Proto: "tcp", Src: addr("10.0.0.10"), Dst: addr("10.0.0.11"), SrcPort: 40000, DstPort: 80}
-	synAck := TraceRequest{Port: "pod-b", Proto: "tcp", Src: addr("10.0.0.11"), Dst: addr("10.0.0.10"), SrcPort: 80, DstPort: 40000, TCPFlags: "SA"}
-	for _, req := range []TraceRequest{syn, synAck} {
+	syn := inspect.TraceRequest{Port: "pod-a", Proto: "tcp", Src: addr("10.0.0.10"), Dst: addr("10.0.0.11"), SrcPort: 40000, DstPort: 80}
+	synAck := inspect.TraceRequest{Port: "pod-b", Proto: "tcp", Src: addr("10.0.0.11"), Dst: addr("10.0.0.10"), SrcPort: 80, DstPort: 40000, TCPFlags: "SA"}
+	for _, req := range []inspect.TraceRequest{syn, synAck} {
 		res, err := r.sw.Trace(req)
 		if err != nil {
 			t.Fatal(err)
@@ -418,12 +419,12 @@ func TestTraceCached(t *testing.T) {
 	r.expect("pod-a", frame, "pod-b")
 	for _, tt := range []struct {
 		name string
-		req  TraceRequest
-		want FlowInfo
+		req  inspect.TraceRequest
+		want inspect.FlowInfo
 	}{
-		{"the origin", syn, FlowInfo{InPort: "pod-a", Proto: "tcp", Src: addr("10.0.0.10"), Dst: addr("10.0.0.11"), SrcPort: 40000, DstPort: 80,
+		{"the origin", syn, inspect.FlowInfo{InPort: "pod-a", Proto: "tcp", Src: addr("10.0.0.10"), Dst: addr("10.0.0.11"), SrcPort: 40000, DstPort: 80,
 			OutPort: "pod-b", Stateful: true, Packets: 1, Bytes: uint64(len(frame)), Generation: 1}},
-		{"the reply", synAck, FlowInfo{InPort: "pod-b", Proto: "tcp", Src: addr("10.0.0.11"), Dst: addr("10.0.0.10"), SrcPort: 80, DstPort: 40000,
+		{"the reply", synAck, inspect.FlowInfo{InPort: "pod-b", Proto: "tcp", Src: addr("10.0.0.11"), Dst: addr("10.0.0.10"), SrcPort: 80, DstPort: 40000,
 			OutPort: "pod-a", Stateful: true, Reply: true, Generation: 1}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -456,7 +457,7 @@ func TestTraceCached(t *testing.T) {
 type traceState struct {
 	nat         []nat.PoolStats
 	bindings    int
-	rules       []RuleCount
+	rules       []inspect.RuleCount
 	flows       int
 	table       dataplane.FlowTableStats
 	path        dataplane.PipelineStats
@@ -496,16 +497,16 @@ func TestTraceNoSideEffects(t *testing.T) {
 		doc   string
 		in    string
 		first natPkt // a connection made through the pipeline first
-		req   TraceRequest
-		check func(t *testing.T, res *TraceResult)
+		req   inspect.TraceRequest
+		check func(t *testing.T, res *inspect.TraceResult)
 	}{
 		{
 			name: "NAT", doc: natDoc, in: "ov-b",
 			first: natPkt{smac: natOvB, dmac: natDR, src: "10.244.0.11", sport: 100, dst: "8.8.8.8", dport: 443, proto: "tcp", flags: "S"},
-			req:   TraceRequest{Port: "ov-b", Proto: "tcp", Src: addr("10.244.0.11"), Dst: addr("8.8.8.8"), SrcPort: 102, DstPort: 443},
-			check: func(t *testing.T, res *TraceResult) {
+			req:   inspect.TraceRequest{Port: "ov-b", Proto: "tcp", Src: addr("10.244.0.11"), Dst: addr("8.8.8.8"), SrcPort: 102, DstPort: 443},
+			check: func(t *testing.T, res *inspect.TraceResult) {
 				// The pool would choose a port by next-fit: not told.
-				if !slices.Contains(res.Changes, HeaderChange{Field: "src-port", From: "102", To: "0"}) {
+				if !slices.Contains(res.Changes, inspect.HeaderChange{Field: "src-port", From: "102", To: "0"}) {
 					t.Errorf("changes %v: want src-port 102 -> 0", res.Changes)
 				}
 			},
@@ -513,8 +514,8 @@ func TestTraceNoSideEffects(t *testing.T) {
 		{
 			name: "NAT, the live connection itself", doc: natDoc, in: "ov-b",
 			first: natPkt{smac: natOvB, dmac: natDR, src: "10.244.0.11", sport: 100, dst: "8.8.8.8", dport: 443, proto: "tcp", flags: "S"},
-			req:   TraceRequest{Port: "ov-b", Proto: "tcp", Src: addr("10.244.0.11"), Dst: addr("8.8.8.8"), SrcPort: 100, DstPort: 443, TCPFlags: "A"},
-			check: func(t *testing.T, res *TraceResult) {
+			req:   inspect.TraceRequest{Port: "ov-b", Proto: "tcp", Src: addr("10.244.0.11"), Dst: addr("8.8.8.8"), SrcPort: 100, DstPort: 443, TCPFlags: "A"},
+			check: func(t *testing.T, res *inspect.TraceResult) {
 				// 1024: the trace on the fresh switch moved no cursor.
 				if res.Cached == nil || !slices.Contains(res.Lines, "  snat: connection keeps its mapping 10.244.0.11:100 -> 192.168.1.10:1024") {
 					t.Errorf("the connection's mapping is not the trace's\n%s", traceDump(res))
@@ -524,27 +525,27 @@ func TestTraceNoSideEffects(t *testing.T) {
 		{
 			name: "DSR Service", doc: lbDoc, in: "ov-a",
 			first: natPkt{smac: lbOvA, dmac: lbDR, src: "10.244.0.10", sport: 2000, dst: "10.96.0.21", dport: 80, proto: "tcp", flags: "S"},
-			req:   TraceRequest{Port: "ov-a", Proto: "tcp", Src: addr("10.244.0.10"), Dst: addr("10.96.0.21"), SrcPort: 2001, DstPort: 80},
+			req:   inspect.TraceRequest{Port: "ov-a", Proto: "tcp", Src: addr("10.244.0.10"), Dst: addr("10.96.0.21"), SrcPort: 2001, DstPort: 80},
 		},
 		{
 			name: "Service with SourceVIP and a remote backend", doc: lbDoc, in: "ov-a",
 			first: natPkt{smac: lbOvA, dmac: lbDR, src: "10.244.0.10", sport: 2000, dst: "10.96.0.20", dport: 80, proto: "tcp", flags: "S"},
-			req:   TraceRequest{Port: "ov-a", Proto: "tcp", Src: addr("10.244.0.10"), Dst: addr("10.96.0.20"), SrcPort: 2001, DstPort: 80},
+			req:   inspect.TraceRequest{Port: "ov-a", Proto: "tcp", Src: addr("10.244.0.10"), Dst: addr("10.96.0.20"), SrcPort: 2001, DstPort: 80},
 		},
 		{
 			name: "Service with client affinity", doc: lbDoc, in: "ov-a",
 			first: natPkt{smac: lbOvA, dmac: lbDR, src: "10.244.0.10", sport: 2000, dst: "10.96.0.40", dport: 80, proto: "tcp", flags: "S"},
-			req:   TraceRequest{Port: "ov-a", Proto: "tcp", Src: addr("10.244.0.10"), Dst: addr("10.96.0.40"), SrcPort: 2001, DstPort: 80},
+			req:   inspect.TraceRequest{Port: "ov-a", Proto: "tcp", Src: addr("10.244.0.10"), Dst: addr("10.96.0.40"), SrcPort: 2001, DstPort: 80},
 		},
 		{
 			name: "dropped", doc: traceACLDoc, in: "pod-a",
 			first: natPkt{smac: traceA, dmac: traceB, src: "10.0.0.10", sport: 2000, dst: "10.0.0.11", dport: 22, proto: "tcp", flags: "S"},
-			req:   TraceRequest{Port: "pod-a", Proto: "tcp", Src: addr("10.0.0.10"), Dst: addr("10.0.0.11"), SrcPort: 2001, DstPort: 22},
+			req:   inspect.TraceRequest{Port: "pod-a", Proto: "tcp", Src: addr("10.0.0.10"), Dst: addr("10.0.0.11"), SrcPort: 2001, DstPort: 22},
 		},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			r := ulNewRig(t, mustParse(t, tt.doc))
-			trace := func(when string) *TraceResult {
+			trace := func(when string) *inspect.TraceResult {
 				t.Helper()
 				before := traceSnapshot(r.sw)
 				res, err := r.sw.Trace(tt.req)
@@ -584,7 +585,7 @@ func TestTraceNoHits(t *testing.T) {
 		t.Fatal("no rule deny-ssh")
 		return 0
 	}
-	req := TraceRequest{Port: "pod-a", Proto: "tcp", Src: addr("10.0.0.10"), Dst: addr("10.0.0.11"), SrcPort: 1, DstPort: 22}
+	req := inspect.TraceRequest{Port: "pod-a", Proto: "tcp", Src: addr("10.0.0.10"), Dst: addr("10.0.0.11"), SrcPort: 1, DstPort: 22}
 	for range 3 {
 		if _, err := r.sw.Trace(req); err != nil {
 			t.Fatal(err)
@@ -607,19 +608,19 @@ func TestTraceFrames(t *testing.T) {
 	sw := traceSwitch(t, lbDoc)
 	for _, tt := range []struct {
 		name string
-		req  TraceRequest
+		req  inspect.TraceRequest
 	}{
-		{"tcp4", TraceRequest{Port: "ov-a", Proto: "tcp", Src: addr("10.244.0.10"), Dst: addr("10.244.0.11"), SrcPort: 1, DstPort: 2, TCPFlags: "FA", Length: 11}},
-		{"tcp6", TraceRequest{Port: "ov-a", Proto: "6", Src: addr("fd00:244::10"), Dst: addr("fd00:244::11"), SrcPort: 1, DstPort: 2, TCPFlags: "S.", Length: 3}},
-		{"udp4", TraceRequest{Port: "ov-a", Proto: "udp", Src: addr("10.244.0.10"), Dst: addr("10.244.0.11"), SrcPort: 1, DstPort: 2, Length: 5}},
-		{"udp6", TraceRequest{Port: "ov-a", Proto: "UDP", Src: addr("fd00:244::10"), Dst: addr("fd00:244::11"), SrcPort: 1, DstPort: 2}},
-		{"echo4", TraceRequest{Port: "ov-a", Proto: "icmp", Src: addr("10.244.0.10"), Dst: addr("10.244.0.11"), SrcPort: 9, Length: 7}},
-		{"unreachable4", TraceRequest{Port: "ov-a", Proto: "icmp", Src: addr("10.244.0.10"), Dst: addr("10.244.0.11"), ICMPType: u8(3), ICMPCode: 1}},
-		{"echo6", TraceRequest{Port: "ov-a", Proto: "icmpv6", Src: addr("fd00:244::10"), Dst: addr("fd00:244::11"), SrcPort: 9, ICMPType: u8(129)}},
-		{"other", TraceRequest{Port: "ov-a", Proto: "47", Src: addr("10.244.0.10"), Dst: addr("10.244.0.11"), Length: 4}},
+		{"tcp4", inspect.TraceRequest{Port: "ov-a", Proto: "tcp", Src: addr("10.244.0.10"), Dst: addr("10.244.0.11"), SrcPort: 1, DstPort: 2, TCPFlags: "FA", Length: 11}},
+		{"tcp6", inspect.TraceRequest{Port: "ov-a", Proto: "6", Src: addr("fd00:244::10"), Dst: addr("fd00:244::11"), SrcPort: 1, DstPort: 2, TCPFlags: "S.", Length: 3}},
+		{"udp4", inspect.TraceRequest{Port: "ov-a", Proto: "udp", Src: addr("10.244.0.10"), Dst: addr("10.244.0.11"), SrcPort: 1, DstPort: 2, Length: 5}},
+		{"udp6", inspect.TraceRequest{Port: "ov-a", Proto: "UDP", Src: addr("fd00:244::10"), Dst: addr("fd00:244::11"), SrcPort: 1, DstPort: 2}},
+		{"echo4", inspect.TraceRequest{Port: "ov-a", Proto: "icmp", Src: addr("10.244.0.10"), Dst: addr("10.244.0.11"), SrcPort: 9, Length: 7}},
+		{"unreachable4", inspect.TraceRequest{Port: "ov-a", Proto: "icmp", Src: addr("10.244.0.10"), Dst: addr("10.244.0.11"), ICMPType: u8(3), ICMPCode: 1}},
+		{"echo6", inspect.TraceRequest{Port: "ov-a", Proto: "icmpv6", Src: addr("fd00:244::10"), Dst: addr("fd00:244::11"), SrcPort: 9, ICMPType: u8(129)}},
+		{"other", inspect.TraceRequest{Port: "ov-a", Proto: "47", Src: addr("10.244.0.10"), Dst: addr("10.244.0.11"), Length: 4}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			pk, err := tt.req.packet(sw.pol.Load())
+			pk, err := tracePacketOf(&tt.req, sw.pol.Load())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -635,9 +636,9 @@ func TestTraceFrames(t *testing.T) {
 	}
 	// In a tunnel: the outer headers (IPv4: no UDP checksum) and the
 	// inner frame.
-	req := TraceRequest{Port: "uplink", Proto: "tcp", Src: addr("10.244.1.5"), Dst: addr("10.244.0.10"), SrcPort: 1, DstPort: 2,
-		VXLAN: &TraceOuter{Src: addr("192.168.1.20"), VNI: 4096}}
-	pk, err := req.packet(sw.pol.Load())
+	req := inspect.TraceRequest{Port: "uplink", Proto: "tcp", Src: addr("10.244.1.5"), Dst: addr("10.244.0.10"), SrcPort: 1, DstPort: 2,
+		VXLAN: &inspect.TraceOuter{Src: addr("192.168.1.20"), VNI: 4096}}
+	pk, err := tracePacketOf(&req, sw.pol.Load())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -702,8 +703,8 @@ func reserialize(t *testing.T, frame []byte) []byte {
 
 func TestTraceInvalid(t *testing.T) {
 	sw := traceSwitch(t, lbDoc)
-	ok := TraceRequest{Port: "ov-a", Proto: "tcp", Src: addr("10.244.0.10"), Dst: addr("10.244.0.11"), SrcPort: 1, DstPort: 2}
-	with := func(edit func(r *TraceRequest)) TraceRequest {
+	ok := inspect.TraceRequest{Port: "ov-a", Proto: "tcp", Src: addr("10.244.0.10"), Dst: addr("10.244.0.11"), SrcPort: 1, DstPort: 2}
+	with := func(edit func(r *inspect.TraceRequest)) inspect.TraceRequest {
 		r := ok
 		edit(&r)
 		return r
@@ -711,40 +712,42 @@ func TestTraceInvalid(t *testing.T) {
 	tests := []struct {
 		name     string
 		doc      string // default lbDoc
-		req      TraceRequest
+		req      inspect.TraceRequest
 		want     string // the error
 		notFound bool
 	}{
-		{name: "no port", req: with(func(r *TraceRequest) { r.Port = "" }), want: "port: required"},
-		{name: "unknown port", req: with(func(r *TraceRequest) { r.Port = "x" }), want: `port: no port "x"`, notFound: true},
-		{name: "no proto", req: with(func(r *TraceRequest) { r.Proto = "" }), want: "proto: required"},
-		{name: "unknown proto", req: with(func(r *TraceRequest) { r.Proto = "sctpx" }), want: `proto: "sctpx" is not a protocol`},
-		{name: "no src", req: with(func(r *TraceRequest) { r.Src = netip.Addr{} }), want: "src: required"},
-		{name: "no dst", req: with(func(r *TraceRequest) { r.Dst = netip.Addr{} }), want: "dst: required"},
-		{name: "families", req: with(func(r *TraceRequest) { r.Dst = addr("fd00::1") }), want: "dst: fd00::1 is not of src 10.244.0.10's family"},
-		{name: "zone", req: with(func(r *TraceRequest) { r.Src = addr("fe80::1%eth0") }), want: "src: fe80::1%eth0: zones are not allowed"},
-		{name: "icmpv6 over IPv4", req: with(func(r *TraceRequest) { r.Proto, r.SrcPort, r.DstPort = "icmpv6", 0, 0 }), want: "proto: icmpv6 with IPv4 addresses"},
-		{name: "icmp dst port", req: with(func(r *TraceRequest) { r.Proto = "icmp" }), want: "dstPort: icmp has no ports"},
-		{name: "icmp id of a non-echo", req: with(func(r *TraceRequest) { r.Proto, r.DstPort, r.ICMPType = "icmp", 0, u8(3) }), want: "srcPort: only an icmp echo has an identifier"},
-		{name: "other proto ports", req: with(func(r *TraceRequest) { r.Proto = "47" }), want: "srcPort: proto-47 has no ports"},
-		{name: "tcp flags", req: with(func(r *TraceRequest) { r.TCPFlags = "SX" }), want: `tcpFlags: "SX": 'X' is not a flag`},
-		{name: "udp flags", req: with(func(r *TraceRequest) { r.Proto, r.TCPFlags = "udp", "S" }), want: "tcpFlags: only tcp has flags"},
-		{name: "tcp icmp type", req: with(func(r *TraceRequest) { r.ICMPType = u8(8) }), want: "icmpType: only for icmp and icmpv6"},
-		{name: "tcp icmp code", req: with(func(r *TraceRequest) { r.ICMPCode = 1 }), want: "icmpCode: only for icmp and icmpv6"},
-		{name: "neighbour discovery", req: TraceRequest{Port: "ov-a", Proto: "icmpv6", Src: addr("fd00:244::10"), Dst: addr("fd00:244::11"), ICMPType: u8(135)},
+		{name: "no port", req: with(func(r *inspect.TraceRequest) { r.Port = "" }), want: "port: required"},
+		{name: "unknown port", req: with(func(r *inspect.TraceRequest) { r.Port = "x" }), want: `port: no port "x"`, notFound: true},
+		{name: "no proto", req: with(func(r *inspect.TraceRequest) { r.Proto = "" }), want: "proto: required"},
+		{name: "unknown proto", req: with(func(r *inspect.TraceRequest) { r.Proto = "sctpx" }), want: `proto: "sctpx" is not a protocol`},
+		{name: "no src", req: with(func(r *inspect.TraceRequest) { r.Src = netip.Addr{} }), want: "src: required"},
+		{name: "no dst", req: with(func(r *inspect.TraceRequest) { r.Dst = netip.Addr{} }), want: "dst: required"},
+		{name: "families", req: with(func(r *inspect.TraceRequest) { r.Dst = addr("fd00::1") }), want: "dst: fd00::1 is not of src 10.244.0.10's family"},
+		{name: "zone", req: with(func(r *inspect.TraceRequest) { r.Src = addr("fe80::1%eth0") }), want: "src: fe80::1%eth0: zones are not allowed"},
+		{name: "icmpv6 over IPv4", req: with(func(r *inspect.TraceRequest) { r.Proto, r.SrcPort, r.DstPort = "icmpv6", 0, 0 }), want: "proto: icmpv6 with IPv4 addresses"},
+		{name: "icmp dst port", req: with(func(r *inspect.TraceRequest) { r.Proto = "icmp" }), want: "dstPort: icmp has no ports"},
+		{name: "icmp id of a non-echo", req: with(func(r *inspect.TraceRequest) { r.Proto, r.DstPort, r.ICMPType = "icmp", 0, u8(3) }), want: "srcPort: only an icmp echo has an identifier"},
+		{name: "other proto ports", req: with(func(r *inspect.TraceRequest) { r.Proto = "47" }), want: "srcPort: proto-47 has no ports"},
+		{name: "tcp flags", req: with(func(r *inspect.TraceRequest) { r.TCPFlags = "SX" }), want: `tcpFlags: "SX": 'X' is not a flag`},
+		{name: "udp flags", req: with(func(r *inspect.TraceRequest) { r.Proto, r.TCPFlags = "udp", "S" }), want: "tcpFlags: only tcp has flags"},
+		{name: "tcp icmp type", req: with(func(r *inspect.TraceRequest) { r.ICMPType = u8(8) }), want: "icmpType: only for icmp and icmpv6"},
+		{name: "tcp icmp code", req: with(func(r *inspect.TraceRequest) { r.ICMPCode = 1 }), want: "icmpCode: only for icmp and icmpv6"},
+		{name: "neighbour discovery", req: inspect.TraceRequest{Port: "ov-a", Proto: "icmpv6", Src: addr("fd00:244::10"), Dst: addr("fd00:244::11"), ICMPType: u8(135)},
 			want: "icmpType: 135 is neighbour discovery"},
-		{name: "negative length", req: with(func(r *TraceRequest) { r.Length = -1 }), want: "length: -1 is not a payload length (0 to 65495)"},
-		{name: "long length", req: with(func(r *TraceRequest) { r.Length = 65496 }), want: "length: 65496 is not a payload length"},
-		{name: "long length in a tunnel", req: TraceRequest{Port: "uplink", Proto: "udp", Src: addr("10.244.1.5"), Dst: addr("10.244.0.10"),
-			VXLAN: &TraceOuter{Src: addr("192.168.1.20")}, Length: 65458}, want: "length: 65458 is not a payload length (0 to 65457)"},
-		{name: "src mac", req: with(func(r *TraceRequest) { r.SrcMAC = "zz" }), want: `srcMAC: "zz" is not a MAC address`},
-		{name: "dst mac", req: with(func(r *TraceRequest) { r.DstMAC = "02:00:00:00:00" }), want: `dstMAC: "02:00:00:00:00" is not a MAC address`},
-		{name: "vxlan src", req: with(func(r *TraceRequest) { r.VXLAN = &TraceOuter{VNI: 1} }), want: "vxlan.src: required"},
-		{name: "vxlan vni", req: with(func(r *TraceRequest) { r.VXLAN = &TraceOuter{Src: addr("192.168.1.20"), VNI: 1 << 24} }), want: "vxlan.vni: 16777216 does not fit in 24 bits"},
-		{name: "vxlan families", req: with(func(r *TraceRequest) { r.VXLAN = &TraceOuter{Src: addr("192.168.1.20"), Dst: addr("fd00::1")} }), want: "vxlan.dst: fd00::1 is not of src"},
-		{name: "vxlan mac", req: with(func(r *TraceRequest) { r.VXLAN = &TraceOuter{Src: addr("192.168.1.20"), SrcMAC: "x"} }), want: `vxlan.srcMAC: "x" is not a MAC address`},
-		{name: "vxlan dst unknown", doc: traceACLDoc, req: TraceRequest{Port: "uplink", Proto: "udp", Src: addr("10.0.0.5"), Dst: addr("10.0.0.10"),
-			VXLAN: &TraceOuter{Src: addr("192.168.1.20")}}, want: "vxlan.dst: required (port uplink has no address of src 192.168.1.20's family)"},
+		{name: "negative length", req: with(func(r *inspect.TraceRequest) { r.Length = -1 }), want: "length: -1 is not a payload length (0 to 65495)"},
+		{name: "long length", req: with(func(r *inspect.TraceRequest) { r.Length = 65496 }), want: "length: 65496 is not a payload length"},
+		{name: "long length in a tunnel", req: inspect.TraceRequest{Port: "uplink", Proto: "udp", Src: addr("10.244.1.5"), Dst: addr("10.244.0.10"),
+			VXLAN: &inspect.TraceOuter{Src: addr("192.168.1.20")}, Length: 65458}, want: "length: 65458 is not a payload length (0 to 65457)"},
+		{name: "src mac", req: with(func(r *inspect.TraceRequest) { r.SrcMAC = "zz" }), want: `srcMAC: "zz" is not a MAC address`},
+		{name: "dst mac", req: with(func(r *inspect.TraceRequest) { r.DstMAC = "02:00:00:00:00" }), want: `dstMAC: "02:00:00:00:00" is not a MAC address`},
+		{name: "vxlan src", req: with(func(r *inspect.TraceRequest) { r.VXLAN = &inspect.TraceOuter{VNI: 1} }), want: "vxlan.src: required"},
+		{name: "vxlan vni", req: with(func(r *inspect.TraceRequest) { r.VXLAN = &inspect.TraceOuter{Src: addr("192.168.1.20"), VNI: 1 << 24} }), want: "vxlan.vni: 16777216 does not fit in 24 bits"},
+		{name: "vxlan families", req: with(func(r *inspect.TraceRequest) {
+			r.VXLAN = &inspect.TraceOuter{Src: addr("192.168.1.20"), Dst: addr("fd00::1")}
+		}), want: "vxlan.dst: fd00::1 is not of src"},
+		{name: "vxlan mac", req: with(func(r *inspect.TraceRequest) { r.VXLAN = &inspect.TraceOuter{Src: addr("192.168.1.20"), SrcMAC: "x"} }), want: `vxlan.srcMAC: "x" is not a MAC address`},
+		{name: "vxlan dst unknown", doc: traceACLDoc, req: inspect.TraceRequest{Port: "uplink", Proto: "udp", Src: addr("10.0.0.5"), Dst: addr("10.0.0.10"),
+			VXLAN: &inspect.TraceOuter{Src: addr("192.168.1.20")}}, want: "vxlan.dst: required (port uplink has no address of src 192.168.1.20's family)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -769,11 +772,11 @@ func TestTraceInvalid(t *testing.T) {
 // TestTraceLargest traces the largest packets a request can describe.
 func TestTraceLargest(t *testing.T) {
 	sw := traceSwitch(t, lbDoc)
-	for _, req := range []TraceRequest{
+	for _, req := range []inspect.TraceRequest{
 		{Port: "ov-a", Proto: "tcp", Src: addr("10.244.0.10"), Dst: addr("10.244.1.5"), SrcPort: 1, DstPort: 2, Length: 65495},
 		{Port: "ov-a", Proto: "udp", Src: addr("fd00:244::10"), Dst: addr("fd00:244::11"), SrcPort: 1, DstPort: 2, Length: 65527},
 		{Port: "uplink", Proto: "udp", Src: addr("10.244.1.5"), Dst: addr("10.244.0.10"), SrcPort: 1, DstPort: 2,
-			VXLAN: &TraceOuter{Src: addr("192.168.1.20")}, Length: 65457},
+			VXLAN: &inspect.TraceOuter{Src: addr("192.168.1.20")}, Length: 65457},
 	} {
 		res, err := sw.Trace(req)
 		if err != nil {
@@ -786,14 +789,14 @@ func TestTraceLargest(t *testing.T) {
 }
 
 func TestTraceRequestJSON(t *testing.T) {
-	req := TraceRequest{Port: "uplink", Proto: "tcp", Src: addr("10.244.1.5"), Dst: addr("10.244.0.10"), SrcPort: 1, DstPort: 2,
+	req := inspect.TraceRequest{Port: "uplink", Proto: "tcp", Src: addr("10.244.1.5"), Dst: addr("10.244.0.10"), SrcPort: 1, DstPort: 2,
 		TCPFlags: "SA", ICMPType: nil, SrcMAC: "02:00:00:00:00:01", Length: 10,
-		VXLAN: &TraceOuter{Src: addr("192.168.1.20"), Dst: addr("192.168.1.10"), VNI: 4096, DstMAC: "02:00:00:00:00:fe"}}
+		VXLAN: &inspect.TraceOuter{Src: addr("192.168.1.20"), Dst: addr("192.168.1.10"), VNI: 4096, DstMAC: "02:00:00:00:00:fe"}}
 	b, err := json.Marshal(req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var back TraceRequest
+	var back inspect.TraceRequest
 	if err := json.Unmarshal(b, &back); err != nil {
 		t.Fatalf("%s: %v", b, err)
 	}
@@ -813,7 +816,7 @@ func TestTraceRequestJSON(t *testing.T) {
 		{"not an object", `[1]`, `want a JSON object, got JSON array`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			var r TraceRequest
+			var r inspect.TraceRequest
 			err := json.Unmarshal([]byte(tt.json), &r)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("error %v, want %q", err, tt.want)
@@ -827,22 +830,22 @@ func TestTraceDefaultMACs(t *testing.T) {
 	for _, tt := range []struct {
 		name     string
 		doc      string
-		req      TraceRequest
+		req      inspect.TraceRequest
 		src, dst dataplane.MAC
 	}{
-		{"to a pod on the link", traceACLDoc, TraceRequest{Port: "pod-a", Proto: "udp", Src: addr("10.0.0.10"), Dst: addr("10.0.0.11")}, traceA, traceB},
-		{"off the link, by the gateway", traceACLDoc, TraceRequest{Port: "pod-a", Proto: "udp", Src: addr("fd00::10"), Dst: addr("2001:db8::1")}, traceA, macGW},
-		{"overlay pod to a Service", lbDoc, TraceRequest{Port: "ov-a", Proto: "tcp", Src: addr("10.244.0.10"), Dst: addr("10.96.0.10")}, lbOvA, lbDR},
-		{"L2Bridge pod to the internet, by the router", ulDoc, TraceRequest{Port: "l2-a", Proto: "udp", Src: addr("192.168.1.100"), Dst: addr("8.8.8.8")}, ulL2A, ulRouter},
-		{"L2Bridge pod to a host on its link", ulDoc, TraceRequest{Port: "l2-a", Proto: "udp", Src: addr("192.168.1.100"), Dst: addr("192.168.1.50")}, ulL2A, traceSrcMAC},
-		{"from the wire to an L2Bridge pod", ulDoc, TraceRequest{Port: "uplink", Proto: "udp", Src: addr("8.8.8.8"), Dst: addr("192.168.1.100")}, ulRouter, ulHost},
-		{"from the wire to the host, by its default gateway", natDoc, TraceRequest{Port: "uplink", Proto: "udp", Src: addr("192.168.1.1"), Dst: addr("192.168.1.10")}, natRouter, natHost},
-		{"in a tunnel", lbDoc, TraceRequest{Port: "uplink", Proto: "udp", Src: addr("10.244.1.5"), Dst: addr("10.244.0.11"),
-			VXLAN: &TraceOuter{Src: addr("192.168.1.20")}}, traceSrcMAC, lbOvB},
+		{"to a pod on the link", traceACLDoc, inspect.TraceRequest{Port: "pod-a", Proto: "udp", Src: addr("10.0.0.10"), Dst: addr("10.0.0.11")}, traceA, traceB},
+		{"off the link, by the gateway", traceACLDoc, inspect.TraceRequest{Port: "pod-a", Proto: "udp", Src: addr("fd00::10"), Dst: addr("2001:db8::1")}, traceA, macGW},
+		{"overlay pod to a Service", lbDoc, inspect.TraceRequest{Port: "ov-a", Proto: "tcp", Src: addr("10.244.0.10"), Dst: addr("10.96.0.10")}, lbOvA, lbDR},
+		{"L2Bridge pod to the internet, by the router", ulDoc, inspect.TraceRequest{Port: "l2-a", Proto: "udp", Src: addr("192.168.1.100"), Dst: addr("8.8.8.8")}, ulL2A, ulRouter},
+		{"L2Bridge pod to a host on its link", ulDoc, inspect.TraceRequest{Port: "l2-a", Proto: "udp", Src: addr("192.168.1.100"), Dst: addr("192.168.1.50")}, ulL2A, traceSrcMAC},
+		{"from the wire to an L2Bridge pod", ulDoc, inspect.TraceRequest{Port: "uplink", Proto: "udp", Src: addr("8.8.8.8"), Dst: addr("192.168.1.100")}, ulRouter, ulHost},
+		{"from the wire to the host, by its default gateway", natDoc, inspect.TraceRequest{Port: "uplink", Proto: "udp", Src: addr("192.168.1.1"), Dst: addr("192.168.1.10")}, natRouter, natHost},
+		{"in a tunnel", lbDoc, inspect.TraceRequest{Port: "uplink", Proto: "udp", Src: addr("10.244.1.5"), Dst: addr("10.244.0.11"),
+			VXLAN: &inspect.TraceOuter{Src: addr("192.168.1.20")}}, traceSrcMAC, lbOvB},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			sw := traceSwitch(t, tt.doc)
-			pk, err := tt.req.packet(sw.pol.Load())
+			pk, err := tracePacketOf(&tt.req, sw.pol.Load())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -879,22 +882,22 @@ func TestTraceConcurrent(t *testing.T) {
 	for i := 0; ; i++ {
 		select {
 		case <-done:
-			if n := sw.FlushFlows(FlowFilter{}); n == 0 || sw.NAT().Bindings() != 0 {
+			if n := sw.FlushFlows(inspect.FlowFilter{}); n == 0 || sw.NAT().Bindings() != 0 {
 				t.Errorf("flushed %d flows, %d bindings left", n, sw.NAT().Bindings())
 			}
 			return
 		default:
 		}
-		req := TraceRequest{Port: "ov-b", Proto: "tcp", Src: addr("10.244.0.11"), Dst: addr("8.8.8.8"), SrcPort: uint16(1000 + i%100), DstPort: 443, TCPFlags: "A"}
+		req := inspect.TraceRequest{Port: "ov-b", Proto: "tcp", Src: addr("10.244.0.11"), Dst: addr("8.8.8.8"), SrcPort: uint16(1000 + i%100), DstPort: 443, TCPFlags: "A"}
 		if _, err := sw.Trace(req); err != nil {
 			t.Fatal(err)
 		}
-		sw.Flows(FlowFilter{Port: "ov-b", Limit: 10})
+		sw.Flows(inspect.FlowFilter{Port: "ov-b", Limit: 10})
 		if _, err := sw.Layers("ov-b"); err != nil {
 			t.Fatal(err)
 		}
 		if i%50 == 0 {
-			sw.FlushFlows(FlowFilter{SrcPort: uint16(1000 + i%100)})
+			sw.FlushFlows(inspect.FlowFilter{SrcPort: uint16(1000 + i%100)})
 		}
 	}
 }

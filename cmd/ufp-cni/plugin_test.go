@@ -18,7 +18,7 @@ import (
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/ufp-dev/ufp/api"
 	"github.com/ufp-dev/ufp/hns"
-	"github.com/ufp-dev/ufp/vswitch"
+	"github.com/ufp-dev/ufp/inspect"
 )
 
 // fakeUfpd is ufpd's API in memory. Not safe for concurrent use.
@@ -427,7 +427,7 @@ func TestCheck(t *testing.T) {
 	}{
 		{name: "ok"},
 		{name: "ok-with-status", tamper: func(h *harness) {
-			h.u.status = map[string]*api.EndpointStatus{name: {Port: &vswitch.PortInfo{Name: name, Device: &vswitch.DeviceInfo{Serving: true}}}}
+			h.u.status = map[string]*api.EndpointStatus{name: {Port: &inspect.PortInfo{Name: name, Device: &inspect.DeviceInfo{Serving: true}}}}
 		}},
 		{name: "no-endpoint", tamper: func(h *harness) { h.u.endpoints = nil },
 			want: "endpoint " + name + ": ufpd has no such endpoint"},
@@ -445,7 +445,7 @@ func TestCheck(t *testing.T) {
 			h.u.status = map[string]*api.EndpointStatus{name: {DeviceError: "netns /var/run/netns/pod-a: no such file or directory"}}
 		}, want: "its device is not serving: netns /var/run/netns/pod-a"},
 		{name: "not-serving", tamper: func(h *harness) {
-			h.u.status = map[string]*api.EndpointStatus{name: {Port: &vswitch.PortInfo{Device: &vswitch.DeviceInfo{}}}}
+			h.u.status = map[string]*api.EndpointStatus{name: {Port: &inspect.PortInfo{Device: &inspect.DeviceInfo{}}}}
 		}, want: "its device is not serving"},
 		{name: "namespace", tamper: func(h *harness) {
 			h.ns = []string{"interface eth0 in /var/run/netns/pod-a: address 10.244.1.5/24 is missing"}

@@ -48,7 +48,7 @@ type providerAddr struct {
 }
 
 // pending is a policy being translated: its settings are one of
-// vswitch's settings types.
+// package hns's settings types.
 type pending struct {
 	typ      string
 	settings any

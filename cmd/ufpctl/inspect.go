@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"github.com/ufp-dev/ufp/api"
-	"github.com/ufp-dev/ufp/vswitch"
+	"github.com/ufp-dev/ufp/inspect"
 )
 
 // The compiled switch: ports, layers and rules, flows, counters.
@@ -111,7 +111,7 @@ func (c *cli) rules(args []string) error {
 			if _, err := c.client.Layers(c.ctx, pos[0]); err != nil {
 				return err
 			}
-			l = slices.DeleteFunc(l, func(r vswitch.RuleCount) bool { return r.Port != pos[0] })
+			l = slices.DeleteFunc(l, func(r inspect.RuleCount) bool { return r.Port != pos[0] })
 		}
 		if c.json() {
 			return printJSON(c.stdout, nonNil(l))
@@ -250,7 +250,7 @@ func (c *cli) flows(args []string) error {
 // endpointString is one end of a flow: the address with the port for
 // tcp and udp, with an icmp echo's identifier (src) or the type and
 // code of another icmp message (dst).
-func endpointString(fl *vswitch.FlowInfo, src bool) string {
+func endpointString(fl *inspect.FlowInfo, src bool) string {
 	a, port := fl.Dst, fl.DstPort
 	if src {
 		a, port = fl.Src, fl.SrcPort

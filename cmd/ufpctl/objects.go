@@ -11,7 +11,7 @@ import (
 
 	"github.com/ufp-dev/ufp/api"
 	"github.com/ufp-dev/ufp/hns"
-	"github.com/ufp-dev/ufp/vswitch"
+	"github.com/ufp-dev/ufp/inspect"
 )
 
 // The daemon and its HNS objects: networks, endpoints, load balancers.
@@ -187,7 +187,7 @@ func portState(e *api.Endpoint) string {
 }
 
 // deviceState is the state of a port's device.
-func deviceState(d *vswitch.DeviceInfo) string {
+func deviceState(d *inspect.DeviceInfo) string {
 	switch {
 	case d == nil:
 		return "no device"

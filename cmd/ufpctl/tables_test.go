@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/ufp-dev/ufp/api"
-	"github.com/ufp-dev/ufp/vswitch"
+	"github.com/ufp-dev/ufp/inspect"
 )
 
 // TestTablesGolden compares the read commands' output on the demo's
@@ -85,10 +85,10 @@ func TestTablesContent(t *testing.T) {
 		{[]string{"endpoints"}, &[]api.Endpoint{}},
 		{[]string{"endpoint", "pod-a"}, &api.Endpoint{}},
 		{[]string{"lbs"}, &[]api.LoadBalancer{}},
-		{[]string{"ports"}, &[]vswitch.PortInfo{}},
-		{[]string{"layers", "pod-a"}, &[]vswitch.LayerInfo{}},
-		{[]string{"rules"}, &[]vswitch.RuleCount{}},
-		{[]string{"counters"}, &vswitch.Stats{}},
+		{[]string{"ports"}, &[]inspect.PortInfo{}},
+		{[]string{"layers", "pod-a"}, &[]inspect.LayerInfo{}},
+		{[]string{"rules"}, &[]inspect.RuleCount{}},
+		{[]string{"counters"}, &inspect.Stats{}},
 		{[]string{"flows"}, &api.FlowList{}},
 		{[]string{"flows", "flush"}, &api.FlushResult{}},
 	} {

@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/ufp-dev/ufp/api"
-	"github.com/ufp-dev/ufp/vswitch"
+	"github.com/ufp-dev/ufp/inspect"
 )
 
 // The packet trace: ufpctl trace asks ufpd what the switch would do with a
@@ -16,7 +16,7 @@ import (
 
 func (c *cli) trace(args []string) error {
 	var (
-		req      vswitch.TraceRequest
+		req      inspect.TraceRequest
 		icmpType = -1
 		icmpCode uint
 		vxlan    string
@@ -96,7 +96,7 @@ func parseEndpoint(s string) (netip.Addr, uint16, error) {
 }
 
 // parseVXLAN reads OUTERSRC[>OUTERDST]/VNI.
-func parseVXLAN(s string) (*vswitch.TraceOuter, error) {
+func parseVXLAN(s string) (*inspect.TraceOuter, error) {
 	addrs, vni, ok := cutLast(s, "/")
 	if !ok {
 		return nil, fmt.Errorf("%q: want OUTERSRC[>OUTERDST]/VNI", s)
@@ -105,7 +105,7 @@ func parseVXLAN(s string) (*vswitch.TraceOuter, error) {
 	if err != nil || n >= 1<<24 {
 		return nil, fmt.Errorf("%q: VNI %q is not a number below 2^24", s, vni)
 	}
-	o := &vswitch.TraceOuter{VNI: uint32(n)}
+	o := &inspect.TraceOuter{VNI: uint32(n)}
 	src, dst, hasDst := strings.Cut(addrs, ">")
 	if o.Src, err = netip.ParseAddr(src); err != nil {
 		return nil, fmt.Errorf("%q: outer source %q is not an address", s, src)
@@ -129,7 +129,7 @@ func cutLast(s, sep string) (before, after string, ok bool) {
 // printTrace writes res, the trace of a packet entering by port, for
 // people: the packet, the fast path, the layers' verdicts, the switch's
 // account, the header changes and the verdict.
-func printTrace(w io.Writer, port string, res *vswitch.TraceResult) error {
+func printTrace(w io.Writer, port string, res *inspect.TraceResult) error {
 	k := newKV(w)
 	k.add("packet", "%s", res.Packet)
 	k.add("in port", "%s (policy generation %d)", port, res.Generation)
@@ -202,7 +202,7 @@ func orNone(s string) string {
 
 // verdict is res's verdict in one line: where the packet goes, or why
 // and where it is dropped, naming the rule that dropped it.
-func verdict(res *vswitch.TraceResult) string {
+func verdict(res *inspect.TraceResult) string {
 	switch res.Verdict {
 	case "forward":
 		return fmt.Sprintf("forward out %s: %s", res.OutPort, res.Output)

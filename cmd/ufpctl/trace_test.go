@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ufp-dev/ufp/vswitch"
+	"github.com/ufp-dev/ufp/inspect"
 )
 
 // TestTraceGolden traces the demo's packets and compares the output with
@@ -85,7 +85,7 @@ func TestTraceJSON(t *testing.T) {
 	t.Parallel()
 	d := startUfpd(t, demoPolicy(t))
 	out := ok(t, d, "-o", "json", "trace", "pod-a", "tcp", "10.244.1.10:40000", "10.244.1.11:22")
-	var res vswitch.TraceResult
+	var res inspect.TraceResult
 	dec := json.NewDecoder(strings.NewReader(out))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&res); err != nil {
@@ -170,11 +170,11 @@ func TestParseVXLAN(t *testing.T) {
 // without traffic or reject rules: a cached flow, a layer's default
 // blocking, an answer to the sender.
 func TestPrintTraceCases(t *testing.T) {
-	res := &vswitch.TraceResult{
+	res := &inspect.TraceResult{
 		Packet:     "ipv4 tcp 10.0.0.1:1000 > 10.0.0.2:80 [S]",
 		Generation: 7,
-		Cached:     &vswitch.FlowInfo{InPort: "a", OutPort: "b", HT: "modify(dst-port=8080)", Generation: 6},
-		Steps: []vswitch.TraceStep{
+		Cached:     &inspect.FlowInfo{InPort: "a", OutPort: "b", HT: "modify(dst-port=8080)", Generation: 6},
+		Steps: []inspect.TraceStep{
 			{Port: "a", Direction: "out", Layer: "ACL", Group: "g", Rule: "allow-web", Priority: 10, Action: "allow", Terminating: true},
 			{Port: "b", Direction: "in", Layer: "ACL", Action: "block", Default: true},
 		},
@@ -200,7 +200,7 @@ func TestPrintTraceCases(t *testing.T) {
 	if strings.Contains(b.String(), "header changes") {
 		t.Errorf("header changes of a dropped packet:\n%s", b.String())
 	}
-	res.Cached = &vswitch.FlowInfo{InPort: "a", Drop: "blocked-by-policy", Generation: 6}
+	res.Cached = &inspect.FlowInfo{InPort: "a", Drop: "blocked-by-policy", Generation: 6}
 	b.Reset()
 	printTrace(&b, "a", res)
 	if !strings.Contains(b.String(), "a cached flow takes it (decided under generation 6): drop (blocked-by-policy)\n") {

@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/ufp-dev/ufp/api"
+	"github.com/ufp-dev/ufp/inspect"
 	"github.com/ufp-dev/ufp/metrics"
 	"github.com/ufp-dev/ufp/vswitch"
 )
@@ -53,7 +54,7 @@ func (d *daemon) inspectRoutes(h func(string, func(http.ResponseWriter, *http.Re
 		return d.sw.Stats(), nil
 	})
 	h("POST /v1/trace", func(w http.ResponseWriter, r *http.Request) (any, error) {
-		var req vswitch.TraceRequest
+		var req inspect.TraceRequest
 		if err := decode(r, "trace", &req); err != nil {
 			return nil, err
 		}
@@ -65,7 +66,7 @@ func (d *daemon) inspectRoutes(h func(string, func(http.ResponseWriter, *http.Re
 
 // flowFilter reads the flow filter of r's query, checked against the
 // running policy.
-func (d *daemon) flowFilter(r *http.Request) (vswitch.FlowFilter, error) {
+func (d *daemon) flowFilter(r *http.Request) (inspect.FlowFilter, error) {
 	f, err := api.ParseFlowFilter(r.URL.Query())
 	if err != nil {
 		return f, errorf(http.StatusBadRequest, "flows", "%v", err)
@@ -107,7 +108,7 @@ func (d *daemon) endpointStatus(e *api.Endpoint) {
 func (d *daemon) capture(w http.ResponseWriter, r *http.Request) {
 	port := r.PathValue("name")
 	object := "capture of port " + port
-	var opt vswitch.CaptureOptions
+	var opt inspect.CaptureOptions
 	q := r.URL.Query()
 	for k, dst := range map[string]*int{"count": &opt.Count, "snaplen": &opt.Snaplen} {
 		if s := q.Get(k); s != "" {

@@ -25,6 +25,7 @@ import (
 
 	"github.com/ufp-dev/ufp/api"
 	"github.com/ufp-dev/ufp/hns"
+	"github.com/ufp-dev/ufp/inspect"
 	"github.com/ufp-dev/ufp/vswitch"
 )
 
@@ -511,12 +512,12 @@ func TestAPIInspect(t *testing.T) {
 	}
 
 	before, _ := c.Counters(ctx)
-	tr, err := c.Trace(ctx, &vswitch.TraceRequest{Port: "pod-a", Proto: "tcp",
+	tr, err := c.Trace(ctx, &inspect.TraceRequest{Port: "pod-a", Proto: "tcp",
 		Src: netip.MustParseAddr("10.244.1.10"), SrcPort: 40000, Dst: netip.MustParseAddr("10.244.1.11"), DstPort: 22})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tr.Verdict != "drop" || tr.Drop != "blocked-by-policy" || !slices.ContainsFunc(tr.Steps, func(s vswitch.TraceStep) bool { return s.Rule == "deny-ssh" }) {
+	if tr.Verdict != "drop" || tr.Drop != "blocked-by-policy" || !slices.ContainsFunc(tr.Steps, func(s inspect.TraceStep) bool { return s.Rule == "deny-ssh" }) {
 		t.Errorf("trace: %+v", tr)
 	}
 	after, _ := c.Counters(ctx)
