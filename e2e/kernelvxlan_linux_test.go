@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/ufp-dev/ufp/dataplane"
-	"github.com/ufp-dev/ufp/vswitch/device"
+	"github.com/ufp-dev/ufp/device"
 )
 
 // TestUfpdKernelVXLAN checks interoperation with the Linux kernel's own

@@ -21,7 +21,7 @@ import (
 	"github.com/ufp-dev/ufp/dataplane"
 	"github.com/ufp-dev/ufp/hns"
 	"github.com/ufp-dev/ufp/vswitch"
-	"github.com/ufp-dev/ufp/vswitch/device"
+	"github.com/ufp-dev/ufp/device"
 )
 
 // nsTimeout bounds every exchange of a test.

@@ -46,7 +46,7 @@ import (
 	"github.com/ufp-dev/ufp/hns"
 	"github.com/ufp-dev/ufp/vfp"
 	"github.com/ufp-dev/ufp/vswitch"
-	"github.com/ufp-dev/ufp/vswitch/device"
+	"github.com/ufp-dev/ufp/device"
 )
 
 // labCmdTimeout bounds every command a test runs (ip, ping, curl...).

@@ -16,7 +16,7 @@ import (
 	"github.com/ufp-dev/ufp/nat"
 	"github.com/ufp-dev/ufp/rules"
 	"github.com/ufp-dev/ufp/vfp"
-	"github.com/ufp-dev/ufp/vswitch/device"
+	"github.com/ufp-dev/ufp/device"
 )
 
 // Config is a policy document: the switch, its ports, and each port's

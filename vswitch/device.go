@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/ufp-dev/ufp/dataplane"
-	"github.com/ufp-dev/ufp/vswitch/device"
+	"github.com/ufp-dev/ufp/device"
 )
 
 // Device is a port's frame I/O, a batch at a time (the shape of

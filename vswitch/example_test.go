@@ -38,7 +38,7 @@ const examplePolicy = `{
 }`
 
 // A program embeds a switch: it compiles a policy, gives ports devices
-// (here in memory; a real program opens TAPs with vswitch/device) and
+// (here in memory; a real program opens TAPs with device) and
 // serves them. A frame pod-a sends to pod-b comes out of pod-b's device.
 func ExampleSwitch_Serve() {
 	cfg, err := vswitch.ParseConfig([]byte(examplePolicy))

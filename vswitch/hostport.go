@@ -5,7 +5,7 @@ import (
 	"net/netip"
 
 	"github.com/ufp-dev/ufp/vfp"
-	"github.com/ufp-dev/ufp/vswitch/device"
+	"github.com/ufp-dev/ufp/device"
 )
 
 // compileHost checks the host's vNIC against the uplink and enters it in

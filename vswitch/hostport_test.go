@@ -12,7 +12,7 @@ import (
 	"github.com/ufp-dev/ufp/dataplane"
 	"github.com/ufp-dev/ufp/hns"
 	"github.com/ufp-dev/ufp/vfp"
-	"github.com/ufp-dev/ufp/vswitch/device"
+	"github.com/ufp-dev/ufp/device"
 )
 
 // hostDoc is an overlay node with the host's own vNIC on the switch (HNS's

@@ -13,7 +13,7 @@ import (
 
 	"github.com/ufp-dev/ufp/api"
 	"github.com/ufp-dev/ufp/vswitch"
-	"github.com/ufp-dev/ufp/vswitch/device"
+	"github.com/ufp-dev/ufp/device"
 )
 
 // daemon is a running switch and the devices ufpd opened for its ports.

@@ -20,7 +20,7 @@ import (
 	"golang.org/x/net/ipv4"
 
 	"github.com/ufp-dev/ufp/api"
-	"github.com/ufp-dev/ufp/vswitch/device"
+	"github.com/ufp-dev/ufp/device"
 )
 
 //go:embed demo.json

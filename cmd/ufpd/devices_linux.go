@@ -4,7 +4,7 @@ import (
 	"errors"
 
 	"github.com/ufp-dev/ufp/vswitch"
-	"github.com/ufp-dev/ufp/vswitch/device"
+	"github.com/ufp-dev/ufp/device"
 )
 
 // openDevice opens the device spec describes, with the port's link

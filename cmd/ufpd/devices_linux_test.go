@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ufp-dev/ufp/vswitch/device"
+	"github.com/ufp-dev/ufp/device"
 )
 
 // runCmd runs a command with a deadline and fails t if it fails.

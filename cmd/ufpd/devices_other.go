@@ -7,7 +7,7 @@ import (
 	"runtime"
 
 	"github.com/ufp-dev/ufp/vswitch"
-	"github.com/ufp-dev/ufp/vswitch/device"
+	"github.com/ufp-dev/ufp/device"
 )
 
 // openDevice opens the device spec describes. Off Linux only L3 ports

@@ -22,7 +22,7 @@ import (
 	"golang.zx2c4.com/wireguard/tun/netstack"
 
 	"github.com/ufp-dev/ufp/dataplane"
-	"github.com/ufp-dev/ufp/vswitch/device"
+	"github.com/ufp-dev/ufp/device"
 )
 
 // tunTestNS creates a network namespace for the test, deleted (by its

@@ -16,7 +16,7 @@ import (
 
 	"github.com/ufp-dev/ufp/dataplane"
 	"github.com/ufp-dev/ufp/vswitch"
-	"github.com/ufp-dev/ufp/vswitch/device"
+	"github.com/ufp-dev/ufp/device"
 )
 
 var _ vswitch.Device = (*device.L3)(nil)
