@@ -15,8 +15,8 @@ import (
 	"golang.zx2c4.com/wireguard/tun/netstack"
 
 	"github.com/ufp-dev/ufp/dataplane"
-	"github.com/ufp-dev/ufp/vswitch"
 	"github.com/ufp-dev/ufp/device"
+	"github.com/ufp-dev/ufp/vswitch"
 )
 
 var _ vswitch.Device = (*device.L3)(nil)

@@ -19,9 +19,9 @@ import (
 	"golang.zx2c4.com/wireguard/tun/netstack"
 
 	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/device"
 	"github.com/ufp-dev/ufp/hns"
 	"github.com/ufp-dev/ufp/vswitch"
-	"github.com/ufp-dev/ufp/device"
 )
 
 // nsTimeout bounds every exchange of a test.

@@ -43,10 +43,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ufp-dev/ufp/device"
 	"github.com/ufp-dev/ufp/hns"
 	"github.com/ufp-dev/ufp/vfp"
 	"github.com/ufp-dev/ufp/vswitch"
-	"github.com/ufp-dev/ufp/device"
 )
 
 // labCmdTimeout bounds every command a test runs (ip, ping, curl...).

@@ -12,8 +12,8 @@ import (
 	"sync"
 
 	"github.com/ufp-dev/ufp/api"
-	"github.com/ufp-dev/ufp/vswitch"
 	"github.com/ufp-dev/ufp/device"
+	"github.com/ufp-dev/ufp/vswitch"
 )
 
 // daemon is a running switch and the devices ufpd opened for its ports.

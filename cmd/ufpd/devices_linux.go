@@ -3,8 +3,8 @@ package main
 import (
 	"errors"
 
-	"github.com/ufp-dev/ufp/vswitch"
 	"github.com/ufp-dev/ufp/device"
+	"github.com/ufp-dev/ufp/vswitch"
 )
 
 // openDevice opens the device spec describes, with the port's link

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"runtime"
 
-	"github.com/ufp-dev/ufp/vswitch"
 	"github.com/ufp-dev/ufp/device"
+	"github.com/ufp-dev/ufp/vswitch"
 )
 
 // openDevice opens the device spec describes. Off Linux only L3 ports
