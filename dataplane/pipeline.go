@@ -76,6 +76,10 @@ type Decision struct {
 	// too when it gives the packet back the source port (ReverseHT sets
 	// DstPort).
 	Own bool
+
+	// The working state that stateful actions share while the slow path
+	// decides: see decide.go. Reset with the rest.
+	work decisionWork
 }
 
 // PipelineConfig configures a Pipeline.

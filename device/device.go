@@ -1,13 +1,3 @@
-// Package device holds the frame I/O of switch ports on real devices: TAP
-// interfaces for pods and the host's own vNIC, TUN and Wintun interfaces
-// for L3 ports (Ethernet synthesised and stripped at the port), and the
-// uplink on a real interface through an AF_PACKET socket or AF_XDP sockets
-// (OpenUplink). Each device implements vswitch.Device: frames move a batch
-// at a time in dataplane.Packets.
-//
-// Linux-only devices (TAP, AF_PACKET, AF_XDP, namespaces) are behind build tags;
-// the L3 port over golang.zx2c4.com/wireguard/tun builds everywhere, so
-// that Windows gets its Wintun port.
 package device
 
 import (

@@ -1,6 +1,14 @@
-// Package lb holds the service load-balancing primitives of the switch's
-// slow path: which backend the first packet of a connection goes to. The
-// fast path never calls it; it replays the rewrite the slow path chose.
+// Package lb is Service load balancing whole: the balancing decision (the
+// lb action, a rules.StatefulAction the engine calls without naming it),
+// which backend the first packet of a connection goes to, DSR and
+// preserve-destination, the SourceVIP translation (through package nat),
+// what a connection keeps so that it stays with its backend across policy
+// changes, and what lives across policies (Runtime: affinity tables,
+// backend tables, the registry of balanced connections as their backends
+// see them). The fast path never calls it; it replays the rewrite the slow
+// path chose. HNS load balancers are lowered into lb rules by package hns.
+//
+// It imports dataplane, rules and nat.
 //
 // # Choosing a backend
 //

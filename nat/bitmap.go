@@ -107,12 +107,26 @@ func (c *class) search(pat uint64) int {
 
 // pick chooses the port for a new binding whose internal port is want, or
 // returns -1 when the class is full. See the package comment for the order.
+// A port found by the search moves the cursor past it.
 func (c *class) pick(want int, parity bool) int {
+	p, searched := c.choose(want, parity)
+	if p >= 0 && searched {
+		c.cursor = p + 1
+		if c.cursor > c.hi {
+			c.cursor = c.lo
+		}
+	}
+	return p
+}
+
+// choose is pick without moving the cursor: the port pick would return,
+// and whether the search found it (rather than preservation).
+func (c *class) choose(want int, parity bool) (port int, searched bool) {
 	if c.free[0]+c.free[1] == 0 {
-		return -1
+		return -1, false
 	}
 	if c.available(want) {
-		return want
+		return want, false
 	}
 	p := -1
 	if parity && c.free[want&1] > 0 {
@@ -121,14 +135,7 @@ func (c *class) pick(want int, parity bool) int {
 	if p < 0 {
 		p = c.search(allPorts)
 	}
-	if p < 0 {
-		return -1 // only if the free counts were wrong
-	}
-	c.cursor = p + 1
-	if c.cursor > c.hi {
-		c.cursor = c.lo
-	}
-	return p
+	return p, p >= 0 // -1 only if the free counts were wrong
 }
 
 // take marks port, which pick returned, as held.

@@ -1,8 +1,14 @@
-// Package nat allocates the external ports of source NAT: pools of ports on
-// external addresses, and the bindings that map an internal endpoint to one
-// of them. It decides which external port a new flow gets; rewriting the
-// packets and timing flows out belong to the flow table that holds the
-// bindings.
+// Package nat is outbound source NAT whole: the decision that translates a
+// connection's source (the snat action, a rules.StatefulAction the engine
+// calls without naming it, and Table.SNAT, which load balancers use for
+// their SourceVIP), what it keeps per connection and how it holds on
+// revalidation, what a trace is told (Pool.Peek: the port a bind would give,
+// asked of the pool itself), and the pools of ports on external addresses
+// with the bindings that map an internal endpoint to one of them. The flow
+// table applies the rewrite and times connections out; the HNS policy
+// OutBoundNAT is lowered into snat rules by package hns.
+//
+// It imports dataplane and rules.
 //
 // # Behaviour
 //

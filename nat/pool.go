@@ -114,21 +114,11 @@ func (p *Pool) IP() netip.Addr { return p.ip }
 // returns [ErrExhausted] when the class has no free port and [ErrRetired]
 // when the pool is retired; these two allocate nothing.
 func (p *Pool) Bind(proto uint8, internal netip.AddrPort) (*Binding, error) {
-	c, ok := classOf(proto)
-	if !ok {
-		return nil, fmt.Errorf("%w: proto %d is not TCP, UDP, ICMPv4 or ICMPv6", ErrInvalid, proto)
+	c, key, err := p.bindKey(proto, internal)
+	if err != nil {
+		return nil, err
 	}
 	addr := internal.Addr()
-	switch {
-	case !addr.IsValid():
-		return nil, fmt.Errorf("%w: the internal address is missing", ErrInvalid)
-	case addr.Is4() != p.ip.Is4():
-		return nil, fmt.Errorf("%w: internal %s is not of pool %s's address family", ErrInvalid, addr, p.ip)
-	case proto == dataplane.ProtoICMPv4 && !p.ip.Is4(), proto == dataplane.ProtoICMPv6 && p.ip.Is4():
-		return nil, fmt.Errorf("%w: %s on pool %s", ErrInvalid, protoName(proto), p.ip)
-	}
-	key := bindKey{addr: addr.As16(), port: internal.Port(), class: uint8(c)}
-
 	p.mu.Lock()
 	if p.retired {
 		p.mu.Unlock()
@@ -167,6 +157,49 @@ func (p *Pool) Bind(proto uint8, internal netip.AddrPort) (*Binding, error) {
 	p.allocated++
 	p.mu.Unlock()
 	return b, nil
+}
+
+// Peek returns the external endpoint Bind would give the internal
+// endpoint now, binding nothing and moving nothing: the port of its live
+// binding, else the port the pool would choose for it. It fails as Bind
+// would, without counting or logging an exhaustion.
+func (p *Pool) Peek(proto uint8, internal netip.AddrPort) (netip.AddrPort, error) {
+	c, key, err := p.bindKey(proto, internal)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.retired:
+		return netip.AddrPort{}, ErrRetired
+	case p.bindings[key] != nil:
+		return netip.AddrPortFrom(p.ip, p.bindings[key].external), nil
+	}
+	port, _ := p.classes[c].choose(int(internal.Port()), c != ClassICMP)
+	if port < 0 {
+		return netip.AddrPort{}, ErrExhausted
+	}
+	return netip.AddrPortFrom(p.ip, uint16(port)), nil
+}
+
+// bindKey checks that the internal endpoint can be bound for proto on p
+// (see Bind) and returns its class and key.
+func (p *Pool) bindKey(proto uint8, internal netip.AddrPort) (int, bindKey, error) {
+	c, ok := classOf(proto)
+	if !ok {
+		return 0, bindKey{}, fmt.Errorf("%w: proto %d is not TCP, UDP, ICMPv4 or ICMPv6", ErrInvalid, proto)
+	}
+	addr := internal.Addr()
+	switch {
+	case !addr.IsValid():
+		return 0, bindKey{}, fmt.Errorf("%w: the internal address is missing", ErrInvalid)
+	case addr.Is4() != p.ip.Is4():
+		return 0, bindKey{}, fmt.Errorf("%w: internal %s is not of pool %s's address family", ErrInvalid, addr, p.ip)
+	case proto == dataplane.ProtoICMPv4 && !p.ip.Is4(), proto == dataplane.ProtoICMPv6 && p.ip.Is4():
+		return 0, bindKey{}, fmt.Errorf("%w: %s on pool %s", ErrInvalid, protoName(proto), p.ip)
+	}
+	return c, bindKey{addr: addr.As16(), port: internal.Port(), class: uint8(c)}, nil
 }
 
 // noteExhausted counts an exhaustion event and reports whether to log it

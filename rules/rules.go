@@ -1,34 +1,3 @@
-// Package rules holds ufp's match-action tables: layers, groups of rules,
-// conditions and actions, and the classifier that finds the rule that
-// applies to a packet.
-//
-// # Semantics
-//
-// A port's pipeline is an ordered list of layers. A packet entering the
-// switch through a port (Out: a pod sending, or the uplink receiving from
-// the network) crosses that port's layers first to last; a packet leaving
-// the switch through a port (In: towards the pod, or out to the network)
-// crosses them last to first. Each layer yields exactly one action for the
-// packet:
-//
-//  1. The layer's groups are evaluated in order. A group whose own
-//     conditions do not match the packet is skipped.
-//  2. Within a group, the matching rule with the smallest priority number
-//     applies (priorities are unique within a group, so this is
-//     deterministic). Other matching rules of the group are ignored.
-//  3. If that rule is terminating, the layer's evaluation ends with it.
-//     Otherwise evaluation goes on with the next group, and a match in a
-//     later group overrides it: the last match wins.
-//  4. If no group yields a rule, the layer's default action for the
-//     packet's direction applies.
-//
-// A block action ends the packet's way through the switch. An allow action
-// may carry a header transposition, which is applied before the next layer
-// looks at the packet, so later layers match on the rewritten headers.
-// A stateful rule makes the whole connection stateful: its reply direction
-// is installed from the origin's decision and does not cross the layers.
-//
-// Policies are immutable once compiled; the switch swaps them atomically.
 package rules
 
 import (
@@ -278,20 +247,11 @@ type Action struct {
 	HT   dataplane.Transposition
 	// Reason is the drop reason a block gives (0: DropBlocked).
 	Reason dataplane.DropReason
-	// SNAT, when valid, translates the source to this address and a port
-	// (or ICMP echo identifier) the switch allocates from the address's
-	// NAT pool for the connection, after HT. Only stateful rules SNAT:
-	// replies are translated back by the connection's reply flow.
-	SNAT netip.Addr
-	// LB, when set, names the load balancer that chooses the packet's
-	// backend and translates the destination to it, after HT. Only
-	// stateful rules balance: a connection keeps its backend, and replies
-	// are translated back. LBRoute also steers the frame to the backend
-	// (its MACs and, for a remote backend, its tunnel) where later layers
-	// and the switching decision would not: on the uplink, or when the
-	// destination address is preserved.
-	LB      string
-	LBRoute bool
+	// Translation, when set, is the part of the action that keeps state
+	// per connection (a source NAT, a load balancer's choice of backend),
+	// applied after HT. Only stateful rules have one: the connection keeps
+	// its state, and replies are translated back by its reply flow.
+	Translation StatefulAction
 }
 
 // DropReason is the reason packets a block drops are counted under.
@@ -307,14 +267,8 @@ func (a Action) String() string {
 		return "block (" + a.Reason.String() + ")"
 	}
 	snat := ""
-	if a.SNAT.IsValid() {
-		snat = " snat " + a.SNAT.String()
-	}
-	if a.LB != "" {
-		snat += " lb " + a.LB
-		if a.LBRoute {
-			snat += " (routed)"
-		}
+	if a.Translation != nil {
+		snat = " " + a.Translation.String()
 	}
 	if a.Verb == Block || a.HT.IsIdentity() && a.HT.Outer == dataplane.OuterIgnore {
 		return a.Verb.String() + snat
@@ -419,14 +373,11 @@ func (l *Layer) Compile() error {
 			if err := r.Match.Validate(); err != nil {
 				return fmt.Errorf("groups[%d].rules[%d].match.%w", gi, ri, err)
 			}
-			if r.Action.Verb == Block && (!r.Action.HT.IsIdentity() || r.Action.SNAT.IsValid() || r.Action.LB != "") {
+			if r.Action.Verb == Block && (!r.Action.HT.IsIdentity() || r.Action.Translation != nil) {
 				return fmt.Errorf("groups[%d].rules[%d].action: a block action cannot transpose headers", gi, ri)
 			}
-			if r.Action.SNAT.IsValid() && !r.Stateful {
-				return fmt.Errorf("groups[%d].rules[%d].stateful: a rule that translates the source (snat) must be stateful, or replies could not be translated back", gi, ri)
-			}
-			if r.Action.LB != "" && !r.Stateful {
-				return fmt.Errorf("groups[%d].rules[%d].stateful: a rule that load-balances (lb) must be stateful, or connections could not keep their backend", gi, ri)
+			if r.Action.Translation != nil && !r.Stateful {
+				return fmt.Errorf("groups[%d].rules[%d].stateful: a rule whose action keeps connection state (%s) must be stateful", gi, ri, r.Action.Translation)
 			}
 		}
 		l.uses.add(&g.Match)

@@ -131,7 +131,7 @@ func xcfDecode(data []byte) (*Layer, []xcPacket) {
 			case 3:
 				ru.Action = Action{Verb: Allow, HT: dataplane.Transposition{Set: dataplane.FieldDstMAC, DstMAC: xcMACs[fl>>4&3]}}
 				if ru.Stateful && fl&0x40 != 0 {
-					ru.Action = Action{Verb: Allow, SNAT: netip.MustParseAddr("192.168.1.10")}
+					ru.Action = Action{Verb: Allow, Translation: xcState("snat 192.168.1.10")}
 				}
 			}
 			ru.Match = xcfCondition(d)

@@ -337,11 +337,11 @@ func xcAction(r xcRand, stateful bool) Action {
 		return Action{Verb: Allow, HT: dataplane.Transposition{Set: dataplane.FieldDstMAC, DstMAC: xcPick(r, xcMACs)}}
 	case 3:
 		if stateful {
-			return Action{Verb: Allow, SNAT: netip.MustParseAddr("192.168.1.10")}
+			return Action{Verb: Allow, Translation: xcState("snat 192.168.1.10")}
 		}
 	case 4:
 		if stateful {
-			return Action{Verb: Allow, LB: "svc-" + fmt.Sprint(r.IntN(3))}
+			return Action{Verb: Allow, Translation: xcState("lb svc-" + fmt.Sprint(r.IntN(3)))}
 		}
 	}
 	return Action{Verb: Allow}
@@ -1286,3 +1286,10 @@ func TestClassifierConcurrentEvaluate(t *testing.T) {
 		wg.Wait()
 	}
 }
+
+// xcState is a stateful action for the classifier's tests: it names
+// itself and translates nothing.
+type xcState string
+
+func (s xcState) Translate(*dataplane.Decision, Site) bool { return true }
+func (s xcState) String() string                           { return string(s) }

@@ -41,7 +41,9 @@ func (f *FlowTableConfig) Compile() (dataplane.FlowTableConfig, error) {
 	return d, nil
 }
 
-func (lc *LayerConfig) Compile(at string) (*rules.Layer, error) {
+// Compile compiles the layer at path at (for errors) of a port, the uplink
+// if uplink, whose stateful actions st makes.
+func (lc *LayerConfig) Compile(at string, st *Stateful, uplink bool) (*rules.Layer, error) {
 	l := &rules.Layer{Name: lc.Name}
 	if d := lc.Default; d != nil {
 		var err error
@@ -78,9 +80,16 @@ func (lc *LayerConfig) Compile(at string) (*rules.Layer, error) {
 				}
 				r.Match = m
 			}
-			a, err := rc.Action.Compile(rat + ".action")
+			a, err := rc.Action.Compile(rat+".action", st, uplink)
 			if err != nil {
 				return nil, err
+			}
+			switch {
+			case rc.Stateful:
+			case rc.Action.SNAT != "":
+				return nil, fmt.Errorf("%s.stateful: a rule that translates the source (snat) must be stateful, or replies could not be translated back", rat)
+			case rc.Action.LB != "":
+				return nil, fmt.Errorf("%s.stateful: a rule that load-balances (lb) must be stateful, or connections could not keep their backend", rat)
 			}
 			r.Action = a
 			g.Rules = append(g.Rules, r)
@@ -157,7 +166,9 @@ func (mc *MatchConfig) Compile(at string) (rules.Condition, error) {
 	return c, nil
 }
 
-func (ac *ActionConfig) Compile(at string) (rules.Action, error) {
+// Compile compiles the action at path at of a rule on a port, the uplink
+// if uplink, whose stateful part st makes.
+func (ac *ActionConfig) Compile(at string, st *Stateful, uplink bool) (rules.Action, error) {
 	a, err := parseVerb(at+".type", ac.Type)
 	if err != nil {
 		return a, err
@@ -191,11 +202,12 @@ func (ac *ActionConfig) Compile(at string) (rules.Action, error) {
 		}
 		a.Reason = r
 	}
+	var snat netip.Addr
 	if ac.SNAT != "" {
 		if a.Verb == rules.Block {
 			return a, fmt.Errorf("%s.snat: a block action does not translate", at)
 		}
-		if a.SNAT, err = ParseAddr(at+".snat", ac.SNAT); err != nil {
+		if snat, err = ParseAddr(at+".snat", ac.SNAT); err != nil {
 			return a, err
 		}
 		if t.Set&dataplane.FieldSrcIP != 0 {
@@ -206,19 +218,28 @@ func (ac *ActionConfig) Compile(at string) (rules.Action, error) {
 		switch {
 		case a.Verb == rules.Block:
 			return a, fmt.Errorf("%s.lb: a block action does not balance", at)
-		case a.SNAT.IsValid():
+		case snat.IsValid():
 			return a, fmt.Errorf("%s.lb: an action that balances does not also snat (the load balancer's sourceVIP does)", at)
 		case t.Set&(dataplane.FieldDstIP|dataplane.FieldDstPort) != 0 || t.Push != nil:
 			return a, fmt.Errorf("%s.lb: the load balancer translates the destination; the action may not also modify it or push", at)
 		}
-		a.LB, a.LBRoute = ac.LB, ac.LBRoute
 	} else if ac.LBRoute {
 		return a, fmt.Errorf("%s.lbRoute: only an action that balances (lb) routes to a backend", at)
+	}
+	if snat.IsValid() {
+		if a.Translation, err = st.snat(at+".snat", snat); err != nil {
+			return a, err
+		}
+	}
+	if ac.LB != "" {
+		if a.Translation, err = st.balance(at+".lb", ac.LB, ac.LBRoute, uplink); err != nil {
+			return a, err
+		}
 	}
 	return a, nil
 }
 
-// compileHT compiles the modify and push of an action (or of a backend's
+// CompileHT compiles the modify and push of an action (or of a backend's
 // route) at path at into t.
 func CompileHT(at string, modify *ModifyConfig, push *PushConfig, t *dataplane.Transposition) error {
 	var err error

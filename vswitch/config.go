@@ -12,11 +12,12 @@ import (
 	"slices"
 
 	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/device"
 	"github.com/ufp-dev/ufp/hns"
+	"github.com/ufp-dev/ufp/lb"
 	"github.com/ufp-dev/ufp/nat"
 	"github.com/ufp-dev/ufp/rules"
 	"github.com/ufp-dev/ufp/vfp"
-	"github.com/ufp-dev/ufp/device"
 )
 
 // Config is a policy document: the switch, its ports, and each port's
@@ -91,7 +92,7 @@ func ParseConfig(b []byte) (*Config, error) {
 		return nil, vfp.JSONError(b, err)
 	}
 	c.hns().CompactSettings()
-	if _, err := c.compile(); err != nil {
+	if _, err := c.compile(vfp.NewEnv(nil)); err != nil {
 		return nil, err
 	}
 	return &c, nil
@@ -115,7 +116,7 @@ type compiled struct {
 	ftable dataplane.FlowTableConfig
 	vxlan  uint16
 	pools  []nat.PoolConfig
-	lbs    map[string]*loadBalancer
+	lbs    map[string]*lb.Balancer
 	// hostIPs are the uplink's addresses: the host's on the underlay.
 	hostIPs map[netip.Addr]bool
 	byID    []*Port // by stable port ID, set when installed
@@ -184,12 +185,12 @@ func (p *Port) HasIP(a netip.Addr) bool {
 
 // compile validates c and builds the immutable policy, lowering an
 // HNS-level document first.
-func (c *Config) compile() (*compiled, error) {
+func (c *Config) compile(env *vfp.Env) (*compiled, error) {
 	low, err := c.Lower()
 	if err != nil {
 		return nil, err
 	}
-	p, err := low.compileVFP()
+	p, err := low.compileVFP(env)
 	if err != nil {
 		if low != c {
 			return nil, fmt.Errorf("the VFP-level policy lowered from this document is invalid (a bug in ufp): %w", err)
@@ -204,7 +205,7 @@ func (c *Config) compile() (*compiled, error) {
 // order (IDs not yet given out), so that a daemon can prepare their devices
 // before it applies the policy.
 func (c *Config) CompilePorts() ([]*Port, error) {
-	pol, err := c.compile()
+	pol, err := c.compile(vfp.NewEnv(nil))
 	if err != nil {
 		return nil, err
 	}
@@ -214,7 +215,8 @@ func (c *Config) CompilePorts() ([]*Port, error) {
 // compileVFP validates a VFP-level document and builds the immutable
 // policy. Port IDs are given in config order here; the switch maps them to
 // stable IDs.
-func (c *Config) compileVFP() (*compiled, error) {
+// Its stateful actions work with env.
+func (c *Config) compileVFP(env *vfp.Env) (*compiled, error) {
 	p := &compiled{
 		cfg: c, name: c.Switch.Name, byName: map[string]*Port{}, byMAC: map[dataplane.MAC]*Port{},
 		byIP: map[netip.Addr]*Port{}, vxlan: c.Switch.VXLANPort, hostIPs: map[netip.Addr]bool{},
@@ -272,11 +274,19 @@ func (c *Config) compileVFP() (*compiled, error) {
 	if len(c.Ports) >= int(dataplane.NoPort) {
 		return nil, fmt.Errorf("ports: %d ports is more than %d", len(c.Ports), dataplane.NoPort-1)
 	}
+	if p.pools, err = c.Switch.CompilePools(); err != nil {
+		return nil, err
+	}
+	st, lbs, err := env.Stateful(&c.Switch, p.pools)
+	if err != nil {
+		return nil, err
+	}
+	p.lbs = lbs
 	hostAt := ""
 	for i := range c.Ports {
 		pc := &c.Ports[i]
 		at := fmt.Sprintf("ports[%d]", i)
-		port, err := compilePort(pc, at)
+		port, err := compilePort(pc, at, st)
 		if err != nil {
 			return nil, err
 		}
@@ -330,15 +340,6 @@ func (c *Config) compileVFP() (*compiled, error) {
 	if err := p.compileHost(hostAt); err != nil {
 		return nil, err
 	}
-	if p.pools, err = c.Switch.CompilePools(); err != nil {
-		return nil, err
-	}
-	if err := p.checkSNAT(); err != nil {
-		return nil, err
-	}
-	if err := p.compileLBs(c.Switch.LoadBalancers); err != nil {
-		return nil, err
-	}
 	p.owned = make(map[dataplane.MAC]bool, len(p.byMAC)+len(p.gwMACs))
 	for m := range p.byMAC {
 		p.owned[m] = true
@@ -364,7 +365,7 @@ func macOwner(q *Port) string {
 	return fmt.Sprintf("port %q", q.Name)
 }
 
-func compilePort(pc *vfp.PortConfig, at string) (*Port, error) {
+func compilePort(pc *vfp.PortConfig, at string, st *vfp.Stateful) (*Port, error) {
 	if pc.Name == "" {
 		return nil, fmt.Errorf("%s.name: a port needs a name", at)
 	}
@@ -414,7 +415,7 @@ func compilePort(pc *vfp.PortConfig, at string) (*Port, error) {
 	names := map[string]int{}
 	for i := range pc.Layers {
 		lat := fmt.Sprintf("%s.layers[%d]", at, i)
-		l, err := pc.Layers[i].Compile(lat)
+		l, err := pc.Layers[i].Compile(lat, st, pc.Uplink)
 		if err != nil {
 			return nil, err
 		}
@@ -425,24 +426,4 @@ func compilePort(pc *vfp.PortConfig, at string) (*Port, error) {
 		port.Layers = append(port.Layers, l)
 	}
 	return port, nil
-}
-
-// checkSNAT checks that every snat action names a pool.
-func (p *compiled) checkSNAT() error {
-	has := map[netip.Addr]bool{}
-	for _, pc := range p.pools {
-		has[pc.IP] = true
-	}
-	for i, port := range p.ports {
-		for li, l := range port.Layers {
-			for gi, g := range l.Groups {
-				for ri, r := range g.Rules {
-					if a := r.Action.SNAT; a.IsValid() && !has[a] {
-						return fmt.Errorf("ports[%d].layers[%d].groups[%d].rules[%d].action.snat: %s is not in switch.natPools", i, li, gi, ri, a)
-					}
-				}
-			}
-		}
-	}
-	return nil
 }

@@ -364,7 +364,7 @@ func TestParseConfigRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pol, err := c.compile()
+	pol, err := c.compile(vfp.NewEnv(nil))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -656,7 +656,7 @@ func TestLBApplyKeepsPolicy(t *testing.T) {
 
 	cfg, gen, pools, lbs := sw.Config(), sw.Generation(), sw.NAT().Stats(), sw.pol.Load().lbs
 	sw.mu.Lock()
-	aff := maps.Clone(sw.affinity)
+	aff := sw.env.LB.Affinities()
 	sw.mu.Unlock()
 	lowered := func(t *testing.T) doc {
 		b, err := json.Marshal(hnsLower(t, []byte(lbDoc)))
@@ -724,7 +724,7 @@ func TestLBApplyKeepsPolicy(t *testing.T) {
 				t.Errorf("NAT pools changed after a rejected Apply:\n  %+v\nwas\n  %+v", now, pools)
 			}
 			sw.mu.Lock()
-			same := maps.Equal(sw.affinity, aff)
+			same := maps.Equal(sw.env.LB.Affinities(), aff)
 			sw.mu.Unlock()
 			if !same {
 				t.Errorf("affinity tables changed after a rejected Apply")

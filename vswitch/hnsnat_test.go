@@ -1276,7 +1276,7 @@ func natExhausted(t *testing.T) (r *ulRig, logs *bytes.Buffer) {
 	// Capture the pools' warnings: a table with a logger of our own,
 	// configured before any binding.
 	logs = &bytes.Buffer{}
-	r.sw.nat = nat.NewTable(slog.New(slog.NewTextHandler(logs, nil)))
+	r.sw.env = vfp.NewEnv(slog.New(slog.NewTextHandler(logs, nil)))
 	if err := r.sw.Apply(cfg); err != nil {
 		t.Fatal(err)
 	}

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"net/netip"
 
-	"github.com/ufp-dev/ufp/vfp"
 	"github.com/ufp-dev/ufp/device"
+	"github.com/ufp-dev/ufp/vfp"
 )
 
 // compileHost checks the host's vNIC against the uplink and enters it in

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/device"
 	"github.com/ufp-dev/ufp/hns"
 	"github.com/ufp-dev/ufp/vfp"
-	"github.com/ufp-dev/ufp/device"
 )
 
 // hostDoc is an overlay node with the host's own vNIC on the switch (HNS's

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -528,17 +529,17 @@ func TestLBProgramBench(t *testing.T) {
 		t.Fatal(err)
 	}
 	after := sw.pol.Load().lbs["svc/tcp/80"]
-	if before == nil || after == nil || len(before.backends) != n || len(after.backends) != n {
+	if before == nil || after == nil || len(before.Backends()) != n || len(after.Backends()) != n {
 		t.Fatalf("Service backends: before %v, after %v; want %d each", before, after, n)
 	}
 	var gone, added []netip.Addr
-	for ip := range before.backends {
-		if after.backends[ip] == nil {
+	for _, ip := range before.Backends() {
+		if !slices.Contains(after.Backends(), ip) {
 			gone = append(gone, ip)
 		}
 	}
-	for ip := range after.backends {
-		if before.backends[ip] == nil {
+	for _, ip := range after.Backends() {
+		if !slices.Contains(before.Backends(), ip) {
 			added = append(added, ip)
 		}
 	}

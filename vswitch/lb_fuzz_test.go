@@ -15,6 +15,7 @@ import (
 
 	"github.com/ufp-dev/ufp/dataplane"
 	"github.com/ufp-dev/ufp/hns"
+	"github.com/ufp-dev/ufp/lb"
 	"github.com/ufp-dev/ufp/nat"
 )
 
@@ -465,13 +466,9 @@ func lbfRun(t *testing.T, prog, raw []byte) {
 				ps.IP, ps.InUse, ps.Allocated, ps.Released, ps.DoubleRelease)
 		}
 	}
-	sw.lbTuples.mu.Lock()
-	for k := range sw.lbTuples.m {
-		sw.lbTuples.mu.Unlock()
-		tu := k.tuple()
-		t.Fatalf("the tuple %s -> %s is still registered with an empty flow table", tu.client, tu.backend)
+	for tu := range sw.env.LB.Registered() {
+		t.Fatalf("the tuple %s -> %s is still registered with an empty flow table", tu.Client, tu.Backend)
 	}
-	sw.lbTuples.mu.Unlock()
 	if testing.Verbose() {
 		t.Logf("%d packets, %d connections: %v", s.packets, len(s.conns), s.verdicts)
 	}
@@ -816,7 +813,7 @@ func (s *lbfState) discover() {
 		if c == nil || s.conns[c] != nil || c.Fwd() != f {
 			return true
 		}
-		cs, _ := c.State.(*connState)
+		cs, _ := stateOf(c.State)
 		if cs == nil || cs.lb == nil {
 			return true // checkTable's concern
 		}
@@ -1007,7 +1004,7 @@ func (s *lbfState) checkBalanced(svc *lbfSvc, in []byte, ih *dataplane.Headers, 
 	c := f.Conn()
 	var cs *connState
 	if c != nil {
-		cs, _ = c.State.(*connState)
+		cs, _ = stateOf(c.State)
 	}
 	if cs == nil || cs.lb == nil || c.Fwd() != f {
 		t.Fatalf("frame %x to %s went to the backend %s on flow %s, which is not the origin of a balanced connection:\n%s", in, idst, be, f.Key(), s.dump())
@@ -1049,15 +1046,15 @@ func (s *lbfState) checkTable(when string) {
 	t := s.t
 	holders := map[*nat.Binding]int{}
 	seen := map[*dataplane.Conn]bool{}
-	tuples := map[lbTuple]*dataplane.Conn{}
-	registered := map[lbKey]bool{}
+	tuples := map[lb.Tuple]*dataplane.Conn{}
+	registered := map[lb.Tuple]bool{}
 	s.sw.Pipeline().FlowTable().Range(func(f *dataplane.Flow) bool {
 		c := f.Conn()
 		if c == nil || seen[c] {
 			return true
 		}
 		seen[c] = true
-		cs, _ := c.State.(*connState)
+		cs, _ := stateOf(c.State)
 		if cs == nil {
 			return true
 		}
@@ -1090,12 +1087,12 @@ func (s *lbfState) checkTable(when string) {
 			holders[cs.nat]++
 		}
 		// Two connections never look alike at a backend.
-		tu := lbTuple{proto: k.Proto, client: netip.AddrPortFrom(client, port), backend: netip.AddrPortFrom(cs.lb.backend, svc.target)}
+		tu := lb.Tuple{Proto: k.Proto, Client: netip.AddrPortFrom(client, port), Backend: netip.AddrPortFrom(cs.lb.backend, svc.target)}
 		if cs.nat != nil {
-			tu.client = cs.nat.External()
+			tu.Client = cs.nat.External()
 		}
 		if o := tuples[tu]; o != nil {
-			t.Fatalf("%s: the connections of %s and %s both reach their backend as %s -> %s:\n%s", when, o.Fwd().Key(), k, tu.client, tu.backend, s.dump())
+			t.Fatalf("%s: the connections of %s and %s both reach their backend as %s -> %s:\n%s", when, o.Fwd().Key(), k, tu.Client, tu.Backend, s.dump())
 		}
 		tuples[tu] = c
 		if cs.lb.reg != nil {
@@ -1103,16 +1100,13 @@ func (s *lbfState) checkTable(when string) {
 		}
 		return true
 	})
-	s.sw.lbTuples.mu.Lock()
-	nreg := len(s.sw.lbTuples.m)
-	for k := range registered {
-		if _, ok := s.sw.lbTuples.m[k]; !ok {
-			s.sw.lbTuples.mu.Unlock()
-			tu := k.tuple()
-			t.Fatalf("%s: a connection's tuple %s -> %s is not registered:\n%s", when, tu.client, tu.backend, s.dump())
+	reg := s.sw.env.LB.Registered()
+	nreg := len(reg)
+	for tu := range registered {
+		if _, ok := reg[tu]; !ok {
+			t.Fatalf("%s: a connection's tuple %s -> %s is not registered:\n%s", when, tu.Client, tu.Backend, s.dump())
 		}
 	}
-	s.sw.lbTuples.mu.Unlock()
 	if nreg != len(registered) {
 		t.Fatalf("%s: %d tuples registered, %d held by the connections of the table:\n%s", when, nreg, len(registered), s.dump())
 	}
@@ -1148,7 +1142,7 @@ func (s *lbfState) dump() string {
 				dir = "origin"
 			}
 			fmt.Fprintf(&b, " (%s", dir)
-			if cs, ok := c.State.(*connState); ok {
+			if cs, ok := stateOf(c.State); ok {
 				if cs.lb != nil {
 					fmt.Fprintf(&b, ", %s to %s", cs.lb.lb, cs.lb.backend)
 				}
@@ -1444,9 +1438,7 @@ func TestLBSourcePortZeroLeavesNoState(t *testing.T) {
 		}
 		return true
 	})
-	r.sw.lbTuples.mu.Lock()
-	n := len(r.sw.lbTuples.m)
-	r.sw.lbTuples.mu.Unlock()
+	n := len(r.sw.env.LB.Registered())
 	if n != conns {
 		t.Errorf("after 50 SYNs from source port 0, %d balanced tuples are registered for %d connections (drops: %d nat-ports-exhausted)",
 			n, conns, r.sw.Pipeline().Drops.Get(dataplane.DropNATExhausted))

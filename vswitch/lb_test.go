@@ -430,7 +430,7 @@ func TestLBAffinity(t *testing.T) {
 // IPv4 address of endpoint ep at time now.
 func (s *Switch) affinityOf(ep string, now int64) (netip.Addr, bool) {
 	s.mu.Lock()
-	a := s.affinity["sticky/tcp/80"]
+	a := s.env.LB.Affinity("sticky/tcp/80")
 	s.mu.Unlock()
 	if a == nil {
 		return netip.Addr{}, false
@@ -469,33 +469,4 @@ func TestLBSameClientPortTwoServices(t *testing.T) {
 		return
 	}
 	t.Fatal("no client port had both Services choose the same backend in 100 tries")
-}
-
-// TestLBKeyRoundTrip checks that the registry's pointer-free form of a
-// balanced tuple gives the tuple back, for both families, and that
-// tuples differing in any part, the family included, have distinct keys.
-func TestLBKeyRoundTrip(t *testing.T) {
-	ap := netip.MustParseAddrPort
-	tuples := []lbTuple{
-		{proto: 6, client: ap("10.244.0.10:40000"), backend: ap("10.244.1.5:8080")},
-		{proto: 17, client: ap("10.244.0.10:40000"), backend: ap("10.244.1.5:8080")},
-		{proto: 6, client: ap("10.244.0.10:40001"), backend: ap("10.244.1.5:8080")},
-		{proto: 6, client: ap("10.244.0.10:40000"), backend: ap("10.244.1.5:8081")},
-		{proto: 6, client: ap("[fd00:244::10]:40000"), backend: ap("[fd00:244::11]:8080")},
-		{proto: 6, client: ap("[::ffff:10.244.0.10]:40000"), backend: ap("[::ffff:10.244.1.5]:8080")},
-	}
-	seen := map[lbKey]lbTuple{}
-	for _, tu := range tuples {
-		k := tu.key()
-		if got := k.tuple(); got != tu {
-			t.Errorf("key(%v).tuple() = %v", tu, got)
-		}
-		if o, dup := seen[k]; dup {
-			t.Errorf("%v and %v have the same key", o, tu)
-		}
-		seen[k] = tu
-	}
-	if frontOf(ap("10.96.0.10:80")) == frontOf(ap("[::ffff:10.96.0.10]:80")) {
-		t.Error("an IPv4 frontend and its IPv4-mapped IPv6 form have the same key")
-	}
 }

@@ -913,7 +913,7 @@ func natfSeeds(tb testing.TB) []natfSeed {
 
 // bindingOf returns the source NAT binding in connection state st, or nil.
 func bindingOf(st any) *nat.Binding {
-	if cs, ok := st.(*connState); ok {
+	if cs, ok := stateOf(st); ok {
 		return cs.nat
 	}
 	return nil

@@ -38,7 +38,7 @@ func (s *Switch) Stats() inspect.Stats {
 	fs := ft.Stats()
 	st.FlowTable = inspect.FlowTableStats{Flows: uint64(max(fs.Flows, 0)), Capacity: uint64(max(ft.Config().MaxFlows, 0)),
 		Inserted: fs.Inserted, Expired: fs.Expired, Evicted: fs.Evicted, Refused: fs.Refused}
-	pools := s.nat.Stats()
+	pools := s.env.NAT.Stats()
 	st.NATPools = make([]inspect.NATPoolStats, 0, len(pools))
 	for _, ps := range pools {
 		np := inspect.NATPoolStats{Address: ps.IP, Exhausted: ps.Exhausted, Retired: ps.Retired,

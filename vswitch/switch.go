@@ -1,7 +1,3 @@
-// Package vswitch is the switch: ports and their compiled layers, the
-// forwarding tables, the slow path that runs a packet through the source
-// port's layers, the switching decision and the destination port's layers,
-// and the policy documents that configure it all.
 package vswitch
 
 import (
@@ -16,9 +12,9 @@ import (
 	"time"
 
 	"github.com/ufp-dev/ufp/dataplane"
-	"github.com/ufp-dev/ufp/lb"
 	"github.com/ufp-dev/ufp/nat"
 	"github.com/ufp-dev/ufp/rules"
+	"github.com/ufp-dev/ufp/vfp"
 )
 
 // Switch is a virtual switch. It implements dataplane.SlowPath for its own
@@ -27,11 +23,9 @@ import (
 type Switch struct {
 	pol atomic.Pointer[compiled]
 	pl  *dataplane.Pipeline
-	nat *nat.Table // source NAT pools; they outlive policies
-	// affinity holds the load balancers' client affinity, by load
-	// balancer name; it outlives policies (guarded by mu).
-	affinity map[string]*lb.Affinity
-	lbTuples lbTuples // live balanced connections as backends see them
+	// env is what stateful actions keep across policies (NAT pools,
+	// load-balancing state); policies are compiled against it.
+	env *vfp.Env
 
 	mu     sync.Mutex // serialises Apply
 	ids    map[string]dataplane.PortID
@@ -53,12 +47,12 @@ var _ dataplane.SlowPath = (*Switch)(nil)
 
 // New returns a switch running policy cfg.
 func New(cfg *Config) (*Switch, error) {
-	pol, err := cfg.compile()
+	env := vfp.NewEnv(nil)
+	pol, err := cfg.compile(env)
 	if err != nil {
 		return nil, err
 	}
-	s := &Switch{ids: map[string]dataplane.PortID{}, epoch: time.Now(), nat: nat.NewTable(nil)}
-	s.lbTuples.m = map[lbKey]lbFront{}
+	s := &Switch{ids: map[string]dataplane.PortID{}, epoch: time.Now(), env: env}
 	pl, err := dataplane.NewPipeline(dataplane.PipelineConfig{FlowTable: pol.ftable, VXLANPort: pol.vxlan}, s)
 	if err != nil {
 		return nil, err
@@ -78,7 +72,7 @@ var ErrRestartNeeded = errors.New("the change needs a restart")
 // Flows cached under the old policy are revalidated on their next packet.
 // On error the running policy stays in place.
 func (s *Switch) Apply(cfg *Config) error {
-	pol, err := cfg.compile()
+	pol, err := cfg.compile(s.env)
 	if err != nil {
 		return err
 	}
@@ -111,10 +105,10 @@ func (s *Switch) install(pol *compiled) error {
 	if left := len(s.freeID) + int(dataplane.NoPort-s.nextID); need > left {
 		return fmt.Errorf("ports: %d new ports, but only %d port IDs are free until the removed ports' flows are purged; apply in two steps", need, left)
 	}
-	if err := s.buildTables(pol); err != nil {
+	if err := s.env.LB.Prepare(pol.lbs); err != nil {
 		return err
 	}
-	if err := s.nat.Configure(pol.pools); err != nil {
+	if err := s.env.NAT.Configure(pol.pools); err != nil {
 		return fmt.Errorf("switch.natPools: %w", err)
 	}
 	var removed []dataplane.PortID
@@ -144,7 +138,7 @@ func (s *Switch) install(pol *compiled) error {
 	for _, p := range pol.ports {
 		pol.byID[p.ID] = p
 	}
-	s.installAffinity(pol)
+	s.env.LB.Commit(pol.lbs)
 	s.gen++
 	pol.gen = s.gen
 	s.pol.Store(pol)
@@ -176,7 +170,7 @@ func (s *Switch) purge(ids []dataplane.PortID) {
 }
 
 // NAT returns the switch's source NAT pools.
-func (s *Switch) NAT() *nat.Table { return s.nat }
+func (s *Switch) NAT() *nat.Table { return s.env.NAT }
 
 // Pipeline returns the switch's packet pipeline.
 func (s *Switch) Pipeline() *dataplane.Pipeline { return s.pl }
@@ -208,37 +202,38 @@ func (s *Switch) Decapsulates(id dataplane.PortID) bool {
 
 // Decide implements dataplane.SlowPath: the source port's layers outbound,
 // the switching decision, the destination port's layers inbound. What a
-// new connection's decision allocates (a source NAT binding, a backend)
-// becomes d.State, a *connState the pipeline keeps on the connection (and
-// releases with it); a dropped decision keeps none. A connection being
-// revalidated keeps the state it has.
+// new connection's stateful actions hold (a source NAT binding, a
+// backend) becomes d.State, which the pipeline keeps on the connection
+// (and releases with it); a dropped decision keeps none. A connection
+// being revalidated keeps the state it has.
 func (s *Switch) Decide(v *dataplane.View, tr *dataplane.Trace, d *dataplane.Decision) {
 	var x translation
-	x.prev, _ = d.State.(*connState)
 	s.decide(v, tr, d, &x)
-	if x.nv > 0 {
-		d.Meter = x.pol.meters.get(x.verdicts[:x.nv])
-	}
-	d.Own = x.own
-	if d.Drop != dataplane.NotDropped || d.Revalidating {
-		if x.bound != nil {
-			x.bound.Release()
-		}
-		if x.picked {
-			x.pick.release()
-		}
-		return
-	}
-	if x.picked {
-		d.State = newConnState(x.bound, &x.pick)
-	} else if x.bound != nil {
-		d.State = newConnState(x.bound, nil)
-	}
 }
 
+// translation is what the engine learns while it decides, beside what the
+// Decision holds: whether a rule translated an address (the packet is then
+// the host's own on the underlay, and may cross between an overlay port
+// and the uplink), whether a rule made the connection stateful, and the
+// rules that were their layers' verdicts (for counters).
+type translation struct {
+	pol      *compiled
+	natted   bool
+	stateful bool
+	verdicts [maxMetered]*rules.Rule
+	nv       int
+	// rec, set only for a trace (Switch.Trace), makes the decision dry and
+	// collects its steps.
+	rec *traceRecorder
+}
+
+// decide makes the decision d for the packet v describes: the source
+// port's layers, the switching decision, the destination port's layers.
 func (s *Switch) decide(v *dataplane.View, tr *dataplane.Trace, d *dataplane.Decision, x *translation) {
 	pol := s.pol.Load()
 	d.Gen, x.pol = pol.gen, pol
+	d.Begin(v, tr, x.rec != nil)
+	defer x.finish(d)
 	in := pol.port(v.InPort)
 	if in == nil {
 		tr.Addf("port %d is not in the policy", v.InPort)
@@ -250,63 +245,15 @@ func (s *Switch) decide(v *dataplane.View, tr *dataplane.Trace, d *dataplane.Dec
 		d.Drop = dataplane.DropSpoofedSource
 		return
 	}
-	var ht dataplane.Transposition
-	stateful := false
 	tunneled := v.Encap
-	if !s.crossLayers(pol, in, v, rules.Out, &ht, &stateful, x, tr, d) {
+	if !s.crossLayers(in, rules.Out, x, d) {
 		return
 	}
-	out, fwd, how := pol.forward(v)
-	switch {
-	case out == pol.uplink && out != nil && in.Underlay == Isolated && !v.Encap && !x.natted:
-		if tr.On() {
-			tr.Addf("switch: %s -> port %s is not on the underlay and %s is routed to no remote host: not sent", how.explain(v, out), in.Name, v.Dst)
-		}
-		d.Drop = dataplane.DropNoDestination
-		return
-	case in.Uplink && out != nil && out.Underlay == Isolated && (!tunneled || v.Encap) && !x.natted:
-		if tr.On() {
-			tr.Addf("switch: %s -> port %s is reached only through the overlay: plain frames from the underlay are not delivered", how.explain(v, out), out.Name)
-		}
-		d.Drop = dataplane.DropNoDestination
+	out := x.switchTo(in, tunneled, d)
+	if out == nil || !s.crossLayers(out, rules.In, x, d) {
 		return
 	}
-	if out == nil {
-		if tr.On() {
-			tr.Addf("switch: %s", how.explain(v, out))
-		}
-		d.Drop = dataplane.DropNoDestination
-		return
-	}
-	if out == in && in.Uplink && !x.natted {
-		// Nothing is switched back to the wire it came from.
-		if tr.On() {
-			why := "not sent back to the underlay it came from"
-			if v.DstMAC == in.MAC && !v.Encap {
-				why = "for the host itself, which has no port on this switch"
-			}
-			tr.Addf("switch: %s -> %s", how.explain(v, out), why)
-		}
-		d.Drop = dataplane.DropNoDestination
-		return
-	}
-	if out == in && !x.natted {
-		if tr.On() {
-			tr.Addf("switch: %s -> back to port %s: hairpin not allowed", how.explain(v, out), in.Name)
-		}
-		d.Drop = dataplane.DropHairpin
-		return
-	}
-	if tr.On() {
-		tr.Addf("switch: %s -> port %s", how.explain(v, out), out.Name)
-	}
-	if !fwd.IsIdentity() && !s.transpose(v, &ht, &fwd, tr, d) {
-		return
-	}
-	if !s.crossLayers(pol, out, v, rules.In, &ht, &stateful, x, tr, d) {
-		return
-	}
-	if stateful && !x.natted && !d.Revalidating && !opens(v) {
+	if x.stateful && !x.natted && !d.Revalidating && !opens(v) {
 		// Only a translation needs state whatever the packet is (a
 		// connection picked up mid-stream keeps its mapping). Allowed by
 		// filtering alone, an answer (a SYN-ACK, a mid-stream segment,
@@ -317,13 +264,77 @@ func (s *Switch) decide(v *dataplane.View, tr *dataplane.Trace, d *dataplane.Dec
 		if tr.On() {
 			tr.Addf("stateful: not a connection's first packet: no reply flow")
 		}
-		stateful = false
+		x.stateful = false
 	}
-	d.Out, d.HT, d.Stateful = out.ID, ht, stateful
+	d.Out, d.HT, d.Stateful = out.ID, *d.Composite(), x.stateful
 	d.MTU, d.ReplyMTU = out.MTU, in.MTU
 	// Replies from the underlay may come from any router; a vNIC's
 	// only from its own MAC.
 	d.ReplyAnySrcMAC = out.Uplink
+}
+
+// finish ends the decision d: the meter of the rules it crossed, and the
+// state its stateful actions hold, kept for the connection or released.
+func (x *translation) finish(d *dataplane.Decision) {
+	if x.nv > 0 && x.rec == nil {
+		d.Meter = x.pol.meters.get(x.verdicts[:x.nv])
+	}
+	d.Keep()
+}
+
+// switchTo is the switching decision for a packet that entered by port in
+// (tunneled: it was still encapsulated then) and crossed its layers: the
+// port it leaves by, with the routing's transposition applied, or nil
+// with d.Drop set.
+func (x *translation) switchTo(in *Port, tunneled bool, d *dataplane.Decision) *Port {
+	v, tr, pol := d.View(), d.Trace(), x.pol
+	out, fwd, how := pol.forward(v)
+	var why string // what stops the packet; built only when tracing
+	switch {
+	case out == pol.uplink && out != nil && in.Underlay == Isolated && !v.Encap && !x.natted:
+		if tr.On() {
+			why = fmt.Sprintf("%s -> port %s is not on the underlay and %s is routed to no remote host: not sent", how.explain(v, out), in.Name, v.Dst)
+		}
+		d.Drop = dataplane.DropNoDestination
+	case in.Uplink && out != nil && out.Underlay == Isolated && (!tunneled || v.Encap) && !x.natted:
+		if tr.On() {
+			why = fmt.Sprintf("%s -> port %s is reached only through the overlay: plain frames from the underlay are not delivered", how.explain(v, out), out.Name)
+		}
+		d.Drop = dataplane.DropNoDestination
+	case out == nil:
+		if tr.On() {
+			why = how.explain(v, out)
+		}
+		d.Drop = dataplane.DropNoDestination
+	case out == in && in.Uplink && !x.natted:
+		// Nothing is switched back to the wire it came from.
+		if tr.On() {
+			why = "not sent back to the underlay it came from"
+			if v.DstMAC == in.MAC && !v.Encap {
+				why = "for the host itself, which has no port on this switch"
+			}
+			why = how.explain(v, out) + " -> " + why
+		}
+		d.Drop = dataplane.DropNoDestination
+	case out == in && !x.natted:
+		if tr.On() {
+			why = fmt.Sprintf("%s -> back to port %s: hairpin not allowed", how.explain(v, out), in.Name)
+		}
+		d.Drop = dataplane.DropHairpin
+	}
+	if d.Drop != dataplane.NotDropped {
+		if tr.On() {
+			tr.Addf("switch: %s", why)
+		}
+		return nil
+	}
+	if tr.On() {
+		tr.Addf("switch: %s -> port %s", how.explain(v, out), out.Name)
+	}
+	if !d.Transpose(&fwd) {
+		return nil
+	}
+	return out
 }
 
 // opens reports whether the packet v describes can open a connection: a
@@ -342,10 +353,11 @@ func opens(v *dataplane.View) bool {
 	return true
 }
 
-// crossLayers runs v through port p's layers in direction dir, composing
-// their transpositions into ht. It reports false if the packet is dropped.
-func (s *Switch) crossLayers(pol *compiled, p *Port, v *dataplane.View, dir rules.Direction, ht *dataplane.Transposition,
-	stateful *bool, x *translation, tr *dataplane.Trace, d *dataplane.Decision) bool {
+// crossLayers runs the packet of decision d through port p's layers in
+// direction dir, composing their transpositions into d. It reports false
+// if the packet is dropped.
+func (s *Switch) crossLayers(p *Port, dir rules.Direction, x *translation, d *dataplane.Decision) bool {
+	v, tr := d.View(), d.Trace()
 	n := len(p.Layers)
 	for i := range n {
 		l := p.Layers[i]
@@ -371,44 +383,20 @@ func (s *Switch) crossLayers(pol *compiled, p *Port, v *dataplane.View, dir rule
 			d.Drop = vd.Action.DropReason()
 			return false
 		}
-		if !s.transpose(v, ht, &vd.Action.HT, tr, d) {
+		if !d.Transpose(&vd.Action.HT) {
 			return false
 		}
 		if vd.Action.HT.Set&(dataplane.FieldSrcIP|dataplane.FieldDstIP) != 0 {
 			x.natted = true
 		}
-		if ip := vd.Action.SNAT; ip.IsValid() {
-			t, ok := s.snat(v, ip, x, tr, d)
-			if !ok || !s.transpose(v, ht, &t, tr, d) {
+		if sa := vd.Action.Translation; sa != nil {
+			if !sa.Translate(d, rules.Site{Uplink: p.Uplink, Dir: dir}) {
 				return false
 			}
 			x.natted = true
 		}
-		if vd.Action.LB != "" && !s.balance(pol, p, &vd.Action, v, ht, x, tr, d) {
-			return false
-		}
-		*stateful = *stateful || vd.Stateful()
+		x.stateful = x.stateful || vd.Stateful()
 	}
-	return true
-}
-
-// transpose composes t into ht and applies it to v. It reports false, with
-// d.Drop set, if t cannot follow ht or apply to v.
-func (s *Switch) transpose(v *dataplane.View, ht *dataplane.Transposition, t *dataplane.Transposition,
-	tr *dataplane.Trace, d *dataplane.Decision) bool {
-	if t.Set == 0 && t.Outer == dataplane.OuterIgnore && t.Push == nil {
-		return true // changes nothing, whatever its unused values hold
-	}
-	next, err := ht.Then(*t)
-	if err == nil {
-		err = v.Apply(t)
-	}
-	if err != nil {
-		tr.Addf("transposition %s cannot apply: %v", *t, err) // a copy: t must not escape
-		d.Drop = dataplane.DropTransposition
-		return false
-	}
-	*ht = next
 	return true
 }
 

@@ -5,11 +5,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
-	"slices"
 
 	"github.com/ufp-dev/ufp/dataplane"
 	"github.com/ufp-dev/ufp/inspect"
-	"github.com/ufp-dev/ufp/nat"
 	"github.com/ufp-dev/ufp/rules"
 	"github.com/ufp-dev/ufp/vfp"
 )
@@ -19,117 +17,10 @@ import (
 // changing any state. ufpd serves it (POST /v1/trace), ufpctl trace asks
 // for it.
 
-// traceRecorder collects a trace's steps, and what its decision, which
-// is dry (translation.dry), needs beside: whether it translated a source
-// already, and the live source NAT bindings.
+// traceRecorder collects a trace's steps: the layers its decision, which
+// is dry, crossed.
 type traceRecorder struct {
-	steps  []inspect.TraceStep
-	natted bool
-	nat    *natView // read on first need
-}
-
-// natView is the source NAT bindings that the flow table's connections
-// hold: all bindings but those of decisions in flight.
-type natView struct {
-	external map[natSlot]uint16 // the external port of an internal endpoint's binding
-	used     map[natSlot]bool   // the external endpoints bound
-}
-
-// natSlot is an endpoint of one class (nat.ClassTCP, ...) of the pool at
-// address pool.
-type natSlot struct {
-	pool  netip.Addr
-	class int
-	ep    netip.AddrPort
-}
-
-// natClass is proto's class of ports (nat.ClassTCP, ...).
-func natClass(proto uint8) int {
-	switch proto {
-	case dataplane.ProtoTCP:
-		return nat.ClassTCP
-	case dataplane.ProtoUDP:
-		return nat.ClassUDP
-	}
-	return nat.ClassICMP
-}
-
-// natBindings reads the bindings of the flow table's connections.
-func (s *Switch) natBindings() *natView {
-	nv := &natView{external: map[natSlot]uint16{}, used: map[natSlot]bool{}}
-	s.pl.FlowTable().Range(func(f *dataplane.Flow) bool {
-		if c := f.Conn(); c != nil && c.Fwd() == f {
-			if cs, ok := c.State.(*connState); ok && cs.nat != nil {
-				b := cs.nat
-				ip, class := b.Pool().IP(), natClass(b.Proto())
-				nv.external[natSlot{ip, class, b.Internal()}] = b.External().Port()
-				nv.used[natSlot{ip, class, b.External()}] = true
-			}
-		}
-		return true
-	})
-	return nv
-}
-
-// snat is the dry counterpart of Pool.Bind for a trace, in Switch.snat:
-// it translates the source of a packet of proto from internal to pool's
-// address with the port Bind would give, binding nothing. That is the
-// port of the endpoint's live binding, else the internal port itself if
-// the pool would preserve it. Otherwise the pool would choose a port by a
-// search that depends on its history: the trace gives port 0 and says
-// so.
-func (r *traceRecorder) snat(s *Switch, pol *compiled, pool *nat.Pool, proto uint8, internal netip.AddrPort,
-	t dataplane.Transposition, tr *dataplane.Trace, d *dataplane.Decision) (dataplane.Transposition, bool) {
-	r.natted = true
-	if r.nat == nil {
-		r.nat = s.natBindings()
-	}
-	ip, class := pool.IP(), natClass(proto)
-	ext, ok := r.nat.external[natSlot{ip, class, internal}]
-	why := ""
-	if !ok {
-		st := pool.Stats()
-		ports := st.Ports
-		if class == nat.ClassICMP {
-			ports = nat.PortRange{Lo: 0, Hi: 65535}
-		}
-		port := internal.Port()
-		switch {
-		case st.InUse[class] >= st.Capacity[class]:
-			tr.Addf("  snat: %s: %v", ip, nat.ErrExhausted)
-			d.Drop, d.NoCache = dataplane.DropNATExhausted, true
-			return t, false
-		case !ports.Contains(port):
-			why = fmt.Sprintf("%d is outside its ports %s", port, ports)
-		case class != nat.ClassICMP && pol.natReserved(ip, proto, port):
-			why = fmt.Sprintf("%d is reserved", port)
-		case r.nat.used[natSlot{ip, class, netip.AddrPortFrom(ip, port)}]:
-			why = fmt.Sprintf("%d is bound already", port)
-		default:
-			ext, ok = port, true
-		}
-	}
-	t.Set |= dataplane.FieldSrcPort
-	t.SrcPort = ext
-	switch {
-	case ok:
-		tr.Addf("  snat: %s %s -> %s", dataplane.ProtoName(proto), internal, netip.AddrPortFrom(ip, ext))
-	default:
-		tr.Addf("  snat: %s %s -> %s (port 0: the pool chooses one when the connection opens, as %s)",
-			dataplane.ProtoName(proto), internal, netip.AddrPortFrom(ip, 0), why)
-	}
-	return t, true
-}
-
-// natReserved reports whether pol reserves port of proto on the NAT pool
-// of address ip.
-func (pol *compiled) natReserved(ip netip.Addr, proto uint8, port uint16) bool {
-	for _, pc := range pol.pools {
-		if pc.IP == ip {
-			return slices.Contains(pc.Reserved, nat.Reservation{Proto: proto, Port: port})
-		}
-	}
-	return false
+	steps []inspect.TraceStep
 }
 
 // layer records layer l's verdict vd at port p in direction dir.
@@ -148,14 +39,7 @@ func (r *traceRecorder) layer(p *Port, dir rules.Direction, l *rules.Layer, vd *
 // connection's) is read, never released.
 func (s *Switch) decideDry(v *dataplane.View, tr *dataplane.Trace, d *dataplane.Decision, rec *traceRecorder) {
 	x := translation{rec: rec}
-	x.prev, _ = d.State.(*connState)
 	s.decide(v, tr, d, &x)
-	if x.bound != nil {
-		x.bound.Release()
-	}
-	if x.picked {
-		x.pick.release()
-	}
 }
 
 // traceSrcMAC is the source MAC of traced frames from senders the switch
@@ -168,9 +52,9 @@ var traceSrcMAC = dataplane.MAC{0x02, 0x00, 0x00, 0x75, 0x66, 0x70}
 // as it would leave. It sends nothing and changes nothing: the decision
 // runs dry, counting no rule hit, remembering no affinity, registering no
 // balanced connection and binding no NAT port (it tells the port a bind
-// would give, or port 0 where the pool's choice depends on its history),
-// and nothing is installed in the flow table. A packet of a cached
-// stateful connection's origin direction is decided with the
+// would give, asking the pool as a bind does), and nothing is installed
+// in the flow table. A packet of a cached stateful connection's origin
+// direction is decided with the
 // connection's state (its mapping, its backend), as the pipeline decides
 // such a packet when it cannot use the cached flow.
 //

@@ -5,10 +5,10 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
-	"maps"
 	"net/netip"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -17,6 +17,7 @@ import (
 
 	"github.com/ufp-dev/ufp/dataplane"
 	"github.com/ufp-dev/ufp/inspect"
+	"github.com/ufp-dev/ufp/lb"
 	"github.com/ufp-dev/ufp/nat"
 )
 
@@ -161,9 +162,9 @@ func TestTrace(t *testing.T) {
 			verdict: "forward", out: "uplink",
 			changes: []inspect.HeaderChange{
 				{Field: "src-ip", From: "10.244.0.11", To: "192.168.1.10"},
-				{Field: "src-port", From: "53", To: "0"},
+				{Field: "src-port", From: "53", To: "1025"},
 			},
-			lines: []string{"  snat: udp 10.244.0.11:53 -> 192.168.1.10:0 (port 0: the pool chooses one when the connection opens, as 53 is outside its ports 1024-65535)"},
+			lines: []string{"  snat: udp 10.244.0.11:53 -> 192.168.1.10:1025"},
 		},
 		{
 			name: "NAT66 echo", doc: natDoc,
@@ -462,7 +463,7 @@ type traceState struct {
 	table       dataplane.FlowTableStats
 	path        dataplane.PipelineStats
 	drops       string
-	lbTuples    map[lbKey]lbFront
+	lbTuples    map[lb.Tuple]netip.AddrPort
 	affinity    map[string]int
 	affinityOfA string
 }
@@ -473,11 +474,9 @@ func traceSnapshot(sw *Switch) traceState {
 		flows: sw.Pipeline().FlowTable().Len(), table: sw.Pipeline().FlowTable().Stats(),
 		path: sw.Pipeline().Stats(), drops: sw.Pipeline().Drops.String(), affinity: map[string]int{},
 	}
-	sw.lbTuples.mu.Lock()
-	st.lbTuples = maps.Clone(sw.lbTuples.m)
-	sw.lbTuples.mu.Unlock()
+	st.lbTuples = sw.env.LB.Registered()
 	sw.mu.Lock()
-	for name, a := range sw.affinity {
+	for name, a := range sw.env.LB.Affinities() {
 		st.affinity[name] = a.Len()
 	}
 	sw.mu.Unlock()
@@ -485,6 +484,48 @@ func traceSnapshot(sw *Switch) traceState {
 		st.affinityOfA = b.String()
 	}
 	return st
+}
+
+// TestTraceNATPortIsLive traces new NATed connections and then sends the
+// same packets: the trace tells the source port the pool gives the real
+// connection, whether the pool preserves the port, searches for one by
+// parity from its cursor, or has none left.
+func TestTraceNATPortIsLive(t *testing.T) {
+	r := ulNewRig(t, mustParse(t, natDoc))
+	for i, sport := range []uint16{40000, 53, 40000, 54, 100, 101, 40001} {
+		src := "10.244.0.11"
+		if i == 2 {
+			src = "10.244.0.10" // 40000 is taken: the search finds another
+		}
+		req := inspect.TraceRequest{Port: "ov-b", Proto: "tcp", Src: addr(src), Dst: addr("8.8.8.8"), SrcPort: sport, DstPort: 443}
+		in, mac := "ov-b", natOvB
+		if i == 2 {
+			req.Port, in, mac = "ov-a", "ov-a", natOvA
+		}
+		res, err := r.sw.Trace(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var told string
+		for _, c := range res.Changes {
+			if c.Field == "src-port" {
+				told = c.To
+			}
+		}
+		if told == "" {
+			told = strconv.Itoa(int(sport)) // preserved
+		}
+		syn := natPkt{smac: mac, dmac: natDR, src: src, sport: sport, dst: "8.8.8.8", dport: 443, proto: "tcp", flags: "S"}
+		p, lines := r.run(in, natFrame(t, syn), dataplane.Offload{})
+		pk := gopacket.NewPacket(p.Bytes(), layers.LayerTypeEthernet, gopacket.Default)
+		tc, ok := pk.Layer(layers.LayerTypeTCP).(*layers.TCP)
+		if !ok {
+			t.Fatalf("%s:%d: the SYN was not forwarded\n%s", src, sport, lines)
+		}
+		if got := strconv.Itoa(int(tc.SrcPort)); got != told {
+			t.Errorf("%s:%d: the trace told source port %s, the connection got %s\n%s", src, sport, told, got, traceDump(res))
+		}
+	}
 }
 
 // TestTraceNoSideEffects traces connections that a real packet would
@@ -505,9 +546,12 @@ func TestTraceNoSideEffects(t *testing.T) {
 			first: natPkt{smac: natOvB, dmac: natDR, src: "10.244.0.11", sport: 100, dst: "8.8.8.8", dport: 443, proto: "tcp", flags: "S"},
 			req:   inspect.TraceRequest{Port: "ov-b", Proto: "tcp", Src: addr("10.244.0.11"), Dst: addr("8.8.8.8"), SrcPort: 102, DstPort: 443},
 			check: func(t *testing.T, res *inspect.TraceResult) {
-				// The pool would choose a port by next-fit: not told.
-				if !slices.Contains(res.Changes, inspect.HeaderChange{Field: "src-port", From: "102", To: "0"}) {
-					t.Errorf("changes %v: want src-port 102 -> 0", res.Changes)
+				// The port the pool would choose, asked of the pool: 1024
+				// on the fresh switch (port 102 is outside the range; the
+				// first even port), 1026 once the first connection has it.
+				if !slices.Contains(res.Changes, inspect.HeaderChange{Field: "src-port", From: "102", To: "1024"}) &&
+					!slices.Contains(res.Changes, inspect.HeaderChange{Field: "src-port", From: "102", To: "1026"}) {
+					t.Errorf("changes %v: want src-port 102 -> 1024 or 1026", res.Changes)
 				}
 			},
 		},

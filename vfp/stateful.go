@@ -1,0 +1,139 @@
+package vfp
+
+import (
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"time"
+
+	"github.com/ufp-dev/ufp/lb"
+	"github.com/ufp-dev/ufp/nat"
+	"github.com/ufp-dev/ufp/rules"
+)
+
+// Env is what a policy's stateful actions work with beyond the document:
+// the source NAT pools and the load-balancing runtime (affinity, backend
+// tables, the registry of balanced connections). Both outlive policies:
+// a switch keeps one Env for its lifetime and compiles every policy it
+// runs against it.
+type Env struct {
+	NAT *nat.Table
+	LB  *lb.Runtime
+}
+
+// NewEnv returns an Env with no pool configured, whose NAT pools log to
+// log (nil: slog's default).
+func NewEnv(log *slog.Logger) *Env {
+	t := nat.NewTable(log)
+	return &Env{NAT: t, LB: lb.NewRuntime(t)}
+}
+
+// Stateful makes the stateful actions of one document's rules: snat to one
+// of its NAT pools, lb to one of its load balancers.
+type Stateful struct {
+	env   *Env
+	pools map[netip.Addr]bool
+	lbs   map[string]*lb.Balancer
+}
+
+// Stateful compiles sw's load balancers (switch.loadBalancers) against
+// its NAT pools (sw.CompilePools) and returns what makes the document's
+// stateful actions, and the load balancers by name.
+func (e *Env) Stateful(sw *SwitchConfig, pools []nat.PoolConfig) (*Stateful, map[string]*lb.Balancer, error) {
+	st := &Stateful{env: e, pools: map[netip.Addr]bool{}, lbs: make(map[string]*lb.Balancer, len(sw.LoadBalancers))}
+	for _, pc := range pools {
+		st.pools[pc.IP] = true
+	}
+	for i := range sw.LoadBalancers {
+		at := fmt.Sprintf("switch.loadBalancers[%d]", i)
+		c, err := sw.LoadBalancers[i].compile(at, st.pools)
+		if err != nil {
+			return nil, nil, err
+		}
+		if _, dup := st.lbs[c.Name]; dup {
+			return nil, nil, fmt.Errorf("%s.name: %q is also the name of another load balancer", at, c.Name)
+		}
+		st.lbs[c.Name] = e.LB.New(c)
+	}
+	return st, st.lbs, nil
+}
+
+// snat makes the action at path at that translates sources to the pool of
+// address ip.
+func (st *Stateful) snat(at string, ip netip.Addr) (rules.StatefulAction, error) {
+	if !st.pools[ip] {
+		return nil, fmt.Errorf("%s: %s is not in switch.natPools", at, ip)
+	}
+	return nat.NewAction(st.env.NAT, ip), nil
+}
+
+// balance makes the action at path at that balances to the load balancer
+// named name, on a port that is the uplink if uplink.
+func (st *Stateful) balance(at, name string, route, uplink bool) (rules.StatefulAction, error) {
+	b := st.lbs[name]
+	switch {
+	case b == nil:
+		return nil, fmt.Errorf("%s: %q is not in switch.loadBalancers", at, name)
+	case b.Remote() && !b.SourceVIP().IsValid() && (!b.DSR() || uplink):
+		return nil, fmt.Errorf("%s: load balancer %q has remote backends and no sourceVIP: their replies would not come back through this switch", at, name)
+	}
+	return lb.NewAction(b, route), nil
+}
+
+// compile validates the load balancer at path at, whose sourceVIP must be
+// one of pools.
+func (c *BalancerConfig) compile(at string, pools map[netip.Addr]bool) (lb.Config, error) {
+	if c.Name == "" {
+		return lb.Config{}, fmt.Errorf("%s.name: a load balancer needs a name", at)
+	}
+	b := lb.Config{Name: c.Name, TargetPort: c.TargetPort, PreserveDst: c.PreserveDst,
+		AffinityTimeout: time.Duration(c.AffinityTimeout), DSR: c.DSR}
+	var err error
+	if b.Distribution, err = lb.ParseDistribution(c.Distribution); err != nil {
+		return b, fmt.Errorf("%s.distribution: %w", at, err)
+	}
+	if c.SourceVIP != "" {
+		if b.SourceVIP, err = ParseAddr(at+".sourceVIP", c.SourceVIP); err != nil {
+			return b, err
+		}
+		if !pools[b.SourceVIP] {
+			return b, fmt.Errorf("%s.sourceVIP: %s is not in switch.natPools", at, b.SourceVIP)
+		}
+	}
+	fam := 0
+	seen := make(map[netip.Addr]bool, len(c.Backends))
+	for i := range c.Backends {
+		bc := &c.Backends[i]
+		bat := fmt.Sprintf("%s.backends[%d]", at, i)
+		be := lb.BackendConfig{Remote: bc.Remote, Unhealthy: bc.Unhealthy}
+		if be.IP, err = ParseAddr(bat+".ip", bc.IP); err != nil {
+			return b, err
+		}
+		if !be.IP.IsGlobalUnicast() {
+			return b, fmt.Errorf("%s.ip: %s is not a unicast address", bat, be.IP)
+		}
+		f := 4
+		if be.IP.Is6() {
+			f = 6
+		}
+		if fam != 0 && f != fam {
+			return b, fmt.Errorf("%s.ip: %s is IPv%d, the load balancer's other backends IPv%d: one family per load balancer", bat, be.IP, f, fam)
+		}
+		fam = f
+		if seen[be.IP] {
+			return b, fmt.Errorf("%s.ip: %s is listed twice", bat, be.IP)
+		}
+		seen[be.IP] = true
+		if m := bc.Modify; m != nil && (m.SrcIP != "" || m.DstIP != "" || m.SrcPort != nil || m.DstPort != nil) {
+			return b, fmt.Errorf("%s.modify: a backend's route sets MACs only", bat)
+		}
+		if err := CompileHT(bat, bc.Modify, bc.Push, &be.Route); err != nil {
+			return b, err
+		}
+		if b.SourceVIP.IsValid() && b.SourceVIP.Is4() != be.IP.Is4() {
+			return b, fmt.Errorf("%s.ip: %s is not of sourceVIP %s's family", bat, be.IP, b.SourceVIP)
+		}
+		b.Backends = append(b.Backends, be)
+	}
+	return b, nil
+}
