@@ -20,6 +20,7 @@ import (
 
 	"github.com/ufp-dev/ufp/dataplane"
 	"github.com/ufp-dev/ufp/device"
+	"github.com/ufp-dev/ufp/encap"
 	"github.com/ufp-dev/ufp/hns"
 	"github.com/ufp-dev/ufp/vswitch"
 )
@@ -176,7 +177,7 @@ func nsEndpointLink(t *testing.T, cfg *vswitch.Config, name string) (device.Link
 				link.GatewayMAC, _ = dataplane.ParseMAC(s.Address)
 			}
 		}
-		mtu -= hns.VXLANOverhead4
+		mtu -= encap.VXLANOverhead4
 	case hns.TypeL2Bridge:
 		// The gateway of the subnet of the endpoint's first address.
 		for _, ipam := range n.Ipams {

@@ -264,13 +264,13 @@ func (a *aclEntry) rule(prio uint32) vfp.RuleConfig {
 		m.Protocols = append(m.Protocols, aclProtoString(p))
 	}
 	if len(src) > 0 {
-		m.SrcIPs = prefixStrings(src)
+		m.SrcIPs = vfp.PrefixList(src)
 	}
 	if len(dst) > 0 {
-		m.DstIPs = prefixStrings(dst)
+		m.DstIPs = vfp.PrefixList(dst)
 	}
 	m.SrcPorts, m.DstPorts = rangeStrings(sports), rangeStrings(dports)
-	r := vfp.RuleConfig{Name: a.name, Priority: u32(prio), Match: m}
+	r := vfp.RuleConfig{Name: a.name, Priority: vfp.Priority(prio), Match: m}
 	switch a.action {
 	case ACLAllow:
 		r.Action, r.Terminating, r.Stateful = vfp.ActionConfig{Type: "allow"}, true, true

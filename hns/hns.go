@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/encap"
 	"github.com/ufp-dev/ufp/vfp"
 )
 
@@ -174,30 +175,17 @@ const (
 	TypeOverlay  = "Overlay"
 )
 
-// Layer names, as VFP names them.
+// Names of the layers the NAT and ACL policies lower into, as VFP names
+// them (the network modes' are package encap's).
 const (
-	LayerMACRewrite = "VNET_MAC_REWRITE_LAYER"
-	LayerEncap      = "VNET_ENCAP_LAYER"
-	LayerPARoute    = "VNET_PA_ROUTE_LAYER"
-	LayerRoute      = "VNET_ROUTE_LAYER"
-	LayerNAT        = "NAT_LAYER"
+	LayerNAT = "NAT_LAYER"
 	// LayerACL is an endpoint's first layer: its network's and its own
 	// ACLs (acl.go).
 	LayerACL = "ACL_LAYER"
 )
 
-// Encapsulation overhead of VXLAN: outer Ethernet is not counted in an
-// MTU, outer IP, UDP and VXLAN are.
-const (
-	VXLANOverhead4 = dataplane.IPv4MinLen + dataplane.UDPLen + dataplane.VXLANLen + dataplane.EthernetLen // 50
-	VXLANOverhead6 = dataplane.IPv6Len + dataplane.UDPLen + dataplane.VXLANLen + dataplane.EthernetLen    // 70
-)
-
 // DefaultUplinkMTU is the underlay MTU when Uplink.Mtu is not set.
 const DefaultUplinkMTU = 1500
-
-// MaxVNI is the largest VXLAN network identifier (24 bits).
-const MaxVNI = 1<<24 - 1
 
 // Document is a policy document at the HNS level: the switch's settings
 // (its flow table), the uplink, and the networks, endpoints and load
@@ -638,8 +626,8 @@ func (n *netPlan) subnet(at string, sc *SubnetConfig) error {
 		if err := decodeSettings(pat+".Settings", pc.Settings, &s); err != nil {
 			return err
 		}
-		if s.IsolationId == 0 || s.IsolationId > MaxVNI {
-			return fmt.Errorf("%s.Settings.IsolationId: %d is out of range (a VNI is 1 to %d)", pat, s.IsolationId, MaxVNI)
+		if s.IsolationId == 0 || s.IsolationId > encap.MaxVNI {
+			return fmt.Errorf("%s.Settings.IsolationId: %d is out of range (a VNI is 1 to %d)", pat, s.IsolationId, encap.MaxVNI)
 		}
 		vni = s.IsolationId
 	}
@@ -664,8 +652,8 @@ func (l *lowering) remoteRoute(n *netPlan, at string, s *RemoteSubnetRouteSettin
 		return r, err
 	}
 	r.prefix = p
-	if s.IsolationId == 0 || s.IsolationId > MaxVNI {
-		return r, fmt.Errorf("%s.IsolationId: %d is out of range (a VNI is 1 to %d)", at, s.IsolationId, MaxVNI)
+	if s.IsolationId == 0 || s.IsolationId > encap.MaxVNI {
+		return r, fmt.Errorf("%s.IsolationId: %d is out of range (a VNI is 1 to %d)", at, s.IsolationId, encap.MaxVNI)
 	}
 	if r.pa, err = vfp.ParseAddr(at+".ProviderAddress", s.ProviderAddress); err != nil {
 		return r, err
@@ -947,20 +935,8 @@ func (l *lowering) encapOverhead(n *netPlan) int {
 	if n.cfg.Type != TypeOverlay {
 		return 0
 	}
-	if _, v6 := n.pa[false]; v6 {
-		return VXLANOverhead6
-	}
-	return VXLANOverhead4
-}
-
-func u32(v uint32) *uint32 { return &v }
-
-func prefixStrings(ps []netip.Prefix) []string {
-	s := make([]string, len(ps))
-	for i, p := range ps {
-		s[i] = p.String()
-	}
-	return s
+	_, v6 := n.pa[false]
+	return encap.Overhead(v6)
 }
 
 // endpointNames returns the names of network n's endpoints: the ports its
@@ -977,7 +953,6 @@ func (n *netPlan) endpointNames() []string {
 func (l *lowering) emit(eps []*epPlan) *vfp.Document {
 	out := &vfp.Document{Switch: l.c.Switch}
 	out.Switch.VXLANPort = l.vxlanPort
-	port := l.vxlanPort
 	for _, n := range l.nets {
 		gw := vfp.GatewayConfig{}
 		for _, a := range n.gws {
@@ -1048,7 +1023,7 @@ func (l *lowering) emit(eps []*epPlan) *vfp.Document {
 			if layer := l.natLayer(ep); layer != nil {
 				pc.Layers = append(pc.Layers, *layer)
 			}
-			if layer := l.encapLayer(ep, port); layer != nil {
+			if layer := l.encapLayer(ep); layer != nil {
 				pc.Layers = append(pc.Layers, *layer)
 			}
 		}
@@ -1063,162 +1038,68 @@ func (l *lowering) emit(eps []*epPlan) *vfp.Document {
 	return out
 }
 
-// push returns the VXLAN outer header set toward remote provider address
-// pa of network n.
-func (l *lowering) push(n *netPlan, r *paRoute, pa netip.Addr, port uint16) *vfp.PushConfig {
-	return &vfp.PushConfig{
-		VNI: r.vni, SrcMAC: l.hostMAC.String(), DstMAC: l.neighbors[pa].String(),
-		SrcIP: n.pa[pa.Is4()].String(), DstIP: pa.String(), DstPort: port,
-		// RFC 7348 section 4.3: VTEPs must not fragment VXLAN packets.
-		DontFragment: true,
-	}
+// vtep is this host's end of network n's overlay (package encap).
+func (l *lowering) vtep(n *netPlan) *encap.VTEP {
+	return &encap.VTEP{MAC: l.hostMAC, PA4: n.pa[true], PA6: n.pa[false], Port: l.vxlanPort}
 }
 
-// encapLayer is an overlay endpoint's VNET_ENCAP_LAYER: traffic to a
-// remote pod subnet gets the remote's router MAC and a VXLAN header set
-// toward the remote's provider address. Longer prefixes win; an SDNRoute
-// with NeedEncap overrides remote subnet routes for its prefix.
-func (l *lowering) encapLayer(ep *epPlan, port uint16) *vfp.LayerConfig {
+// tunnel is the overlay route to prefix through remote subnet route r at
+// provider address pa (r's own, or an SDN route's next hop).
+func (l *lowering) tunnel(name string, prefix netip.Prefix, r *paRoute, pa netip.Addr) encap.Tunnel {
+	return encap.Tunnel{Name: name, Prefix: prefix, VNI: r.vni, Remote: pa, RemoteMAC: l.neighbors[pa], RouterMAC: r.drMAC}
+}
+
+// encapLayer is an overlay endpoint's VNET_ENCAP_LAYER (encap.EncapLayer):
+// its network's remote subnet routes, then its SDN routes with NeedEncap.
+func (l *lowering) encapLayer(ep *epPlan) *vfp.LayerConfig {
 	n := ep.net
-	type entry struct {
-		name   string
-		prefix netip.Prefix
-		r      *paRoute
-		pa     netip.Addr
-	}
-	var es []entry
+	var ts []encap.Tunnel
 	for i := range n.routes {
 		r := &n.routes[i]
-		es = append(es, entry{"remote-subnet-" + r.prefix.String(), r.prefix, r, r.pa})
+		ts = append(ts, l.tunnel("remote-subnet-"+r.prefix.String(), r.prefix, r, r.pa))
 	}
 	for _, s := range ep.sdn {
-		es = append(es, entry{"sdn-route-" + s.prefix.String(), s.prefix, n.routeTo(s.nextHop), s.nextHop})
+		ts = append(ts, l.tunnel("sdn-route-"+s.prefix.String(), s.prefix, n.routeTo(s.nextHop), s.nextHop))
 	}
-	if len(es) == 0 {
-		return nil
-	}
-	// Longest prefix first; an SDN route before a remote subnet of the
-	// same prefix.
-	slices.SortStableFunc(es, func(a, b entry) int { return b.prefix.Bits() - a.prefix.Bits() })
-	g := vfp.GroupConfig{Name: "vxlan-to-remote-hosts"}
-	for i, e := range es {
-		g.Rules = append(g.Rules, vfp.RuleConfig{
-			Name: e.name, Priority: u32(uint32(100 + i)), Terminating: true,
-			Match: &vfp.MatchConfig{Direction: "out", DstIPs: []string{e.prefix.String()}},
-			Action: vfp.ActionConfig{Type: "allow", Modify: &vfp.ModifyConfig{DstMAC: e.r.drMAC.String()},
-				Push: l.push(n, e.r, e.pa, port)},
-		})
-	}
-	return &vfp.LayerConfig{Name: LayerEncap, Groups: []vfp.GroupConfig{g}}
+	return l.vtep(n).EncapLayer(ts)
 }
 
-// routeLayer is an L2Bridge endpoint's VNET_ROUTE_LAYER: SDN routes send
-// traffic for their prefix to the next hop's MAC on the underlay.
+// routeLayer is an L2Bridge endpoint's VNET_ROUTE_LAYER (encap.RouteLayer):
+// its SDN routes, to their next hops' MACs.
 func (l *lowering) routeLayer(ep *epPlan) *vfp.LayerConfig {
-	if len(ep.sdn) == 0 {
-		return nil
+	var hops []encap.NextHop
+	for _, s := range ep.sdn {
+		hops = append(hops, encap.NextHop{Prefix: s.prefix, MAC: l.neighbors[s.nextHop]})
 	}
-	sdn := slices.Clone(ep.sdn)
-	slices.SortStableFunc(sdn, func(a, b sdnRoute) int { return b.prefix.Bits() - a.prefix.Bits() })
-	g := vfp.GroupConfig{Name: "sdn-routes"}
-	for i, s := range sdn {
-		g.Rules = append(g.Rules, vfp.RuleConfig{
-			Name: "sdn-route-" + s.prefix.String(), Priority: u32(uint32(100 + i)), Terminating: true,
-			Match:  &vfp.MatchConfig{Direction: "out", DstIPs: []string{s.prefix.String()}},
-			Action: vfp.ActionConfig{Type: "allow", Modify: &vfp.ModifyConfig{DstMAC: l.neighbors[s.nextHop].String()}},
-		})
-	}
-	return &vfp.LayerConfig{Name: LayerRoute, Groups: []vfp.GroupConfig{g}}
+	return encap.RouteLayer(hops)
 }
 
-// decapLayer is the uplink's VNET_PA_ROUTE_LAYER: VXLAN is decapsulated
-// only with a VNI a local overlay subnet owns, from the provider address
-// a remote subnet route names, with an inner source in that route's
-// prefix; the inner frame is then addressed to the network's router, which
-// routes it to the endpoint by IP. Other VXLAN is dropped by reason.
+// decapLayer is the uplink's VNET_PA_ROUTE_LAYER (encap.DecapLayer) for
+// the overlay networks.
 func (l *lowering) decapLayer() *vfp.LayerConfig {
-	g := vfp.GroupConfig{Name: "vxlan-from-remote-hosts", Match: &vfp.MatchConfig{Direction: "out", Encapsulated: true}}
-	prio := uint32(100)
-	var owned []uint32
-	var known []string
+	var nets []encap.Network
 	for _, n := range l.nets {
 		if n.cfg.Type != TypeOverlay {
 			continue
 		}
-		var vnis []uint32
-		for _, v := range n.vnis {
-			if !slices.Contains(vnis, v) {
-				vnis = append(vnis, v)
-			}
-			if !slices.Contains(owned, v) {
-				owned = append(owned, v)
-			}
+		en := encap.Network{VNIs: n.vnis, Subnets: n.subnets, RouterMAC: n.drMAC, Local: *l.vtep(n)}
+		for i := range n.routes {
+			r := &n.routes[i]
+			en.Remotes = append(en.Remotes, l.tunnel("", r.prefix, r, r.pa))
 		}
-		for _, r := range n.routes {
-			g.Rules = append(g.Rules, vfp.RuleConfig{
-				Name: "from-" + r.pa.String() + "-" + r.prefix.String(), Priority: u32(prio), Terminating: true,
-				Match: &vfp.MatchConfig{VNIs: vnis, OuterSrcIPs: []string{r.pa.String()}, OuterDstIPs: []string{n.pa[r.pa.Is4()].String()},
-					SrcIPs: []string{r.prefix.String()}, DstIPs: prefixStrings(n.subnets)},
-				Action: vfp.ActionConfig{Type: "allow", Outer: "pop", Modify: &vfp.ModifyConfig{DstMAC: n.drMAC.String()}},
-			})
-			prio++
-			if !slices.Contains(known, r.pa.String()) {
-				known = append(known, r.pa.String())
-			}
-		}
+		nets = append(nets, en)
 	}
-	if len(owned) == 0 {
-		return nil
-	}
-	if len(known) > 0 {
-		g.Rules = append(g.Rules, vfp.RuleConfig{
-			Name: "inner-source-not-behind-provider", Priority: u32(60000), Terminating: true,
-			Match:  &vfp.MatchConfig{VNIs: owned, OuterSrcIPs: known},
-			Action: vfp.ActionConfig{Type: "block", Reason: dataplane.DropSpoofedSource.String()},
-		})
-	}
-	g.Rules = append(g.Rules,
-		vfp.RuleConfig{
-			Name: "unknown-provider-address", Priority: u32(60001), Terminating: true,
-			Match:  &vfp.MatchConfig{VNIs: owned},
-			Action: vfp.ActionConfig{Type: "block", Reason: dataplane.DropUnknownProvider.String()},
-		},
-		vfp.RuleConfig{
-			Name: "unknown-vni", Priority: u32(60002), Terminating: true,
-			Action: vfp.ActionConfig{Type: "block", Reason: dataplane.DropUnknownVNI.String()},
-		})
-	return &vfp.LayerConfig{Name: LayerPARoute, Groups: []vfp.GroupConfig{g}}
+	return encap.DecapLayer(nets)
 }
 
-// macRewriteLayer is the uplink's VNET_MAC_REWRITE_LAYER for L2Bridge
-// endpoints: frames they send leave with the host's MAC as source, and
-// frames arriving for the host's MAC are readdressed to the endpoint that
-// has the destination IP.
+// macRewriteLayer is the uplink's VNET_MAC_REWRITE_LAYER
+// (encap.MACRewriteLayer) for the L2Bridge endpoints.
 func (l *lowering) macRewriteLayer(eps []*epPlan) *vfp.LayerConfig {
-	var macs []string
-	in := vfp.GroupConfig{Name: "l2bridge-ingress", Match: &vfp.MatchConfig{Direction: "out", DstMACs: []string{l.hostMAC.String()}}}
+	var bs []encap.Bridged
 	for _, ep := range eps {
-		if ep.net.cfg.Type != TypeL2Bridge {
-			continue
+		if ep.net.cfg.Type == TypeL2Bridge {
+			bs = append(bs, encap.Bridged{Name: ep.cfg.Name, MAC: ep.mac, IPs: ep.ips})
 		}
-		macs = append(macs, ep.mac.String())
-		var ips []string
-		for _, a := range ep.ips {
-			ips = append(ips, a.String())
-		}
-		in.Rules = append(in.Rules, vfp.RuleConfig{
-			Name: "to-" + ep.cfg.Name, Priority: u32(uint32(100 + len(in.Rules))), Terminating: true,
-			Match:  &vfp.MatchConfig{DstIPs: ips},
-			Action: vfp.ActionConfig{Type: "allow", Modify: &vfp.ModifyConfig{DstMAC: ep.mac.String()}},
-		})
 	}
-	if len(macs) == 0 {
-		return nil
-	}
-	egress := vfp.GroupConfig{Name: "l2bridge-egress", Rules: []vfp.RuleConfig{{
-		Name: "source-mac-to-host", Priority: u32(100), Terminating: true,
-		Match:  &vfp.MatchConfig{Direction: "in", SrcMACs: macs},
-		Action: vfp.ActionConfig{Type: "allow", Modify: &vfp.ModifyConfig{SrcMAC: l.hostMAC.String()}},
-	}}}
-	return &vfp.LayerConfig{Name: LayerMACRewrite, Groups: []vfp.GroupConfig{egress, in}}
+	return encap.MACRewriteLayer(l.hostMAC, bs)
 }

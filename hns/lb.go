@@ -432,7 +432,7 @@ func (l *lowering) backend(at, name string, ep *epPlan, v4 bool) (vfp.BackendCon
 		if !n.drMAC.IsZero() {
 			be.Modify.SrcMAC = n.drMAC.String()
 		}
-		be.Push = l.push(n, rt, rt.pa, l.vxlanPort)
+		be.Push = l.vtep(n).Push(rt.pa, l.neighbors[rt.pa], rt.vni)
 	default:
 		// On the underlay: to the endpoint's MAC (its host's), else to
 		// the subnet's router.
@@ -469,7 +469,7 @@ func (l *lowering) lbGroup(ep *epPlan, uplink bool) *vfp.GroupConfig {
 		for _, f := range b.frontends {
 			g.Rules = append(g.Rules, vfp.RuleConfig{
 				Name:     fmt.Sprintf("lb-%s-%s-%d", f, b.proto, b.external),
-				Priority: u32(uint32(100 + len(g.Rules))),
+				Priority: vfp.Priority(uint32(100 + len(g.Rules))),
 				Match: &vfp.MatchConfig{Protocols: []string{b.proto}, DstIPs: []string{f.String()},
 					DstPorts: []string{strconv.Itoa(int(b.external))}},
 				Action:      vfp.ActionConfig{Type: "allow", LB: b.name, LBRoute: route},

@@ -426,7 +426,7 @@ func (l *lowering) natLayer(ep *epPlan) *vfp.LayerConfig {
 		if m.ep == ep {
 			a.SNAT = m.vip.String()
 		}
-		hair.Rules = append(hair.Rules, vfp.RuleConfig{Name: m.name(), Priority: u32(uint32(100 + len(hair.Rules))),
+		hair.Rules = append(hair.Rules, vfp.RuleConfig{Name: m.name(), Priority: vfp.Priority(uint32(100 + len(hair.Rules))),
 			Match: m.match("out"), Action: a, Terminating: true, Stateful: true})
 	}
 	if len(hair.Rules) > 0 {
@@ -442,8 +442,8 @@ func (l *lowering) natLayer(ep *epPlan) *vfp.LayerConfig {
 		}
 		exc := append(slices.Clone(o.exceptions), ep.net.subnets...)
 		exc = append(exc, l.hostVNICAddrs()...) // the host's own stack is not outside
-		g.Rules = append(g.Rules, vfp.RuleConfig{Name: "exceptions", Priority: u32(1000), Terminating: true,
-			Match: &vfp.MatchConfig{DstIPs: prefixStrings(exc)}, Action: vfp.ActionConfig{Type: "allow"}})
+		g.Rules = append(g.Rules, vfp.RuleConfig{Name: "exceptions", Priority: vfp.Priority(1000), Terminating: true,
+			Match: &vfp.MatchConfig{DstIPs: vfp.PrefixList(exc)}, Action: vfp.ActionConfig{Type: "allow"}})
 		for i, v4 := range []bool{true, false} {
 			vip, ok := o.vip[v4]
 			if !ok {
@@ -468,7 +468,7 @@ func (l *lowering) natLayer(ep *epPlan) *vfp.LayerConfig {
 				// Out of the overlay onto the underlay, from the host.
 				a.Modify = &vfp.ModifyConfig{SrcMAC: l.hostMAC.String(), DstMAC: l.neighbors[l.defaultGW[v4]].String()}
 			}
-			g.Rules = append(g.Rules, vfp.RuleConfig{Name: "snat-to-" + vip.String(), Priority: u32(uint32(1100 + i)),
+			g.Rules = append(g.Rules, vfp.RuleConfig{Name: "snat-to-" + vip.String(), Priority: vfp.Priority(uint32(1100 + i)),
 				Match: mc, Action: a, Terminating: true, Stateful: true})
 		}
 		groups = append(groups, g)
@@ -504,7 +504,7 @@ func (l *lowering) portMapLayer() *vfp.LayerConfig {
 	if len(l.nat.maps) > 0 {
 		g := vfp.GroupConfig{Name: "port-mappings", Match: &vfp.MatchConfig{Direction: "out"}}
 		for _, m := range l.nat.maps {
-			g.Rules = append(g.Rules, vfp.RuleConfig{Name: m.name(), Priority: u32(uint32(100 + len(g.Rules))),
+			g.Rules = append(g.Rules, vfp.RuleConfig{Name: m.name(), Priority: vfp.Priority(uint32(100 + len(g.Rules))),
 				Match: m.match(""), Action: vfp.ActionConfig{Type: "allow", Modify: l.dnat(m)}, Terminating: true, Stateful: true})
 		}
 		groups = append(groups, g)

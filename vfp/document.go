@@ -3,6 +3,7 @@ package vfp
 import (
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"time"
 )
 
@@ -306,4 +307,16 @@ type BackendConfig struct {
 type Document struct {
 	Switch SwitchConfig `json:"switch"`
 	Ports  []PortConfig `json:"ports,omitempty"`
+}
+
+// Priority returns a rule priority to set RuleConfig.Priority to.
+func Priority(p uint32) *uint32 { return &p }
+
+// PrefixList returns ps as a match's list of prefixes.
+func PrefixList(ps []netip.Prefix) []string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = p.String()
+	}
+	return s
 }

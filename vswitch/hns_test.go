@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ufp-dev/ufp/encap"
 	"github.com/ufp-dev/ufp/hns"
 	"github.com/ufp-dev/ufp/vfp"
 )
@@ -647,18 +648,18 @@ func TestHNSLower(t *testing.T) {
 			t.Errorf("port %q is an uplink too", p.Name)
 		}
 	}
-	if got, want := hnsLayerNames(up), []string{hns.LayerPARoute, hns.LayerMACRewrite}; !slices.Equal(got, want) {
+	if got, want := hnsLayerNames(up), []string{encap.LayerPARoute, encap.LayerMACRewrite}; !slices.Equal(got, want) {
 		t.Errorf("uplink layers %v, want %v", got, want)
 	}
 
 	// Overlay endpoints.
 	for _, name := range []string{"pod-a", "pod-b"} {
 		p := hnsPort(t, low, name)
-		if p.Underlay != "none" || p.MTU != 1500-hns.VXLANOverhead4 {
+		if p.Underlay != "none" || p.MTU != 1500-encap.VXLANOverhead4 {
 			t.Errorf("%s: underlay %q mtu %d, want none and 1450", name, p.Underlay, p.MTU)
 		}
-		if got := hnsLayerNames(p); !slices.Equal(got, []string{hns.LayerEncap}) {
-			t.Errorf("%s: layers %v, want [%s]", name, got, hns.LayerEncap)
+		if got := hnsLayerNames(p); !slices.Equal(got, []string{encap.LayerEncap}) {
+			t.Errorf("%s: layers %v, want [%s]", name, got, encap.LayerEncap)
 		}
 	}
 	// L2Bridge endpoint.
@@ -666,8 +667,8 @@ func TestHNSLower(t *testing.T) {
 	if c.Underlay != "rewrite" || c.MTU != 1500 {
 		t.Errorf("pod-c: underlay %q mtu %d, want rewrite and 1500", c.Underlay, c.MTU)
 	}
-	if got := hnsLayerNames(c); !slices.Equal(got, []string{hns.LayerRoute}) {
-		t.Errorf("pod-c: layers %v, want [%s]", got, hns.LayerRoute)
+	if got := hnsLayerNames(c); !slices.Equal(got, []string{encap.LayerRoute}) {
+		t.Errorf("pod-c: layers %v, want [%s]", got, encap.LayerRoute)
 	}
 
 	// Remote subnet rules: longest prefix first, whatever the policy order.
@@ -786,8 +787,8 @@ func TestHNSLowerL2Bridge(t *testing.T) {
 		t.Fatalf("last port %q is not the uplink", up.Name)
 	}
 	// No overlay network: no decapsulation layer.
-	if got := hnsLayerNames(up); !slices.Equal(got, []string{hns.LayerMACRewrite}) {
-		t.Errorf("uplink layers %v, want [%s]", got, hns.LayerMACRewrite)
+	if got := hnsLayerNames(up); !slices.Equal(got, []string{encap.LayerMACRewrite}) {
+		t.Errorf("uplink layers %v, want [%s]", got, encap.LayerMACRewrite)
 	}
 	if low.Switch.VXLANPort != 0 {
 		t.Errorf("switch.vxlanPort = %d without an overlay network", low.Switch.VXLANPort)

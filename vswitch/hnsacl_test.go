@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/encap"
 	"github.com/ufp-dev/ufp/hns"
 	"github.com/ufp-dev/ufp/vfp"
 )
@@ -281,7 +282,7 @@ func TestHNSACLLower(t *testing.T) {
 	low := hnsLower(t, b)
 	layers, groups, rules := natLayerDump(low)
 	wantLayers := map[string][]string{
-		"pod-a": {hns.LayerACL}, "pod-b": {hns.LayerACL, hns.LayerNAT}, "pod-c": {hns.LayerACL}, "uplink": {hns.LayerMACRewrite},
+		"pod-a": {hns.LayerACL}, "pod-b": {hns.LayerACL, hns.LayerNAT}, "pod-c": {hns.LayerACL}, "uplink": {encap.LayerMACRewrite},
 	}
 	for port, want := range wantLayers {
 		if got := layers[port]; !slices.Equal(got, want) {

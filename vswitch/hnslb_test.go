@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/encap"
 	"github.com/ufp-dev/ufp/hns"
 	"github.com/ufp-dev/ufp/vfp"
 )
@@ -433,7 +434,7 @@ func TestHNSLBLower(t *testing.T) {
 		{
 			name: "lbDoc",
 			layers: map[string][]string{"ov-a": {hns.LayerNAT, ovAEnc}, "ov-b": {hns.LayerNAT, ovAEnc}, "ov-c": {hns.LayerNAT, ovAEnc},
-				"uplink": {hns.LayerPARoute, hns.LayerNAT}},
+				"uplink": {encap.LayerPARoute, hns.LayerNAT}},
 			groups: map[string][]string{
 				"ov-a/" + hns.LayerNAT: podRules(false), "ov-b/" + hns.LayerNAT: podRules(false), "ov-c/" + hns.LayerNAT: podRules(false),
 				"uplink/" + hns.LayerNAT: upRules,

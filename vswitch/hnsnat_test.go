@@ -16,6 +16,7 @@ import (
 	"github.com/gopacket/gopacket/layers"
 
 	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/encap"
 	"github.com/ufp-dev/ufp/hns"
 	"github.com/ufp-dev/ufp/nat"
 	"github.com/ufp-dev/ufp/vfp"
@@ -430,7 +431,7 @@ func TestHNSNATLower(t *testing.T) {
 	}{
 		{
 			name:   "overlay, dual stack with a port mapping",
-			layers: map[string][]string{"ov-a": {hns.LayerNAT}, "ov-b": {hns.LayerNAT}, "uplink": {hns.LayerPARoute, hns.LayerNAT}},
+			layers: map[string][]string{"ov-a": {hns.LayerNAT}, "ov-b": {hns.LayerNAT}, "uplink": {encap.LayerPARoute, hns.LayerNAT}},
 			groups: map[string][]string{
 				"ov-a/" + hns.LayerNAT:   {"port-mapping-hairpin", "outbound-nat-dual-stack dir=out"},
 				"ov-b/" + hns.LayerNAT:   {"port-mapping-hairpin", "outbound-nat-ipv4 dir=out v4"},
@@ -481,7 +482,7 @@ func TestHNSNATLower(t *testing.T) {
 				e["Policies"] = e["Policies"].([]any)[:1]
 				delete(natEPPolicy(d, 0, 0), "Nat66")
 			},
-			layers: map[string][]string{"ov-a": {hns.LayerNAT}, "ov-b": {hns.LayerNAT}, "uplink": {hns.LayerPARoute}},
+			layers: map[string][]string{"ov-a": {hns.LayerNAT}, "ov-b": {hns.LayerNAT}, "uplink": {encap.LayerPARoute}},
 			groups: map[string][]string{"ov-a/" + hns.LayerNAT: {"outbound-nat-ipv4 dir=out v4"}, "ov-b/" + hns.LayerNAT: {"outbound-nat-ipv4 dir=out v4"}},
 			rules: map[string][]string{
 				"ov-a/NAT_LAYER/outbound-nat-ipv4": {"1000 exceptions dst=10.244.0.0/16,10.96.0.0/12,10.244.0.0/24,fd00:244::/64 allow", snat4},
@@ -558,12 +559,12 @@ func TestHNSNATLower(t *testing.T) {
 				hnsAdd(t, at(d, "Networks", 0), "Policies", `{"Type": "RemoteSubnetRoute", "Settings": {"DestinationPrefix": "10.244.1.0/24",
 					"IsolationId": 4096, "ProviderAddress": "192.168.1.20", "DistributedRouterMacAddress": "02:00:00:00:01:01"}}`)
 			},
-			layers: map[string][]string{"ov-a": {hns.LayerNAT, hns.LayerEncap}, "ov-b": {hns.LayerNAT, hns.LayerEncap}, "uplink": {hns.LayerPARoute, hns.LayerNAT}},
+			layers: map[string][]string{"ov-a": {hns.LayerNAT, encap.LayerEncap}, "ov-b": {hns.LayerNAT, encap.LayerEncap}, "uplink": {encap.LayerPARoute, hns.LayerNAT}},
 		},
 		{
 			name:   "L2Bridge: no MAC rewrite in the snat rule",
 			base:   natL2Doc,
-			layers: map[string][]string{"pod-a": {hns.LayerNAT, hns.LayerRoute}, "pod-b": {hns.LayerNAT}, "uplink": {hns.LayerNAT, hns.LayerMACRewrite}},
+			layers: map[string][]string{"pod-a": {hns.LayerNAT, encap.LayerRoute}, "pod-b": {hns.LayerNAT}, "uplink": {hns.LayerNAT, encap.LayerMACRewrite}},
 			groups: map[string][]string{
 				"pod-a/" + hns.LayerNAT: {"port-mapping-hairpin", "outbound-nat-dual-stack dir=out"},
 				"pod-b/" + hns.LayerNAT: {"port-mapping-hairpin", "outbound-nat-ipv4 dir=out v4"},

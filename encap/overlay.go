@@ -1,0 +1,170 @@
+package encap
+
+import (
+	"net/netip"
+	"slices"
+
+	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/vfp"
+)
+
+// Layer names, as VFP names them.
+const (
+	LayerMACRewrite = "VNET_MAC_REWRITE_LAYER"
+	LayerEncap      = "VNET_ENCAP_LAYER"
+	LayerPARoute    = "VNET_PA_ROUTE_LAYER"
+	LayerRoute      = "VNET_ROUTE_LAYER"
+)
+
+// Encapsulation overhead of VXLAN: outer Ethernet is not counted in an
+// MTU, outer IP, UDP and VXLAN are.
+const (
+	VXLANOverhead4 = dataplane.IPv4MinLen + dataplane.UDPLen + dataplane.VXLANLen + dataplane.EthernetLen // 50
+	VXLANOverhead6 = dataplane.IPv6Len + dataplane.UDPLen + dataplane.VXLANLen + dataplane.EthernetLen    // 70
+)
+
+// MaxVNI is the largest VXLAN network identifier (24 bits).
+const MaxVNI = 1<<24 - 1
+
+// Overhead is what VXLAN adds to an overlay endpoint's packets: 50 bytes
+// over IPv4 provider addresses, 70 once the network has an IPv6 one.
+func Overhead(ipv6 bool) int {
+	if ipv6 {
+		return VXLANOverhead6
+	}
+	return VXLANOverhead4
+}
+
+// VTEP is this host's end of the overlay: its MAC on the underlay, its
+// provider address of each family, and the VXLAN UDP port.
+type VTEP struct {
+	MAC      dataplane.MAC
+	PA4, PA6 netip.Addr
+	Port     uint16
+}
+
+// local returns the VTEP's provider address of remote's family.
+func (v *VTEP) local(remote netip.Addr) netip.Addr {
+	if remote.Is4() {
+		return v.PA4
+	}
+	return v.PA6
+}
+
+// Tunnel is a route through the overlay: traffic to Prefix goes in VXLAN
+// with VNI to the remote provider address Remote (at RemoteMAC on the
+// underlay: its own, or the router's toward it), its inner destination MAC
+// set to RouterMAC, the remote network's distributed router.
+type Tunnel struct {
+	Name      string
+	Prefix    netip.Prefix
+	VNI       uint32
+	Remote    netip.Addr
+	RemoteMAC dataplane.MAC
+	RouterMAC dataplane.MAC
+}
+
+// Push returns the VXLAN outer header set from v toward remote provider
+// address remote (at remoteMAC) with vni.
+func (v *VTEP) Push(remote netip.Addr, remoteMAC dataplane.MAC, vni uint32) *vfp.PushConfig {
+	return &vfp.PushConfig{
+		VNI: vni, SrcMAC: v.MAC.String(), DstMAC: remoteMAC.String(),
+		SrcIP: v.local(remote).String(), DstIP: remote.String(), DstPort: v.Port,
+		// RFC 7348 section 4.3: VTEPs must not fragment VXLAN packets.
+		DontFragment: true,
+	}
+}
+
+// EncapLayer is an overlay endpoint's VNET_ENCAP_LAYER: traffic to a
+// tunnel's prefix gets the remote's router MAC and a VXLAN header set
+// toward the remote's provider address. Longer prefixes win; of two
+// tunnels with one prefix, the first given. Nil if there is no tunnel.
+func (v *VTEP) EncapLayer(tunnels []Tunnel) *vfp.LayerConfig {
+	if len(tunnels) == 0 {
+		return nil
+	}
+	ts := slices.Clone(tunnels)
+	slices.SortStableFunc(ts, func(a, b Tunnel) int { return b.Prefix.Bits() - a.Prefix.Bits() })
+	g := vfp.GroupConfig{Name: "vxlan-to-remote-hosts"}
+	for i, t := range ts {
+		g.Rules = append(g.Rules, vfp.RuleConfig{
+			Name: t.Name, Priority: vfp.Priority(uint32(100 + i)), Terminating: true,
+			Match: &vfp.MatchConfig{Direction: "out", DstIPs: []string{t.Prefix.String()}},
+			Action: vfp.ActionConfig{Type: "allow", Modify: &vfp.ModifyConfig{DstMAC: t.RouterMAC.String()},
+				Push: v.Push(t.Remote, t.RemoteMAC, t.VNI)},
+		})
+	}
+	return &vfp.LayerConfig{Name: LayerEncap, Groups: []vfp.GroupConfig{g}}
+}
+
+// Network is one overlay network's receiving side: the VNIs its subnets
+// own, its subnets, its distributed router's MAC, this host's provider
+// addresses on it, and the tunnels to its remote subnets.
+type Network struct {
+	VNIs      []uint32
+	Subnets   []netip.Prefix
+	RouterMAC dataplane.MAC
+	Local     VTEP // its PA4 and PA6
+	Remotes   []Tunnel
+}
+
+// DecapLayer is the uplink's VNET_PA_ROUTE_LAYER: VXLAN is decapsulated
+// only with a VNI a local overlay subnet owns, from the provider address a
+// remote subnet's tunnel names, to this host's provider address, with an
+// inner source in that tunnel's prefix and an inner destination in the
+// network's own subnets (so a tunnel cannot reach another network's
+// endpoints); the inner frame is then addressed to the network's router,
+// which routes it to the endpoint by IP. Other VXLAN is dropped, by
+// reason: spoofed-source (a known provider address, an inner source
+// outside its prefixes), unknown-provider-address (a VNI the switch owns,
+// from elsewhere), unknown-vni. Nil if no network owns a VNI.
+func DecapLayer(nets []Network) *vfp.LayerConfig {
+	g := vfp.GroupConfig{Name: "vxlan-from-remote-hosts", Match: &vfp.MatchConfig{Direction: "out", Encapsulated: true}}
+	prio := uint32(100)
+	var owned []uint32
+	var known []string
+	for _, n := range nets {
+		var vnis []uint32
+		for _, v := range n.VNIs {
+			if !slices.Contains(vnis, v) {
+				vnis = append(vnis, v)
+			}
+			if !slices.Contains(owned, v) {
+				owned = append(owned, v)
+			}
+		}
+		for _, r := range n.Remotes {
+			g.Rules = append(g.Rules, vfp.RuleConfig{
+				Name: "from-" + r.Remote.String() + "-" + r.Prefix.String(), Priority: vfp.Priority(prio), Terminating: true,
+				Match: &vfp.MatchConfig{VNIs: vnis, OuterSrcIPs: []string{r.Remote.String()}, OuterDstIPs: []string{n.Local.local(r.Remote).String()},
+					SrcIPs: []string{r.Prefix.String()}, DstIPs: vfp.PrefixList(n.Subnets)},
+				Action: vfp.ActionConfig{Type: "allow", Outer: "pop", Modify: &vfp.ModifyConfig{DstMAC: n.RouterMAC.String()}},
+			})
+			prio++
+			if !slices.Contains(known, r.Remote.String()) {
+				known = append(known, r.Remote.String())
+			}
+		}
+	}
+	if len(owned) == 0 {
+		return nil
+	}
+	if len(known) > 0 {
+		g.Rules = append(g.Rules, vfp.RuleConfig{
+			Name: "inner-source-not-behind-provider", Priority: vfp.Priority(60000), Terminating: true,
+			Match:  &vfp.MatchConfig{VNIs: owned, OuterSrcIPs: known},
+			Action: vfp.ActionConfig{Type: "block", Reason: dataplane.DropSpoofedSource.String()},
+		})
+	}
+	g.Rules = append(g.Rules,
+		vfp.RuleConfig{
+			Name: "unknown-provider-address", Priority: vfp.Priority(60001), Terminating: true,
+			Match:  &vfp.MatchConfig{VNIs: owned},
+			Action: vfp.ActionConfig{Type: "block", Reason: dataplane.DropUnknownProvider.String()},
+		},
+		vfp.RuleConfig{
+			Name: "unknown-vni", Priority: vfp.Priority(60002), Terminating: true,
+			Action: vfp.ActionConfig{Type: "block", Reason: dataplane.DropUnknownVNI.String()},
+		})
+	return &vfp.LayerConfig{Name: LayerPARoute, Groups: []vfp.GroupConfig{g}}
+}
