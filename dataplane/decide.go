@@ -136,7 +136,13 @@ func (d *Decision) Keep() {
 			d.State = h
 		}
 	}
-	*w = decisionWork{}
+	// Forget what the decision referred to (the worker's Decision lives
+	// on), clearing only the slots it used.
+	clear(w.prior[:w.nprior])
+	clear(w.held[:w.nheld])
+	clear(w.once[:w.nonce])
+	w.view, w.trace = nil, nil
+	w.nprior, w.nheld, w.nonce, w.taken = 0, 0, 0, 0
 }
 
 // heldState is the state of a connection that several stateful actions

@@ -5,15 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"runtime"
 	"slices"
 	"sync/atomic"
 	"time"
 
-	"github.com/gopacket/gopacket"
-	"github.com/gopacket/gopacket/layers"
-	"github.com/gopacket/gopacket/pcapgo"
-
+	"github.com/ufp-dev/ufp/capture"
 	"github.com/ufp-dev/ufp/dataplane"
 	"github.com/ufp-dev/ufp/inspect"
 )
@@ -68,18 +64,7 @@ func (s *Switch) Capture(ctx context.Context, port string, w io.Writer, opt insp
 	if a == nil {
 		return sum, fmt.Errorf("capture of port %q: %w", port, ErrNoDevice)
 	}
-	ng, err := pcapgo.NewNgWriterInterface(w, pcapgo.NgInterface{
-		Name:                port,
-		Description:         "ufp switch port " + port,
-		OS:                  runtime.GOOS,
-		LinkType:            layers.LinkTypeEthernet,
-		SnapLength:          uint32(c.snaplen),
-		TimestampResolution: 9,
-	}, pcapgo.NgWriterOptions{SectionInfo: pcapgo.NgSectionInfo{
-		Hardware:    runtime.GOARCH,
-		OS:          runtime.GOOS,
-		Application: "ufp",
-	}})
+	ng, err := capture.NewWriter(w, port, c.snaplen)
 	if err != nil {
 		return sum, fmt.Errorf("capture of port %q: %w", port, err)
 	}
@@ -96,7 +81,7 @@ func (s *Switch) Capture(ctx context.Context, port string, w io.Writer, opt insp
 
 	done := func() bool { return opt.Count > 0 && sum.Captured >= uint64(opt.Count) }
 	write := func(f capFrame) error {
-		err := c.write(ng, f)
+		err := ng.Write(f.ts, f.data, f.length, f.out)
 		c.recycle(f.data)
 		if err == nil {
 			sum.Captured++
@@ -104,7 +89,7 @@ func (s *Switch) Capture(ctx context.Context, port string, w io.Writer, opt insp
 		return err
 	}
 	// The header goes out at once: a live reader waits for it.
-	werr := flush(ng, w)
+	werr := ng.Flush()
 	detached := false
 loop:
 	for werr == nil && !done() {
@@ -112,7 +97,7 @@ loop:
 		case f := <-c.frames:
 			werr = write(f)
 			if werr == nil && len(c.frames) == 0 {
-				werr = flush(ng, w)
+				werr = ng.Flush()
 			}
 		case <-ctx.Done():
 			break loop
@@ -134,16 +119,10 @@ drain:
 	}
 	sum.Dropped = c.dropped.Load()
 	if werr == nil {
-		werr = ng.WriteInterfaceStats(0, pcapgo.NgInterfaceStatistics{
-			LastUpdate:      time.Now(),
-			StartTime:       start,
-			EndTime:         time.Now(),
-			PacketsReceived: pcapgo.NgNoValue64,
-			PacketsDropped:  sum.Dropped,
-		})
+		werr = ng.Stats(start, time.Now(), sum.Dropped)
 	}
 	if werr == nil {
-		werr = flush(ng, w)
+		werr = ng.Flush()
 	}
 	switch {
 	case werr != nil:
@@ -154,23 +133,9 @@ drain:
 	return sum, nil
 }
 
-// flush flushes the pcapng writer, and w too if it can be.
-func flush(ng *pcapgo.NgWriter, w io.Writer) error {
-	if err := ng.Flush(); err != nil {
-		return err
-	}
-	switch f := w.(type) {
-	case interface{ Flush() error }:
-		return f.Flush()
-	case interface{ Flush() }:
-		f.Flush()
-	}
-	return nil
-}
-
-// capture is one live capture of a port: the workers offer it frames, the
+// liveCapture is one live capture of a port: the workers offer it frames, the
 // goroutine running Capture writes them. Safe for concurrent use.
-type capture struct {
+type liveCapture struct {
 	in, out bool
 	snaplen int
 	frames  chan capFrame
@@ -188,8 +153,8 @@ type capFrame struct {
 	out    bool
 }
 
-func newCapture(opt inspect.CaptureOptions) (*capture, error) {
-	c := &capture{snaplen: opt.Snaplen}
+func newCapture(opt inspect.CaptureOptions) (*liveCapture, error) {
+	c := &liveCapture{snaplen: opt.Snaplen}
 	switch opt.Direction {
 	case inspect.CaptureBoth:
 		c.in, c.out = true, true
@@ -216,7 +181,7 @@ func newCapture(opt inspect.CaptureOptions) (*capture, error) {
 
 // offerAll offers pkts, sent to the port (out) or received from it, to
 // every capture of cs.
-func offerAll(cs []*capture, pkts []*dataplane.Packet, out bool) {
+func offerAll(cs []*liveCapture, pkts []*dataplane.Packet, out bool) {
 	ts := time.Now()
 	for _, c := range cs {
 		c.offer(pkts, out, ts)
@@ -226,7 +191,7 @@ func offerAll(cs []*capture, pkts []*dataplane.Packet, out bool) {
 // offer copies the frames of pkts into the capture's queue, if it takes
 // frames of their direction; the frames that find it full are counted as
 // dropped. It never blocks.
-func (c *capture) offer(pkts []*dataplane.Packet, out bool, ts time.Time) {
+func (c *liveCapture) offer(pkts []*dataplane.Packet, out bool, ts time.Time) {
 	if out && !c.out || !out && !c.in {
 		return
 	}
@@ -258,28 +223,18 @@ func (c *capture) offer(pkts []*dataplane.Packet, out bool, ts time.Time) {
 }
 
 // recycle gives buf back for another frame, unless enough are kept.
-func (c *capture) recycle(buf []byte) {
+func (c *liveCapture) recycle(buf []byte) {
 	select {
 	case c.free <- buf:
 	default:
 	}
 }
 
-// write writes f to ng.
-func (c *capture) write(ng *pcapgo.NgWriter, f capFrame) error {
-	dir := pcapgo.NgEpbFlagDirectionInbound
-	if f.out {
-		dir = pcapgo.NgEpbFlagDirectionOutbound
-	}
-	ci := gopacket.CaptureInfo{Timestamp: f.ts, CaptureLength: len(f.data), Length: f.length}
-	return ng.WritePacketWithOptions(ci, f.data, pcapgo.NgPacketOptions{Flags: &pcapgo.NgEpbFlags{Direction: dir}})
-}
-
 // addCapture starts offering a's frames to c.
-func (a *attachment) addCapture(c *capture) {
+func (a *attachment) addCapture(c *liveCapture) {
 	a.capMu.Lock()
 	defer a.capMu.Unlock()
-	var cs []*capture
+	var cs []*liveCapture
 	if old := a.captures.Load(); old != nil {
 		cs = slices.Clone(*old)
 	}
@@ -289,14 +244,14 @@ func (a *attachment) addCapture(c *capture) {
 
 // removeCapture stops offering a's frames to c. A worker that loaded the
 // captures before may still offer it a batch.
-func (a *attachment) removeCapture(c *capture) {
+func (a *attachment) removeCapture(c *liveCapture) {
 	a.capMu.Lock()
 	defer a.capMu.Unlock()
 	old := a.captures.Load()
 	if old == nil {
 		return
 	}
-	cs := slices.DeleteFunc(slices.Clone(*old), func(x *capture) bool { return x == c })
+	cs := slices.DeleteFunc(slices.Clone(*old), func(x *liveCapture) bool { return x == c })
 	if len(cs) == 0 {
 		a.captures.Store(nil)
 		return

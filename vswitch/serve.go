@@ -36,7 +36,7 @@ type attachment struct {
 	txFailing atomic.Bool
 	// captures are the live captures of the port (nil: none), checked
 	// once per batch read and per write; capMu serialises changes.
-	captures atomic.Pointer[[]*capture]
+	captures atomic.Pointer[[]*liveCapture]
 	capMu    sync.Mutex
 }
 
