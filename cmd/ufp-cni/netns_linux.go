@@ -3,12 +3,13 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
 
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/vishvananda/netlink"
 )
 
 // checkNamespace checks the interface in the namespace at path against
@@ -20,32 +21,41 @@ func checkNamespace(path string, want nsWant) []string {
 		problems = append(problems, fmt.Sprintf("interface %s in %s: ", want.ifName, path)+fmt.Sprintf(format, a...))
 	}
 	err := ns.WithNetNSPath(path, func(ns.NetNS) error {
-		link, err := netlink.LinkByName(want.ifName)
+		ifs, err := net.Interfaces()
 		if err != nil {
 			bad("%v", err)
 			return nil
 		}
-		attrs := link.Attrs()
+		i := slices.IndexFunc(ifs, func(i net.Interface) bool { return i.Name == want.ifName })
+		if i < 0 {
+			bad("Link not found") // as CHECK has always said it
+			return nil
+		}
+		ifi := &ifs[i]
 		if want.mac != "" {
-			if m, err := net.ParseMAC(want.mac); err != nil || attrs.HardwareAddr.String() != m.String() {
-				bad("MAC %s, the ADD result's is %s", attrs.HardwareAddr, want.mac)
+			if m, err := net.ParseMAC(want.mac); err != nil || ifi.HardwareAddr.String() != m.String() {
+				bad("MAC %s, the ADD result's is %s", ifi.HardwareAddr, want.mac)
 			}
 		}
-		if attrs.Flags&net.FlagUp == 0 {
+		if ifi.Flags&net.FlagUp == 0 {
 			bad("it is down")
 		}
-		addrs, err := retryDump(func() ([]netlink.Addr, error) { return netlink.AddrList(link, netlink.FAMILY_ALL) })
+		addrs, err := ifi.Addrs()
 		if err != nil {
 			bad("listing its addresses: %v", err)
 			return nil
 		}
 		var have []netip.Prefix
 		for _, a := range addrs {
-			ip, ok := netip.AddrFromSlice(a.IP)
+			ipn, ok := a.(*net.IPNet)
 			if !ok {
 				continue
 			}
-			ones, _ := a.Mask.Size()
+			ip, ok := netip.AddrFromSlice(ipn.IP)
+			if !ok {
+				continue
+			}
+			ones, _ := ipn.Mask.Size()
 			have = append(have, netip.PrefixFrom(ip.Unmap(), ones))
 		}
 		for _, p := range want.addrs {
@@ -53,13 +63,13 @@ func checkNamespace(path string, want nsWant) []string {
 				bad("address %s is missing (it has %v)", p, have)
 			}
 		}
-		routes, err := retryDump(func() ([]netlink.Route, error) { return netlink.RouteList(link, netlink.FAMILY_ALL) })
+		routes, err := routesVia(ifi.Name)
 		if err != nil {
 			bad("listing its routes: %v", err)
 			return nil
 		}
 		for _, r := range want.routes {
-			if !slices.ContainsFunc(routes, func(h netlink.Route) bool { return routeIs(h, r) }) {
+			if !slices.Contains(routes, r) {
 				bad("route %s via %s is missing", r.dst, gwString(r.gw))
 			}
 		}
@@ -71,36 +81,30 @@ func checkNamespace(path string, want nsWant) []string {
 	return problems
 }
 
-// routeIs reports whether the kernel's route h is r.
-func routeIs(h netlink.Route, r nsRoute) bool {
-	dst := netip.PrefixFrom(netip.IPv4Unspecified(), 0)
-	if r.dst.Addr().Is6() {
-		dst = netip.PrefixFrom(netip.IPv6Unspecified(), 0)
-	}
-	if h.Dst != nil {
-		a, ok := netip.AddrFromSlice(h.Dst.IP)
-		if !ok {
-			return false
-		}
-		ones, _ := h.Dst.Mask.Size()
-		dst = netip.PrefixFrom(a.Unmap(), ones)
-	}
-	if dst != r.dst {
-		return false
-	}
-	gw, _ := netip.AddrFromSlice(h.Gw)
-	return gw.Unmap() == r.gw
-}
+// procNet is /proc/net as the calling thread sees it: the network
+// namespace the thread is in. /proc/self/net would be the thread group
+// leader's, which ns.WithNetNSPath leaves where it was: it moves a locked
+// thread of its own.
+const procNet = "/proc/thread-self/net/"
 
-// retryDump runs a netlink dump again when the kernel interrupted it (its
-// answer may then be inconsistent).
-func retryDump[T any](dump func() ([]T, error)) ([]T, error) {
-	var l []T
-	var err error
-	for range 5 {
-		if l, err = dump(); !errors.Is(err, netlink.ErrDumpInterrupted) {
-			break
+// routesVia returns the routes that leave by interface dev in the
+// calling thread's network namespace: the main table's IPv4 routes and
+// the IPv6 routes of every table (/proc/net/ipv6_route does not say
+// which). The thread must be locked to its goroutine.
+func routesVia(dev string) ([]nsRoute, error) {
+	var routes []nsRoute
+	for _, f := range []struct {
+		name  string
+		parse func(string) (procRoute, bool)
+	}{{"route", parseRoute4}, {"ipv6_route", parseRoute6}} {
+		b, err := os.ReadFile(procNet + f.name)
+		if f.name == "ipv6_route" && errors.Is(err, fs.ErrNotExist) {
+			continue // a kernel without IPv6 has no IPv6 routes
 		}
+		if err != nil {
+			return nil, err
+		}
+		routes = appendRoutes(routes, string(b), dev, f.parse)
 	}
-	return l, err
+	return routes, nil
 }
