@@ -576,3 +576,74 @@ func TestCNI(t *testing.T) {
 		t.Errorf("ufpd still has endpoints after every DEL: %+v", eps)
 	}
 }
+
+// TestCNICheck changes a pod's interface in the ways CHECK must notice
+// and runs CHECK through cnitool after each, sending no traffic (TestCNI
+// needs ping): no IPv4 address, a default route through another gateway,
+// no IPv6 default route, the interface down. CHECK names each, and passes
+// again once the interface is as ADD left it.
+func TestCNICheck(t *testing.T) {
+	l := newLab(t)
+	cl := newCNILab(t, l)
+	pods := l.tag + "-pods"
+	cl.writeConf(t, pods, map[string]any{
+		"cniVersion": "1.1.0", "type": "ufp-cni",
+		"socket": cl.sock, "network": cniNet,
+		"ipam": cl.hostLocal(10, 99, true),
+	})
+	ns := l.netns("pod-a")
+	res := cl.addPod(t, pods, ns)
+	cl.mustCNI(t, "check", pods, ns)
+	iface := "interface eth0 in /var/run/netns/" + ns + ": "
+	for _, tt := range []struct {
+		name            string
+		change, restore []string // ip commands in the pod's namespace
+		want            []string // what CHECK names, after iface
+	}{{
+		// Without its address the gateway is off-link: the route goes too.
+		name:    "address-4",
+		change:  []string{"addr del " + ipOf(res, true) + "/24 dev eth0"},
+		restore: []string{"addr add " + ipOf(res, true) + "/24 dev eth0", "route add default via 10.244.1.1 dev eth0"},
+		want:    []string{"address " + ipOf(res, true) + "/24 is missing", "route 0.0.0.0/0 via 10.244.1.1 is missing"},
+	}, {
+		name:    "route-4-other-gateway",
+		change:  []string{"route del default via 10.244.1.1 dev eth0", "route add default via 10.244.1.254 dev eth0"},
+		restore: []string{"route del default via 10.244.1.254 dev eth0", "route add default via 10.244.1.1 dev eth0"},
+		want:    []string{"route 0.0.0.0/0 via 10.244.1.1 is missing"},
+	}, {
+		name:    "route-6-missing",
+		change:  []string{"-6 route del default via fd00:244:1::1 dev eth0"},
+		restore: []string{"-6 route add default via fd00:244:1::1 dev eth0"},
+		want:    []string{"route ::/0 via fd00:244:1::1 is missing"},
+	}, {
+		// Down, the interface loses its IPv6 address and its routes.
+		name:   "down",
+		change: []string{"link set eth0 down"},
+		restore: []string{"link set eth0 up", "addr add " + ipOf(res, false) + "/64 dev eth0 nodad",
+			"route add default via 10.244.1.1 dev eth0", "-6 route add default via fd00:244:1::1 dev eth0"},
+		want: []string{"it is down", "address " + ipOf(res, false) + "/64 is missing",
+			"route 0.0.0.0/0 via 10.244.1.1 is missing", "route ::/0 via fd00:244:1::1 is missing"},
+	}} {
+		t.Run(tt.name, func(t *testing.T) {
+			l := l.in(t)
+			for _, c := range tt.change {
+				l.ip(append([]string{"-n", ns}, strings.Fields(c)...)...)
+			}
+			out, err := cl.cnitool(t, "check", pods, ns)
+			if err == nil {
+				t.Errorf("cnitool check: %s\nwant it to fail", out)
+			}
+			t.Logf("cnitool check: %s", firstLine(out))
+			for _, w := range tt.want {
+				if !strings.Contains(out, iface+w) {
+					t.Errorf("cnitool check: %s\nwant it to name %q", out, iface+w)
+				}
+			}
+			for _, c := range tt.restore {
+				l.ip(append([]string{"-n", ns}, strings.Fields(c)...)...)
+			}
+			cl.mustCNI(t, "check", pods, ns)
+		})
+	}
+	cl.mustCNI(t, "del", pods, ns)
+}
