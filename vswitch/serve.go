@@ -332,9 +332,6 @@ func (s *Switch) servePort(ctx context.Context, a *attachment) error {
 		for _, p := range pkts[:n] {
 			p.InPort = in.ID
 		}
-		if in.Uplink {
-			n = s.oursOnly(w, pol, pkts[:n])
-		}
 		batch := pkts[:n]
 		w.Process(batch, s.Now())
 		// The forwarded packets, grouped by output port (a stable sort
@@ -355,26 +352,4 @@ func (s *Switch) servePort(ctx context.Context, a *attachment) error {
 			i = j
 		}
 	}
-}
-
-// oursOnly keeps, at the front of pkts, the frames from the uplink that
-// are the switch's to handle: broadcast and multicast, and unicast for a
-// MAC it owns (a port's, a gateway's). The uplink reads its segment
-// promiscuously; a frame between two other stations is dropped and
-// counted by w, so that no cached flow translates it. It returns how many
-// frames are kept.
-func (s *Switch) oursOnly(w *dataplane.Worker, pol *compiled, pkts []*dataplane.Packet) int {
-	k := 0
-	for i, p := range pkts {
-		if f := p.Bytes(); len(f) >= 6 {
-			dst := dataplane.MAC(f[:6])
-			if !dst.IsMulticast() && !pol.owned[dst] {
-				w.Discard(p, dataplane.DropNotForUs)
-				continue
-			}
-		}
-		pkts[k], pkts[i] = pkts[i], pkts[k]
-		k++
-	}
-	return k
 }
