@@ -216,23 +216,38 @@ func (s *Switch) Now() int64 { return int64(time.Since(s.epoch)) }
 // TxNoDevice counts frames forwarded to a port that has no device.
 func (s *Switch) TxNoDevice() uint64 { return s.txNoDevice.Load() }
 
-// write sends pkts to the device of port id, counted by w (the worker
+// transmit writes out, the forwarded packets of a batch grouped by output
+// port, one write per port, counted by w (the worker that forwards them).
+// Frames to a port with no device, or whose device failed, count as
+// TxNoDevice.
+func (s *Switch) transmit(w *dataplane.Worker, sg *dataplane.Segmenter, out []*dataplane.Packet) {
+	for i := 0; i < len(out); {
+		id := out[i].OutPort
+		j := i + 1
+		for j < len(out) && out[j].OutPort == id {
+			j++
+		}
+		var a *attachment
+		if port := s.PortByID(id); port != nil {
+			a = s.attachment(port.Name)
+		}
+		if a == nil || a.failed.Load() != nil {
+			s.txNoDevice.Add(uint64(j - i))
+		} else {
+			s.write(w, sg, a, id, out[i:j])
+		}
+		i = j
+	}
+}
+
+// write sends pkts to a, the device of port id, counted by w (the worker
 // that forwards them). For a device that takes super-frames whole, a
 // connection's consecutive TCP segments are coalesced into one first;
 // super-frames the device cannot take whole are segmented, with sg (the
-// worker's). A write that fails is counted
-// against the destination's port and logged when its writes start and
-// stop failing; it never stops the worker that forwards.
-func (s *Switch) write(w *dataplane.Worker, sg *dataplane.Segmenter, id dataplane.PortID, pkts []*dataplane.Packet) {
-	port := s.PortByID(id)
-	var a *attachment
-	if port != nil {
-		a = s.attachment(port.Name)
-	}
-	if a == nil || a.failed.Load() != nil {
-		s.txNoDevice.Add(uint64(len(pkts)))
-		return
-	}
+// worker's). A write that fails is counted against the destination's
+// port and logged when its writes start and stop failing; it never stops
+// the worker that forwards.
+func (s *Switch) write(w *dataplane.Worker, sg *dataplane.Segmenter, a *attachment, id dataplane.PortID, pkts []*dataplane.Packet) {
 	gw, ok := a.dev.(GSOWriter)
 	whole := ok && gw.WritesGSO()
 	if whole {
@@ -296,17 +311,8 @@ func (s *Switch) writeDev(w *dataplane.Worker, a *attachment, id dataplane.PortI
 func (s *Switch) servePort(ctx context.Context, a *attachment) error {
 	w := s.pl.NewWorker()
 	defer w.Release()
-	size := BatchSize
-	if d, ok := a.dev.(interface{ BatchSize() int }); ok {
-		// A TUN with GSO splits a super-frame into as many packets as
-		// its batch: one read must have room for them all.
-		size = max(size, d.BatchSize())
-	}
-	pkts := make([]*dataplane.Packet, size)
-	for i := range pkts {
-		pkts[i] = dataplane.NewPacket(dataplane.BufferSize)
-	}
-	out := make([]*dataplane.Packet, 0, size)
+	pkts := newBatch(a.dev)
+	out := make([]*dataplane.Packet, 0, len(pkts))
 	var sg dataplane.Segmenter
 	for {
 		n, err := a.dev.ReadPackets(pkts)
@@ -316,40 +322,63 @@ func (s *Switch) servePort(ctx context.Context, a *attachment) error {
 			}
 			return fmt.Errorf("port %s: %w", a.port, err)
 		}
+		batch := pkts[:n]
 		if cs := a.captures.Load(); cs != nil {
-			offerAll(*cs, pkts[:n], false)
+			offerAll(*cs, batch, false)
 		}
-		pol := s.pol.Load()
-		in := pol.byName[a.port]
-		if in == nil {
-			// The port left the policy: its frames go nowhere.
-			for _, p := range pkts[:n] {
-				p.InPort = dataplane.NoPort
-				w.Discard(p, dataplane.DropUnknownPort)
-			}
+		if !s.receive(w, a.port, batch) {
 			continue
 		}
-		for _, p := range pkts[:n] {
-			p.InPort = in.ID
-		}
-		batch := pkts[:n]
-		w.Process(batch, s.Now())
-		// The forwarded packets, grouped by output port (a stable sort
-		// keeps each port's frames in order), one write per port.
-		out = out[:0]
+		out = forwarded(batch, out[:0])
+		s.transmit(w, &sg, out)
+	}
+}
+
+// newBatch returns the packets a worker reads dev's batches into: as many
+// as BatchSize, or as dev's BatchSize method says if more.
+func newBatch(dev Device) []*dataplane.Packet {
+	size := BatchSize
+	if d, ok := dev.(interface{ BatchSize() int }); ok {
+		// A TUN with GSO splits a super-frame into as many packets as
+		// its batch: one read must have room for them all.
+		size = max(size, d.BatchSize())
+	}
+	pkts := make([]*dataplane.Packet, size)
+	for i := range pkts {
+		pkts[i] = dataplane.NewPacket(dataplane.BufferSize)
+	}
+	return pkts
+}
+
+// receive runs batch, read from the device of the port named port,
+// through the pipeline with worker w. It reports false if the port has
+// left the policy: its frames go nowhere (dropped and counted as
+// unknown-port).
+func (s *Switch) receive(w *dataplane.Worker, port string, batch []*dataplane.Packet) bool {
+	in := s.Port(port)
+	if in == nil {
 		for _, p := range batch {
-			if p.Drop == dataplane.NotDropped && p.OutPort != dataplane.NoPort {
-				out = append(out, p)
-			}
+			p.InPort = dataplane.NoPort
+			w.Discard(p, dataplane.DropUnknownPort)
 		}
-		slices.SortStableFunc(out, func(a, b *dataplane.Packet) int { return cmp.Compare(a.OutPort, b.OutPort) })
-		for i := 0; i < len(out); {
-			j := i + 1
-			for j < len(out) && out[j].OutPort == out[i].OutPort {
-				j++
-			}
-			s.write(w, &sg, out[i].OutPort, out[i:j])
-			i = j
+		return false
+	}
+	for _, p := range batch {
+		p.InPort = in.ID
+	}
+	w.Process(batch, s.Now())
+	return true
+}
+
+// forwarded appends to out the packets of batch that are to be sent,
+// grouped by output port (a stable sort keeps each port's frames in
+// order), and returns it.
+func forwarded(batch, out []*dataplane.Packet) []*dataplane.Packet {
+	for _, p := range batch {
+		if p.Drop == dataplane.NotDropped && p.OutPort != dataplane.NoPort {
+			out = append(out, p)
 		}
 	}
+	slices.SortStableFunc(out, func(a, b *dataplane.Packet) int { return cmp.Compare(a.OutPort, b.OutPort) })
+	return out
 }
