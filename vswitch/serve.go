@@ -34,6 +34,10 @@ type attachment struct {
 	// gone); txFailing is set while writes to the device fail.
 	failed    atomic.Pointer[error]
 	txFailing atomic.Bool
+	// detached is set by Detach, under devMu, once the attachment has
+	// left the switch's devices: frames forwarded to it from then on
+	// count as having no device, as they do when no worker holds it.
+	detached atomic.Bool
 	// captures are the live captures of the port (nil: none), checked
 	// once per batch read and per write; capMu serialises changes.
 	captures atomic.Pointer[[]*liveCapture]
@@ -84,6 +88,7 @@ func (s *Switch) Attach(port string, dev Device) error {
 	}
 	a := &attachment{port: port, dev: dev, gone: make(chan struct{})}
 	s.devs[port] = a
+	s.devGen.Add(1)
 	if s.serving != nil {
 		s.start(a)
 	}
@@ -91,12 +96,18 @@ func (s *Switch) Attach(port string, dev Device) error {
 }
 
 // Detach unbinds the device of port, stops its worker and closes it. It
-// returns the device, or nil if the port had none. Frames in flight to
-// the port are counted by TxNoDevice; the port's captures end.
+// returns the device, or nil if the port had none. Frames forwarded to
+// the port from then on are counted by TxNoDevice; a write already under
+// way when the device closes fails (ErrClosed) and counts as the port's
+// send errors. The port's captures end.
 func (s *Switch) Detach(port string) Device {
 	s.devMu.Lock()
 	a := s.devs[port]
-	delete(s.devs, port)
+	if a != nil {
+		delete(s.devs, port)
+		a.detached.Store(true)
+		s.devGen.Add(1)
+	}
 	s.devMu.Unlock()
 	if a == nil {
 		return nil
@@ -216,22 +227,56 @@ func (s *Switch) Now() int64 { return int64(time.Since(s.epoch)) }
 // TxNoDevice counts frames forwarded to a port that has no device.
 func (s *Switch) TxNoDevice() uint64 { return s.txNoDevice.Load() }
 
+// txCache is a serving worker's view of the attached devices by output
+// port ID, so that its writes take no lock and look up no name. It is
+// rebuilt (refreshTx) when a device is attached or detached (devGen) or
+// a policy gives ports other IDs (its generation). Each worker has its
+// own; the zero value is empty and rebuilt on first use.
+type txCache struct {
+	devGen, polGen uint64
+	byID           []*attachment // nil: the port has no device
+}
+
+// refreshTx brings c up to date with the running policy's port IDs and the
+// attached devices: two comparisons, and a rebuild under devMu when either
+// changed.
+func (s *Switch) refreshTx(c *txCache) {
+	pol := s.pol.Load()
+	if c.devGen == s.devGen.Load() && c.polGen == pol.gen {
+		return
+	}
+	s.devMu.Lock()
+	defer s.devMu.Unlock()
+	c.devGen, c.polGen = s.devGen.Load(), pol.gen
+	c.byID = slices.Grow(c.byID[:0], len(pol.byID))[:len(pol.byID)]
+	for id, p := range pol.byID {
+		c.byID[id] = nil
+		if p != nil {
+			c.byID[id] = s.devs[p.Name]
+		}
+	}
+}
+
+// device returns the attachment of port id, nil if it has none.
+func (c *txCache) device(id dataplane.PortID) *attachment {
+	if int(id) < len(c.byID) {
+		return c.byID[id]
+	}
+	return nil
+}
+
 // transmit writes out, the forwarded packets of a batch grouped by output
-// port, one write per port, counted by w (the worker that forwards them).
-// Frames to a port with no device, or whose device failed, count as
-// TxNoDevice.
-func (s *Switch) transmit(w *dataplane.Worker, sg *dataplane.Segmenter, out []*dataplane.Packet) {
+// port, one write per port, to the devices of tx, counted by w (the
+// worker that forwards them). Frames to a port with no device, or with a
+// device detached or failed, count as TxNoDevice.
+func (s *Switch) transmit(w *dataplane.Worker, tx *txCache, sg *dataplane.Segmenter, out []*dataplane.Packet) {
 	for i := 0; i < len(out); {
 		id := out[i].OutPort
 		j := i + 1
 		for j < len(out) && out[j].OutPort == id {
 			j++
 		}
-		var a *attachment
-		if port := s.PortByID(id); port != nil {
-			a = s.attachment(port.Name)
-		}
-		if a == nil || a.failed.Load() != nil {
+		if a := tx.device(id); a == nil || a.detached.Load() || a.failed.Load() != nil {
 			s.txNoDevice.Add(uint64(j - i))
 		} else {
 			s.write(w, sg, a, id, out[i:j])
@@ -313,6 +358,7 @@ func (s *Switch) servePort(ctx context.Context, a *attachment) error {
 	defer w.Release()
 	pkts := newBatch(a.dev)
 	out := make([]*dataplane.Packet, 0, len(pkts))
+	var tx txCache
 	var sg dataplane.Segmenter
 	for {
 		n, err := a.dev.ReadPackets(pkts)
@@ -330,7 +376,8 @@ func (s *Switch) servePort(ctx context.Context, a *attachment) error {
 			continue
 		}
 		out = forwarded(batch, out[:0])
-		s.transmit(w, &sg, out)
+		s.refreshTx(&tx)
+		s.transmit(w, &tx, &sg, out)
 	}
 }
 

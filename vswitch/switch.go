@@ -36,6 +36,7 @@ type Switch struct {
 	epoch       time.Time // the flow table's clock starts here (monotonic)
 	devMu       sync.Mutex
 	devs        map[string]*attachment // by port name
+	devGen      atomic.Uint64          // counts changes to devs: workers' transmit caches follow it
 	serving     context.Context        // while Serve runs (guarded by devMu)
 	workers     sync.WaitGroup
 	devFailures atomic.Uint64
