@@ -7,10 +7,19 @@ import (
 	"sync"
 )
 
-// SlowPath is what the pipeline calls when the flow table cannot answer: the
-// switch's layers and forwarding tables. Implementations are safe for
-// concurrent use by several workers.
+// SlowPath is the switch as the pipeline sees it: the check every frame
+// passes first, and what the pipeline calls when the flow table cannot
+// answer (the switch's layers and forwarding tables). Implementations are
+// safe for concurrent use by several workers.
 type SlowPath interface {
+	// Admit reports whether frame p, arrived on p.InPort, is the
+	// switch's to handle (NotDropped) or why not: a port that reads its
+	// segment promiscuously (the uplink) also sees unicast frames
+	// between other stations. Every frame is checked before it is parsed
+	// and before the flow table is looked at, so that no cached flow
+	// translates a frame that is not the switch's. It records why it
+	// refuses a frame in tr.
+	Admit(p *Packet, tr *Trace) DropReason
 	// Decapsulates reports whether VXLAN packets arriving on port are
 	// tunnel traffic the switch terminates (the uplink); elsewhere they
 	// are plain UDP.
@@ -340,7 +349,9 @@ func (pl *Pipeline) NewWorker() *Worker {
 // Process runs a batch of packets, each arrived on its InPort, at time now
 // (nanoseconds on the caller's clock). On return every packet has OutPort
 // set, or Drop set and OutPort == NoPort. Each packet is counted as
-// received on its InPort, at the length it arrived with.
+// received on its InPort, at the length it arrived with. A packet the
+// slow path does not admit (SlowPath.Admit) is dropped before anything
+// else looks at it, on neither path.
 func (w *Worker) Process(pkts []*Packet, now int64) {
 	gen := w.pl.slow.Generation()
 	for _, p := range pkts {
@@ -373,6 +384,10 @@ func (w *Worker) countDrop(in PortID, r DropReason) {
 func (w *Worker) process(p *Packet, gen uint64, now int64) {
 	p.OutPort, p.Drop, p.Path, p.Rejected = NoPort, NotDropped, PathNone, NotDropped
 	w.Flow = nil
+	if r := w.pl.slow.Admit(p, w.Trace); r != NotDropped {
+		w.drop(p, r) // on no path: neither fast nor slow
+		return
+	}
 	pr := &w.parsed
 	b := p.Bytes()
 	// Untagged IPv4 (the EtherType, checked here so that other frames pay

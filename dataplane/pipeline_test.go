@@ -39,8 +39,9 @@ const (
 // plSlow is a fake SlowPath. Decide returns one fixed decision: out of port
 // 1, with the HT that rewrites the destination MAC and then the destination
 // IP (two HTs composed with Then, as two layers would). Local drops
-// everything; nothing is decapsulated; the generation is an atomic the test
-// bumps. Safe for concurrent use.
+// everything; nothing is decapsulated; every frame is admitted but those
+// to MAC foreign, if set; the generation is an atomic the test bumps.
+// Safe for concurrent use.
 type plSlow struct {
 	gen      atomic.Uint64
 	ht4, ht6 Transposition
@@ -48,6 +49,7 @@ type plSlow struct {
 	noCache  bool
 	drop     DropReason
 	decaps   bool // every port decapsulates VXLAN
+	foreign  MAC  // frames to this MAC are not admitted (zero: none)
 	// decideGen, when set, is the generation Decide says it decided
 	// under (a policy newer than the one a batch started with).
 	decideGen uint64
@@ -80,6 +82,14 @@ func newPLSlow(tb testing.TB) *plSlow {
 
 func (s *plSlow) Decapsulates(PortID) bool { return s.decaps }
 func (s *plSlow) Generation() uint64       { return s.gen.Load() }
+
+func (s *plSlow) Admit(p *Packet, tr *Trace) DropReason {
+	if b := p.Bytes(); !s.foreign.IsZero() && len(b) >= 6 && MAC(b[:6]) == s.foreign {
+		tr.Addf("fake: dst %s is not admitted", s.foreign)
+		return DropNotForUs
+	}
+	return NotDropped
+}
 
 func (s *plSlow) Local(p *Packet, pr *Parsed, tr *Trace) {
 	s.locals.Add(1)
@@ -409,6 +419,40 @@ func TestPipelineFirstSlowThenFast(t *testing.T) {
 	plCheckVerdict(t, p, PathSlow, plServerPort, NotDropped)
 	if got := s.decides.Load(); got != 3 {
 		t.Errorf("slow path ran %d times, want 3", got)
+	}
+}
+
+// TestPipelineAdmitFirst checks that a frame the slow path does not admit
+// is dropped before the flow table is looked at: a flow cached for it
+// does not forward it. It is counted as received and dropped on its port,
+// on neither path, and the trace says why.
+func TestPipelineAdmitFirst(t *testing.T) {
+	s := newPLSlow(t)
+	pl := newPL(t, s, FlowTableConfig{})
+	w := pl.NewWorker()
+	frame := plUDP4(40000, 64).build(t)
+	plRun(t, w, frame, plClientPort, plNow)
+	p := plRun(t, w, frame, plClientPort, plNow+1)
+	plCheckVerdict(t, p, PathFast, plServerPort, NotDropped)
+	f := w.Flow
+
+	s.foreign = plGwMAC // the frames' destination is no longer the switch's
+	w.Trace = &Trace{}
+	p = plRun(t, w, frame, plClientPort, plNow+2)
+	plCheckVerdict(t, p, PathNone, NoPort, DropNotForUs)
+	if w.Flow != nil || f.Packets() != 2 || s.decides.Load() != 1 {
+		t.Errorf("flow used %v, its packets %d, decisions %d; want no flow, 2 and 1", w.Flow, f.Packets(), s.decides.Load())
+	}
+	if got, want := w.Trace.Lines(), []string{"fake: dst " + plGwMAC.String() + " is not admitted"}; !slices.Equal(got, want) {
+		t.Errorf("trace %q, want %q", got, want)
+	}
+	w.Release()
+	c := pl.Counters().Port(plClientPort)
+	if c.RxPackets != 3 || c.Drops[DropNotForUs] != 1 {
+		t.Errorf("client port: rx %d, not-for-this-switch %d; want 3 and 1", c.RxPackets, c.Drops[DropNotForUs])
+	}
+	if st := pl.Stats(); st != (PipelineStats{Fast: 1, Slow: 1}) {
+		t.Errorf("Stats() = %+v, want the refused frame on neither path", st)
 	}
 }
 

@@ -312,9 +312,9 @@ func (w *Worker) flushRx() {
 }
 
 // Discard drops p for reason r before it is processed (the caller's own
-// filtering, such as a frame not addressed to the switch): p is counted as
-// received on p.InPort (NoPort: on no port) and dropped for r, and marked
-// so (Drop set, OutPort NoPort).
+// filtering, such as a frame read for a port that left the policy): p is
+// counted as received on p.InPort (NoPort: on no port) and dropped for r,
+// and marked so (Drop set, OutPort NoPort).
 func (w *Worker) Discard(p *Packet, r DropReason) {
 	w.countRx(p.InPort, p.Len())
 	w.flushRx()

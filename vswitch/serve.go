@@ -34,6 +34,10 @@ type attachment struct {
 	// gone); txFailing is set while writes to the device fail.
 	failed    atomic.Pointer[error]
 	txFailing atomic.Bool
+	// detached is set by Detach, under devMu, once the attachment has
+	// left the switch's devices: frames forwarded to it from then on
+	// count as having no device, as they do when no worker holds it.
+	detached atomic.Bool
 	// captures are the live captures of the port (nil: none), checked
 	// once per batch read and per write; capMu serialises changes.
 	captures atomic.Pointer[[]*liveCapture]
@@ -84,6 +88,7 @@ func (s *Switch) Attach(port string, dev Device) error {
 	}
 	a := &attachment{port: port, dev: dev, gone: make(chan struct{})}
 	s.devs[port] = a
+	s.devGen.Add(1)
 	if s.serving != nil {
 		s.start(a)
 	}
@@ -91,12 +96,18 @@ func (s *Switch) Attach(port string, dev Device) error {
 }
 
 // Detach unbinds the device of port, stops its worker and closes it. It
-// returns the device, or nil if the port had none. Frames in flight to
-// the port are counted by TxNoDevice; the port's captures end.
+// returns the device, or nil if the port had none. Frames forwarded to
+// the port from then on are counted by TxNoDevice; a write already under
+// way when the device closes fails (ErrClosed) and counts as the port's
+// send errors. The port's captures end.
 func (s *Switch) Detach(port string) Device {
 	s.devMu.Lock()
 	a := s.devs[port]
-	delete(s.devs, port)
+	if a != nil {
+		delete(s.devs, port)
+		a.detached.Store(true)
+		s.devGen.Add(1)
+	}
 	s.devMu.Unlock()
 	if a == nil {
 		return nil
@@ -216,23 +227,72 @@ func (s *Switch) Now() int64 { return int64(time.Since(s.epoch)) }
 // TxNoDevice counts frames forwarded to a port that has no device.
 func (s *Switch) TxNoDevice() uint64 { return s.txNoDevice.Load() }
 
-// write sends pkts to the device of port id, counted by w (the worker
+// txCache is a serving worker's view of the attached devices by output
+// port ID, so that its writes take no lock and look up no name. It is
+// rebuilt (refreshTx) when a device is attached or detached (devGen) or
+// a policy gives ports other IDs (its generation). Each worker has its
+// own; the zero value is empty and rebuilt on first use.
+type txCache struct {
+	devGen, polGen uint64
+	byID           []*attachment // nil: the port has no device
+}
+
+// refreshTx brings c up to date with the running policy's port IDs and the
+// attached devices: two comparisons, and a rebuild under devMu when either
+// changed.
+func (s *Switch) refreshTx(c *txCache) {
+	pol := s.pol.Load()
+	if c.devGen == s.devGen.Load() && c.polGen == pol.gen {
+		return
+	}
+	s.devMu.Lock()
+	defer s.devMu.Unlock()
+	c.devGen, c.polGen = s.devGen.Load(), pol.gen
+	c.byID = slices.Grow(c.byID[:0], len(pol.byID))[:len(pol.byID)]
+	for id, p := range pol.byID {
+		c.byID[id] = nil
+		if p != nil {
+			c.byID[id] = s.devs[p.Name]
+		}
+	}
+}
+
+// device returns the attachment of port id, nil if it has none.
+func (c *txCache) device(id dataplane.PortID) *attachment {
+	if int(id) < len(c.byID) {
+		return c.byID[id]
+	}
+	return nil
+}
+
+// transmit writes out, the forwarded packets of a batch grouped by output
+// port, one write per port, to the devices of tx, counted by w (the
+// worker that forwards them). Frames to a port with no device, or with a
+// device detached or failed, count as TxNoDevice.
+func (s *Switch) transmit(w *dataplane.Worker, tx *txCache, sg *dataplane.Segmenter, out []*dataplane.Packet) {
+	for i := 0; i < len(out); {
+		id := out[i].OutPort
+		j := i + 1
+		for j < len(out) && out[j].OutPort == id {
+			j++
+		}
+		if a := tx.device(id); a == nil || a.detached.Load() || a.failed.Load() != nil {
+			s.txNoDevice.Add(uint64(j - i))
+		} else {
+			s.write(w, sg, a, id, out[i:j])
+		}
+		i = j
+	}
+}
+
+// write sends pkts to a, the device of port id, counted by w (the worker
 // that forwards them). For a device that takes super-frames whole, a
 // connection's consecutive TCP segments are coalesced into one first;
 // super-frames the device cannot take whole are segmented, with sg (the
-// worker's). A write that fails is counted
-// against the destination's port and logged when its writes start and
-// stop failing; it never stops the worker that forwards.
-func (s *Switch) write(w *dataplane.Worker, sg *dataplane.Segmenter, id dataplane.PortID, pkts []*dataplane.Packet) {
-	port := s.PortByID(id)
-	var a *attachment
-	if port != nil {
-		a = s.attachment(port.Name)
-	}
-	if a == nil || a.failed.Load() != nil {
-		s.txNoDevice.Add(uint64(len(pkts)))
-		return
-	}
+// worker's). A write that fails is counted against the destination's
+// port and logged when its writes start and stop failing; it never stops
+// the worker that forwards.
+func (s *Switch) write(w *dataplane.Worker, sg *dataplane.Segmenter, a *attachment, id dataplane.PortID, pkts []*dataplane.Packet) {
 	gw, ok := a.dev.(GSOWriter)
 	whole := ok && gw.WritesGSO()
 	if whole {
@@ -296,17 +356,9 @@ func (s *Switch) writeDev(w *dataplane.Worker, a *attachment, id dataplane.PortI
 func (s *Switch) servePort(ctx context.Context, a *attachment) error {
 	w := s.pl.NewWorker()
 	defer w.Release()
-	size := BatchSize
-	if d, ok := a.dev.(interface{ BatchSize() int }); ok {
-		// A TUN with GSO splits a super-frame into as many packets as
-		// its batch: one read must have room for them all.
-		size = max(size, d.BatchSize())
-	}
-	pkts := make([]*dataplane.Packet, size)
-	for i := range pkts {
-		pkts[i] = dataplane.NewPacket(dataplane.BufferSize)
-	}
-	out := make([]*dataplane.Packet, 0, size)
+	pkts := newBatch(a.dev)
+	out := make([]*dataplane.Packet, 0, len(pkts))
+	var tx txCache
 	var sg dataplane.Segmenter
 	for {
 		n, err := a.dev.ReadPackets(pkts)
@@ -316,65 +368,64 @@ func (s *Switch) servePort(ctx context.Context, a *attachment) error {
 			}
 			return fmt.Errorf("port %s: %w", a.port, err)
 		}
+		batch := pkts[:n]
 		if cs := a.captures.Load(); cs != nil {
-			offerAll(*cs, pkts[:n], false)
+			offerAll(*cs, batch, false)
 		}
-		pol := s.pol.Load()
-		in := pol.byName[a.port]
-		if in == nil {
-			// The port left the policy: its frames go nowhere.
-			for _, p := range pkts[:n] {
-				p.InPort = dataplane.NoPort
-				w.Discard(p, dataplane.DropUnknownPort)
-			}
+		if !s.receive(w, a.port, batch) {
 			continue
 		}
-		for _, p := range pkts[:n] {
-			p.InPort = in.ID
-		}
-		if in.Uplink {
-			n = s.oursOnly(w, pol, pkts[:n])
-		}
-		batch := pkts[:n]
-		w.Process(batch, s.Now())
-		// The forwarded packets, grouped by output port (a stable sort
-		// keeps each port's frames in order), one write per port.
-		out = out[:0]
-		for _, p := range batch {
-			if p.Drop == dataplane.NotDropped && p.OutPort != dataplane.NoPort {
-				out = append(out, p)
-			}
-		}
-		slices.SortStableFunc(out, func(a, b *dataplane.Packet) int { return cmp.Compare(a.OutPort, b.OutPort) })
-		for i := 0; i < len(out); {
-			j := i + 1
-			for j < len(out) && out[j].OutPort == out[i].OutPort {
-				j++
-			}
-			s.write(w, &sg, out[i].OutPort, out[i:j])
-			i = j
-		}
+		out = forwarded(batch, out[:0])
+		s.refreshTx(&tx)
+		s.transmit(w, &tx, &sg, out)
 	}
 }
 
-// oursOnly keeps, at the front of pkts, the frames from the uplink that
-// are the switch's to handle: broadcast and multicast, and unicast for a
-// MAC it owns (a port's, a gateway's). The uplink reads its segment
-// promiscuously; a frame between two other stations is dropped and
-// counted by w, so that no cached flow translates it. It returns how many
-// frames are kept.
-func (s *Switch) oursOnly(w *dataplane.Worker, pol *compiled, pkts []*dataplane.Packet) int {
-	k := 0
-	for i, p := range pkts {
-		if f := p.Bytes(); len(f) >= 6 {
-			dst := dataplane.MAC(f[:6])
-			if !dst.IsMulticast() && !pol.owned[dst] {
-				w.Discard(p, dataplane.DropNotForUs)
-				continue
-			}
-		}
-		pkts[k], pkts[i] = pkts[i], pkts[k]
-		k++
+// newBatch returns the packets a worker reads dev's batches into: as many
+// as BatchSize, or as dev's BatchSize method says if more.
+func newBatch(dev Device) []*dataplane.Packet {
+	size := BatchSize
+	if d, ok := dev.(interface{ BatchSize() int }); ok {
+		// A TUN with GSO splits a super-frame into as many packets as
+		// its batch: one read must have room for them all.
+		size = max(size, d.BatchSize())
 	}
-	return k
+	pkts := make([]*dataplane.Packet, size)
+	for i := range pkts {
+		pkts[i] = dataplane.NewPacket(dataplane.BufferSize)
+	}
+	return pkts
+}
+
+// receive runs batch, read from the device of the port named port,
+// through the pipeline with worker w. It reports false if the port has
+// left the policy: its frames go nowhere (dropped and counted as
+// unknown-port).
+func (s *Switch) receive(w *dataplane.Worker, port string, batch []*dataplane.Packet) bool {
+	in := s.Port(port)
+	if in == nil {
+		for _, p := range batch {
+			p.InPort = dataplane.NoPort
+			w.Discard(p, dataplane.DropUnknownPort)
+		}
+		return false
+	}
+	for _, p := range batch {
+		p.InPort = in.ID
+	}
+	w.Process(batch, s.Now())
+	return true
+}
+
+// forwarded appends to out the packets of batch that are to be sent,
+// grouped by output port (a stable sort keeps each port's frames in
+// order), and returns it.
+func forwarded(batch, out []*dataplane.Packet) []*dataplane.Packet {
+	for _, p := range batch {
+		if p.Drop == dataplane.NotDropped && p.OutPort != dataplane.NoPort {
+			out = append(out, p)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b *dataplane.Packet) int { return cmp.Compare(a.OutPort, b.OutPort) })
+	return out
 }

@@ -3,6 +3,7 @@ package vswitch
 import (
 	"bytes"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -141,4 +142,113 @@ func TestDetachUnblocksReader(t *testing.T) {
 		t.Error("second Detach returned a device")
 	}
 	stop()
+}
+
+// TestTransmitAfterDetach checks that a worker whose transmit cache still
+// holds a device that Detach has taken away writes nothing to it: the
+// frames count as having no device, as they do once the cache is rebuilt.
+func TestTransmitAfterDetach(t *testing.T) {
+	sw, devs, _, _ := devSwitch(t)
+	w := sw.Pipeline().NewWorker()
+	defer w.Release()
+	var tx txCache
+	var sg dataplane.Segmenter
+	sw.refreshTx(&tx)
+	podC := sw.Port("pod-c").ID
+	if tx.device(podC) == nil {
+		t.Fatal("the cache has no device for pod-c")
+	}
+	p := packet(t, sw.Port("pod-a").ID, ptUDP(t, devMACA, devMACC, "10.0.0.10", "10.0.0.12", 5000, 53))
+	p.OutPort = podC
+	sw.Detach("pod-c")
+	sw.transmit(w, &tx, &sg, []*dataplane.Packet{p}) // the cache of before Detach
+	sw.refreshTx(&tx)
+	if tx.device(podC) != nil {
+		t.Error("the cache rebuilt after Detach still has pod-c's device")
+	}
+	sw.transmit(w, &tx, &sg, []*dataplane.Packet{p})
+	if n := sw.TxNoDevice(); n != 2 {
+		t.Errorf("TxNoDevice %d, want 2", n)
+	}
+	if pc := sw.Pipeline().Counters().Port(podC); pc.TxPackets != 0 || pc.TxErrors != 0 {
+		t.Errorf("pod-c counted %d sent, %d send errors; want none", pc.TxPackets, pc.TxErrors)
+	}
+	if f, ok := devs["pod-c"].Receive(0); ok {
+		t.Errorf("the detached device got %s", Describe(f, 0))
+	}
+}
+
+// TestTransmitPortIDReused checks that the serving workers follow port IDs
+// through policy changes: pod-c's device stays attached by name when
+// pod-c leaves the policy, and a new port that gets pod-c's ID is not
+// written to it.
+func TestTransmitPortIDReused(t *testing.T) {
+	sw, devs, start, stop := devSwitch(t)
+	start()
+	defer stop()
+	a, c := devs["pod-a"], devs["pod-c"]
+	a.Inject(ptUDP(t, devMACA, devMACC, "10.0.0.10", "10.0.0.12", 5000, 53))
+	mustReceive(t, c, "to pod-c") // pod-a's worker has pod-c's device in its cache
+	podC := sw.Port("pod-c").ID
+	const line = `    {"name": "pod-c", "mac": "02:00:00:00:00:0c", "ips": ["10.0.0.12"]},` + "\n"
+	for _, doc := range []string{
+		strings.Replace(devPolicy, line, "", 1),
+		strings.Replace(devPolicy, line, `    {"name": "pod-e", "mac": "02:00:00:00:00:0e", "ips": ["10.0.0.14"]},`+"\n", 1),
+	} {
+		if err := sw.Apply(mustParse(t, doc)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if e := sw.Port("pod-e"); e == nil || e.ID != podC {
+		t.Fatalf("pod-e is %+v, want pod-c's ID %d", e, podC)
+	}
+	a.Inject(ptUDP(t, devMACA, "02:00:00:00:00:0e", "10.0.0.10", "10.0.0.14", 5001, 53))
+	waitFor(t, "the frame to pod-e to count as having no device", func() bool { return sw.TxNoDevice() == 1 })
+	if f, ok := c.Receive(10 * time.Millisecond); ok {
+		t.Errorf("pod-c's device got %s, sent to pod-e", Describe(f, 0))
+	}
+}
+
+// TestServeBatchNoAllocs checks that a served batch, fanned out to two
+// ports, crosses the pipeline and is written without an allocation.
+func TestServeBatchNoAllocs(t *testing.T) {
+	sw, err := New(mustParse(t, devPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, c := newBenchDevice(0), newBenchDevice(0)
+	for name, d := range map[string]Device{"pod-b": b, "pod-c": c} {
+		if err := sw.Attach(name, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	frames := [][]byte{
+		ptUDP(t, devMACA, devMACB, "10.0.0.10", "10.0.0.11", 5000, 53),
+		ptUDP(t, devMACA, devMACC, "10.0.0.10", "10.0.0.12", 5000, 53),
+	}
+	batch := make([]*dataplane.Packet, 8)
+	for i := range batch {
+		batch[i] = dataplane.NewPacket(dataplane.BufferSize)
+	}
+	out := make([]*dataplane.Packet, 0, len(batch))
+	w := sw.Pipeline().NewWorker()
+	defer w.Release()
+	var tx txCache
+	var sg dataplane.Segmenter
+	serve := func() {
+		for i, p := range batch {
+			p.SetFrame(frames[i%len(frames)])
+		}
+		sw.receive(w, "pod-a", batch)
+		out = forwarded(batch, out[:0])
+		sw.refreshTx(&tx)
+		sw.transmit(w, &tx, &sg, out)
+	}
+	serve() // the flows are decided and cached
+	if n := testing.AllocsPerRun(100, serve); n != 0 {
+		t.Errorf("%v allocations a batch, want 0", n)
+	}
+	if got, want := b.written.Load()+c.written.Load(), uint64(102*len(batch)); got != want || b.written.Load() != c.written.Load() {
+		t.Errorf("written %d to pod-b and %d to pod-c, want %d in all, half each", b.written.Load(), c.written.Load(), want)
+	}
 }

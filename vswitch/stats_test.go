@@ -91,8 +91,8 @@ func TestStatsServe(t *testing.T) {
 	check("after Serve returned")
 }
 
-// TestStatsUplinkNotForUs checks that frames the uplink's worker filters
-// out before the pipeline count as received and dropped on the uplink.
+// TestStatsUplinkNotForUs checks that frames the not-for-this-switch check
+// drops on a serving uplink count as received and dropped on the uplink.
 func TestStatsUplinkNotForUs(t *testing.T) {
 	sw, err := New(mustParse(t, natDoc))
 	if err != nil {

@@ -36,6 +36,7 @@ type Switch struct {
 	epoch       time.Time // the flow table's clock starts here (monotonic)
 	devMu       sync.Mutex
 	devs        map[string]*attachment // by port name
+	devGen      atomic.Uint64          // counts changes to devs: workers' transmit caches follow it
 	serving     context.Context        // while Serve runs (guarded by devMu)
 	workers     sync.WaitGroup
 	devFailures atomic.Uint64
@@ -198,6 +199,37 @@ func (pol *compiled) port(id dataplane.PortID) *Port {
 func (s *Switch) Decapsulates(id dataplane.PortID) bool {
 	p := s.pol.Load().port(id)
 	return p != nil && p.Uplink
+}
+
+// Admit implements dataplane.SlowPath: the uplink's not-for-this-switch
+// check (compiled.admit), for every frame that any worker processes:
+// ufpd's, ufp-replay's, a benchmark's.
+func (s *Switch) Admit(p *dataplane.Packet, tr *dataplane.Trace) dataplane.DropReason {
+	pol := s.pol.Load()
+	return pol.admit(pol.port(p.InPort), p.Bytes(), tr)
+}
+
+// admit reports whether frame, arrived by port in, is the switch's to
+// handle: from the uplink, which reads its segment promiscuously, only
+// broadcast and multicast and unicast for a MAC the switch owns (a
+// port's, a gateway's) are; a frame between two other stations is
+// DropNotForUs, so that no cached flow translates it. Frames from any
+// other port, or too short to have a destination (the parser drops them),
+// are admitted. Switch.Trace checks its packet with it too.
+func (pol *compiled) admit(in *Port, frame []byte, tr *dataplane.Trace) dataplane.DropReason {
+	if in == nil || !in.Uplink || len(frame) < 6 {
+		return dataplane.NotDropped
+	}
+	// Most of what the uplink takes in is for the host's MAC, its own
+	// (an owned MAC, checked first without the map).
+	dst := dataplane.MAC(frame[:6])
+	if dst == in.MAC || dst.IsMulticast() || pol.owned[dst] {
+		return dataplane.NotDropped
+	}
+	if tr.On() {
+		tr.Addf("port %s: dst %s is no MAC of this switch: not for us", in.Name, dst)
+	}
+	return dataplane.DropNotForUs
 }
 
 // Decide implements dataplane.SlowPath: the source port's layers outbound,

@@ -81,11 +81,10 @@ func (s *Switch) Trace(req inspect.TraceRequest) (*inspect.TraceResult, error) {
 		res.Verdict, res.Drop, res.Lines = "drop", r.String(), append(res.Lines, tr.Lines()...)
 		return res, nil
 	}
-	// As a port's worker reads the uplink, then as the pipeline parses.
-	if dst := dataplane.MAC(frame[:6]); in.Uplink && !dst.IsMulticast() && !pol.owned[dst] {
-		tr.Addf("port %s: dst %s is no MAC of this switch: not for us", in.Name, dst)
+	// As the pipeline checks a frame, then parses it.
+	if r := pol.admit(in, frame, tr); r != dataplane.NotDropped {
 		res.Generation = pol.gen
-		return drop(dataplane.DropNotForUs)
+		return drop(r)
 	}
 	var pr dataplane.Parsed
 	pr.VXLANPort = pol.vxlan
