@@ -47,7 +47,8 @@ type Decision struct {
 	// decision dropped as DropRevalidated ends the connection.
 	Revalidating bool
 	// Gen is the policy generation the decision was made under (0: the
-	// generation the pipeline read at the start of the batch).
+	// generation the pipeline read at the start of the batch, which the
+	// pipeline then fills in).
 	Gen uint64
 	// ReplyAnySrcMAC: replies may come from any source MAC (they arrive
 	// on a port that does not check senders, such as the uplink, where
@@ -589,9 +590,10 @@ func (w *Worker) slowPath(p *Packet, key *FlowKey, hash uint32, f *Flow, gen uin
 		d.State, d.Revalidating = held.State, true
 	}
 	w.pl.slow.Decide(v, w.Trace, d)
-	if d.Gen != 0 {
-		gen = d.Gen
+	if d.Gen == 0 {
+		d.Gen = gen
 	}
+	gen = d.Gen
 	if held != nil {
 		w.kept = held
 		if d.Drop == DropRevalidated {
@@ -660,7 +662,7 @@ func (w *Worker) slowPath(p *Packet, key *FlowKey, hash uint32, f *Flow, gen uin
 		}
 	}
 	w.Flow = f
-	ok := a.Drop != NotDropped || w.installReverse(f, orig, v, d, gen, now, blk)
+	ok := a.Drop != NotDropped || w.installReverse(f, orig, v, d, blk)
 	// The connection, if it took the decision's state, releases it when
 	// it goes (even just below): settle must not release it again.
 	w.kept = f.conn.Load()
@@ -708,13 +710,16 @@ func (w *Worker) settle(st any) {
 	r.Release()
 }
 
-// installReverse installs the reply direction of a stateful decision, or
-// pairs a stateless flow with a reply flow already present. It reports
-// false if a stateful connection's reply flow could not be installed (the
-// table is full). blk, if not nil, is the block f is the fwd of: the
-// connection and its reply flow are made in it.
-func (w *Worker) installReverse(f *Flow, orig, final *View, d *Decision, gen uint64, now int64, blk *connBlock) bool {
+// installReverse installs the reply direction of decision d, a stateful
+// one whose forward flow is f, or pairs a stateless flow with a reply flow
+// already present. orig and final are the packet d was made for as it
+// arrived and as d leaves it. installReverse reports false if a stateful
+// connection's reply flow could not be installed (the table is full). blk,
+// if not nil, is the block f is the fwd of: the connection and its reply
+// flow are made in it.
+func (w *Worker) installReverse(f *Flow, orig, final *View, d *Decision, blk *connBlock) bool {
 	uft := w.pl.uft
+	now := d.Now
 	reply := final.Reversed()
 	rkey := reply.Key(d.Out)
 	if !d.Stateful || !final.hasReply() {
@@ -724,7 +729,7 @@ func (w *Worker) installReverse(f *Flow, orig, final *View, d *Decision, gen uin
 		return true
 	}
 	rht := ReverseHT(orig, final)
-	ra, err := w.pl.action(orig.InPort, d.ReplyMTU, NotDropped, rht, gen, d.Meter, d.Own && rht.Set&FieldDstPort != 0)
+	ra, err := w.pl.action(orig.InPort, d.ReplyMTU, NotDropped, rht, d.Gen, d.Meter, d.Own && rht.Set&FieldDstPort != 0)
 	if err != nil {
 		w.Trace.Addf("reverse transposition rejected: %v", err)
 		return true
@@ -762,21 +767,7 @@ func (w *Worker) installReverse(f *Flow, orig, final *View, d *Decision, gen uin
 	} else {
 		rf = NewFlow(rkey, ra, src, MAC{}, Addr16(reply.OuterSrc), Addr16(reply.OuterDst), now)
 	}
-	got := uft.Insert(rf)
-	if got != nil && got != rf {
-		// A flow for the reply key exists (the reply raced us, a
-		// stateless one from before, or a flow of another connection):
-		// this connection's replaces it. The other direction of that
-		// flow's connection goes too (unless it is f), or it would go
-		// on translating for a connection whose state is released.
-		uft.Remove(got)
-		if oc := got.conn.Load(); oc != nil {
-			if o := oc.Other(got); o != nil && o != got && o != f {
-				uft.Remove(o)
-			}
-		}
-		got = uft.Insert(rf)
-	}
+	got := uft.insertReply(rf, f)
 	if got == nil {
 		w.Trace.Addf("reply flow %s not installed: flow table full", rkey)
 		return false
@@ -843,8 +834,8 @@ func (w *Worker) redecide(c *Conn, gen uint64, now int64) redecision {
 		w.Trace.Addf("revalidate connection %s (generation %d -> %d)", fwd.key, old, gen)
 	}
 	w.pl.slow.Decide(v, w.Trace, d)
-	if d.Gen != 0 {
-		gen = d.Gen
+	if d.Gen == 0 {
+		d.Gen = gen
 	}
 	// The connection keeps the state it has; anything the decision
 	// allocated beside it is given back.
@@ -856,14 +847,14 @@ func (w *Worker) redecide(c *Conn, gen uint64, now int64) redecision {
 	case d.Drop == DropRevalidated:
 		return stateGone
 	}
-	a, err := w.pl.action(d.Out, d.MTU, d.Drop, d.HT, gen, d.Meter, d.Own)
+	a, err := w.pl.action(d.Out, d.MTU, d.Drop, d.HT, d.Gen, d.Meter, d.Own)
 	if err != nil {
 		w.Trace.Addf("transposition rejected: %v", err)
 		return stateGone
 	}
 	fwd.SetAction(a)
 	if a.Drop == NotDropped && d.Stateful {
-		w.installReverse(fwd, orig, v, d, gen, now, nil)
+		w.installReverse(fwd, orig, v, d, nil)
 	} else if r := c.rev.Load(); r != nil {
 		// The reply direction is no longer implied by the origin's
 		// decision: it goes through the layers on its own next time.
