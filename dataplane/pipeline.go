@@ -306,13 +306,8 @@ type Worker struct {
 	// resets it between packets.
 	Trace *Trace
 	// Flow is the flow the last packet used (nil if none), for tracing.
-	Flow *Flow
-	// kept is the connection the slow path installed for the packet, if
-	// any: the holder of its decision's state (settle).
-	kept *Conn
-	// noCache: the packet (an ICMP error) is decided alone.
-	noCache bool
-	quote   Quote
+	Flow  *Flow
+	quote Quote
 
 	// ctr are the worker's counters, published to the pipeline's
 	// readers; ports is the worker's own view of ctr.ports. A run of
@@ -433,17 +428,13 @@ func (w *Worker) process(p *Packet, gen uint64, now int64) {
 	p.Path = PathSlow
 	w.slow++
 	w.endRun()
-	if icmpErr && w.related(p, pr, h, gen, now) {
-		return
-	}
+	sp := slowPacket{p: p, key: key, hash: hash, gen: gen, now: now, icmpErr: icmpErr, flow: f}
 	eth := Ethernet(b[h.Eth:])
-	var osrc, odst [16]byte
+	sp.src, sp.dst = eth.Src(), eth.Dst()
 	if outer != nil {
-		osrc, odst = outer.Src, outer.Dst
+		sp.outerSrc, sp.outerDst = outer.Src, outer.Dst
 	}
-	w.noCache = icmpErr
-	w.slowPath(p, key, hash, f, gen, now, eth.Src(), eth.Dst(), osrc, odst)
-	w.noCache = false
+	w.slowPath(&sp)
 }
 
 // decodePlain decodes p, which failed to decode, again without VXLAN
@@ -541,142 +532,235 @@ func (w *Worker) applyTo(p *Packet, b []byte, pr *Parsed, a *Action, hash uint32
 	p.OutPort = a.Out
 }
 
-func (w *Worker) slowPath(p *Packet, key *FlowKey, hash uint32, f *Flow, gen uint64, now int64, src, dst MAC, outerSrc, outerDst [16]byte) {
-	uft := w.pl.uft
-	pr := &w.parsed
-	once := false // decide this packet without touching the table
-	// held: the stateful connection p opens, decided alone: its state
-	// (backend, NAT mapping) holds for p as for the connection's own
-	// packets.
-	var held *Conn
-	if f != nil {
-		switch {
-		case uft.Expired(f, now) || restarts(f, pr.Tenant().TCPFlags):
-			w.Trace.Addf("flow %s expired or closed: removed", f.key)
-			uft.RemoveConn(f)
-			f = nil
-		case f.action.Load().Gen < gen && f.GuardMatches(src, dst, &outerSrc, &outerDst):
-			if c := f.conn.Load(); c != nil && c.Stateful {
-				if w.revalidate(p, f, c, hash, gen, now) {
-					return
-				}
-				f = nil
-			} else if w.Trace.On() {
-				w.Trace.Addf("revalidate flow %s (generation %d -> %d)", f.key, f.action.Load().Gen, gen)
-			}
-		case f.GuardMatches(src, dst, &outerSrc, &outerDst):
-			// Cached under a policy newer than this batch started with:
-			// another worker has decided it; decide this packet alone.
-			once, held = true, f.origin()
-		default:
-			if c := f.conn.Load(); c != nil && c.Stateful {
-				// The connection stays; this packet is decided alone.
-				w.Trace.Addf("flow %s is cached for other MACs or outer source: this packet decided on its own", f.key)
-				once, held = true, f.origin()
-				break
-			}
-			// A stateless flow: this packet's decision replaces it.
-			w.Trace.Addf("flow %s cached for other MACs or outer source: decided afresh", f.key)
-			uft.RemoveConn(f)
-			f = nil
-		}
+// slowPacket is a packet on the slow path: what the pipeline knows of it
+// beyond its bytes and its parse (Worker.parsed). process fills it in; the
+// stages of the slow path read it, and triage records in it what the
+// decision is for.
+type slowPacket struct {
+	p    *Packet
+	key  *FlowKey
+	hash uint32 // key.Hash()
+	// gen is the policy generation the batch started with, then the one
+	// the packet was decided under (Decision.Gen).
+	gen uint64
+	now int64
+	// The fields a flow's guard holds: the packet's MACs and, if it is
+	// encapsulated, its outer source and destination addresses (zero if
+	// not).
+	src, dst           MAC
+	outerSrc, outerDst [16]byte
+	// icmpErr: the packet is an ICMP error, never cached: it is
+	// translated as the replies of the connection it quotes a packet of
+	// are (related), or decided on its own.
+	icmpErr bool
+
+	// flow is the table's flow for the key that the fast path could not
+	// use; after triage, a stale stateless flow whose action the decision
+	// replaces, or nil for a new flow.
+	flow *Flow
+	// alone: the packet is decided on its own and the flow stays (triage).
+	alone bool
+	// held is the stateful connection a packet decided alone opens, if
+	// any: its state (backend, NAT mapping) holds for the packet as for
+	// the connection's own packets.
+	held *Conn
+}
+
+// slowPath handles a packet the fast path could not. An ICMP error related
+// to a stateful connection is translated as the connection's replies are.
+// Any other packet has what the table holds for its key sorted out
+// (triage), is decided by the layers (decide), and has its decision
+// carried out (commit: installed and applied).
+func (w *Worker) slowPath(sp *slowPacket) {
+	if sp.icmpErr && w.related(sp.p, &w.parsed, w.parsed.Tenant(), sp.gen, sp.now) {
+		return
 	}
-	v, orig := &w.view, &w.orig
-	v.FromParsed(p.Bytes(), pr, p.InPort)
-	*orig = *v
-	d := &w.dec // not a local: passed to an interface method, it would escape
-	*d = Decision{Now: now}
-	if held != nil {
-		d.State, d.Revalidating = held.State, true
+	if w.triage(sp) {
+		return
 	}
-	w.pl.slow.Decide(v, w.Trace, d)
-	if d.Gen == 0 {
-		d.Gen = gen
-	}
-	gen = d.Gen
-	if held != nil {
-		w.kept = held
-		if d.Drop == DropRevalidated {
-			w.settle(d.State)
-			if !w.end(p, held) {
-				w.slowPath(p, key, hash, nil, gen, now, src, dst, outerSrc, outerDst)
-			}
+	d := w.decide(sp)
+	if sp.held != nil && d.Drop == DropRevalidated {
+		// The held connection's state no longer holds: the connection
+		// ends, and the packet, unless end answered it, is decided again
+		// as the first of a new one.
+		settle(d.State, sp.held)
+		if w.end(sp.p, sp.held) {
 			return
 		}
+		sp.flow, sp.alone, sp.held = nil, false, nil
+		d = w.decide(sp)
 	}
 	// State the decision allocated is given back unless a connection
 	// took it.
-	defer w.settle(d.State)
-	a, err := w.pl.action(d.Out, d.MTU, d.Drop, d.HT, gen, d.Meter, d.Own)
+	settle(d.State, w.commit(sp, d))
+}
+
+// triage sorts out sp.flow, the flow the table holds for the packet's key
+// that the fast path could not use, and reports whether that handled the
+// packet (a revalidated connection's). Otherwise it leaves in sp what the
+// decision is for: sp.flow, a stale stateless flow whose action the
+// decision replaces, or nil for a new flow; or sp.alone (and sp.held) for
+// a packet decided on its own while its flow stays.
+func (w *Worker) triage(sp *slowPacket) bool {
+	f := sp.flow
+	if f == nil {
+		return false
+	}
+	uft := w.pl.uft
+	switch {
+	case uft.Expired(f, sp.now) || restarts(f, w.parsed.Tenant().TCPFlags):
+		w.Trace.Addf("flow %s expired or closed: removed", f.key)
+		uft.RemoveConn(f)
+		sp.flow = nil
+	case f.action.Load().Gen < sp.gen && f.GuardMatches(sp.src, sp.dst, &sp.outerSrc, &sp.outerDst):
+		if c := f.conn.Load(); c != nil && c.Stateful {
+			if w.revalidate(sp, f, c) {
+				return true
+			}
+			sp.flow = nil
+		} else if w.Trace.On() {
+			w.Trace.Addf("revalidate flow %s (generation %d -> %d)", f.key, f.action.Load().Gen, sp.gen)
+		}
+	case f.GuardMatches(sp.src, sp.dst, &sp.outerSrc, &sp.outerDst):
+		// Cached under a policy newer than this batch started with:
+		// another worker has decided it; decide this packet alone.
+		sp.alone, sp.held = true, f.origin()
+	default:
+		if c := f.conn.Load(); c != nil && c.Stateful {
+			// The connection stays; this packet is decided alone.
+			w.Trace.Addf("flow %s is cached for other MACs or outer source: this packet decided on its own", f.key)
+			sp.alone, sp.held = true, f.origin()
+			break
+		}
+		// A stateless flow: this packet's decision replaces it.
+		w.Trace.Addf("flow %s cached for other MACs or outer source: decided afresh", f.key)
+		uft.RemoveConn(f)
+		sp.flow = nil
+	}
+	return false
+}
+
+// decide has the layers decide the packet (SlowPath.Decide) and returns
+// the decision, the worker's own. A packet of a held connection is decided
+// with the connection's state, as revalidation decides its origin. The
+// worker's views are left holding the packet as it arrived (orig) and as
+// the decision leaves it (view); the decision's generation becomes the
+// packet's.
+func (w *Worker) decide(sp *slowPacket) *Decision {
+	v := &w.view
+	v.FromParsed(sp.p.Bytes(), &w.parsed, sp.p.InPort)
+	w.orig = *v
+	d := &w.dec // not a local: passed to an interface method, it would escape
+	*d = Decision{Now: sp.now}
+	if sp.held != nil {
+		d.State, d.Revalidating = sp.held.State, true
+	}
+	w.pl.slow.Decide(v, w.Trace, d)
+	if d.Gen == 0 {
+		d.Gen = sp.gen
+	}
+	sp.gen = d.Gen
+	return d
+}
+
+// commit carries out decision d on the packet: it drops or rejects it,
+// applies d to it alone, or installs d and applies it (install). It
+// returns the connection that holds d's state now, if any: the held
+// connection of a packet decided alone, or the connection install made.
+func (w *Worker) commit(sp *slowPacket, d *Decision) *Conn {
+	p, pr := sp.p, &w.parsed
+	a, err := w.pl.action(d.Out, d.MTU, d.Drop, d.HT, d.Gen, d.Meter, d.Own)
 	if err != nil {
 		w.Trace.Addf("transposition rejected: %v", err)
 		w.drop(p, DropTransposition)
-		return
+		return sp.held
 	}
 	if d.Reject && d.Drop != NotDropped {
 		w.reject(p, pr, d.Drop)
-		return
+		return sp.held
 	}
-	if d.NoCache || once || w.noCache {
-		w.apply(p, pr, a, hash)
-		return
+	if d.NoCache || sp.alone || sp.icmpErr {
+		w.apply(p, pr, a, sp.hash)
+		return sp.held
 	}
-	if f != nil {
-		// Stale stateless flow: keep it (and its counters), new action.
-		f.SetAction(a)
-		if f.Removed() {
-			f = nil
-		}
-	}
-	// blk holds the connection's flows and Conn when the decision is a
-	// new stateful connection's.
-	var blk *connBlock
+	return w.install(sp, d, a)
+}
+
+// install caches decision d, whose action is a, for the packet's flow,
+// with the reply direction of a stateful one (installReverse), and applies
+// it to the packet. It returns the flow's connection, which holds d's
+// state if it took it; nil if the flow table had no room for the flow.
+func (w *Worker) install(sp *slowPacket, d *Decision, a *Action) *Conn {
+	p, pr := sp.p, &w.parsed
+	// The packet as it arrived and as the decision left it (decide).
+	orig, final := &w.orig, &w.view
+	f, blk := w.insert(sp, a, d.Stateful && a.Drop == NotDropped && final.hasReply())
 	if f == nil {
-		var nf *Flow
-		if d.Stateful && a.Drop == NotDropped && v.hasReply() {
-			blk = new(connBlock)
-			nf = &blk.fwd
-			nf.init(*key, a, src, dst, outerSrc, outerDst, now)
-		} else {
-			nf = NewFlow(*key, a, src, dst, outerSrc, outerDst, now)
-		}
-		var evicted *Flow
-		f, evicted = uft.InsertEvict(nf)
-		if evicted != nil && w.Trace.On() {
-			origin := evicted
-			if c := evicted.conn.Load(); c != nil && c.fwd.Load() != nil {
-				origin = c.fwd.Load()
-			}
-			w.Trace.Addf("flow table full: evicted the connection of %s, idle since %s", origin.key, fmtNanos(connLastSeen(evicted)))
-		}
-		if f == nil {
-			if w.Trace.On() {
-				w.Trace.Addf("flow table full (%d flows, %s)", uft.Len(), uft.cfg.OnFull)
-			}
-			w.drop(p, DropFlowTableFull)
-			return
-		}
-		if f != nf {
-			f.SetAction(a) // another worker got there first
-			blk = nil
-		}
+		w.drop(p, DropFlowTableFull)
+		return nil
 	}
 	w.Flow = f
-	ok := a.Drop != NotDropped || w.installReverse(f, orig, v, d, blk)
+	ok := a.Drop != NotDropped || w.installReverse(f, orig, final, d, blk)
 	// The connection, if it took the decision's state, releases it when
-	// it goes (even just below): settle must not release it again.
-	w.kept = f.conn.Load()
+	// it goes (even just below): the caller must not release it again.
+	c := f.conn.Load()
 	if !ok {
 		// A stateful connection whose replies could not be handled:
 		// undo it rather than send into a black hole.
-		uft.RemoveConn(f)
+		w.pl.uft.RemoveConn(f)
 		w.Flow = nil
 		w.drop(p, DropFlowTableFull)
-		return
+		return c
 	}
 	n := p.Len()
-	w.apply(p, pr, a, hash)
-	f.Account(n, pr.Tenant().TCPFlags, now)
+	w.apply(p, pr, a, sp.hash)
+	f.Account(n, pr.Tenant().TCPFlags, sp.now)
+	return c
+}
+
+// insert puts the packet's flow, with action a, in the table and returns
+// it. sp.flow, a stale stateless flow, keeps its counters and takes a,
+// unless it left the table meanwhile; otherwise a new flow goes in, made
+// with its connection and reply flow in one block (returned) if withConn
+// (a new stateful connection's). A flow another worker inserted first
+// takes a instead. insert returns nil if the table had no room.
+func (w *Worker) insert(sp *slowPacket, a *Action, withConn bool) (*Flow, *connBlock) {
+	if f := sp.flow; f != nil {
+		// Stale stateless flow: keep it (and its counters), new action.
+		f.SetAction(a)
+		if !f.Removed() {
+			return f, nil
+		}
+	}
+	uft := w.pl.uft
+	var blk *connBlock
+	var nf *Flow
+	if withConn {
+		blk = new(connBlock)
+		nf = &blk.fwd
+		nf.init(*sp.key, a, sp.src, sp.dst, sp.outerSrc, sp.outerDst, sp.now)
+	} else {
+		nf = NewFlow(*sp.key, a, sp.src, sp.dst, sp.outerSrc, sp.outerDst, sp.now)
+	}
+	f, evicted := uft.InsertEvict(nf)
+	if evicted != nil && w.Trace.On() {
+		origin := evicted
+		if c := evicted.conn.Load(); c != nil && c.fwd.Load() != nil {
+			origin = c.fwd.Load()
+		}
+		w.Trace.Addf("flow table full: evicted the connection of %s, idle since %s", origin.key, fmtNanos(connLastSeen(evicted)))
+	}
+	if f == nil {
+		if w.Trace.On() {
+			w.Trace.Addf("flow table full (%d flows, %s)", uft.Len(), uft.cfg.OnFull)
+		}
+		return nil, nil
+	}
+	if f != nf {
+		f.SetAction(a) // another worker got there first
+		blk = nil
+	}
+	return f, blk
 }
 
 // reject drops p for reason r and, where an answer is due, turns it into
@@ -693,11 +777,9 @@ func (w *Worker) reject(p *Packet, pr *Parsed, r DropReason) {
 	p.OutPort, p.Rejected = p.InPort, r
 }
 
-// settle releases state st (a decision's Decision.State) unless the
-// connection the slow path just installed, w.kept, holds it.
-func (w *Worker) settle(st any) {
-	c := w.kept
-	w.kept = nil
+// settle releases state st (a decision's Decision.State) unless connection
+// c (nil if none), the one the slow path installed or kept, holds it.
+func settle(st any, c *Conn) {
 	r, ok := st.(Releaser)
 	if !ok {
 		return
@@ -782,11 +864,12 @@ func (w *Worker) installReverse(f *Flow, orig, final *View, d *Decision, blk *co
 	return true
 }
 
-// revalidate re-decides a stateful connection from its origin after a
-// policy change, then handles packet p (of flow f) with the new decision.
-// It reports false if p must take the slow path as a new flow.
-func (w *Worker) revalidate(p *Packet, f *Flow, c *Conn, hash uint32, gen uint64, now int64) bool {
-	switch w.redecide(c, gen, now) {
+// revalidate re-decides stateful connection c from its origin after a
+// policy change, then handles the packet (of c's flow f) with the new
+// decision. It reports false if the packet must be decided as a new flow's.
+func (w *Worker) revalidate(sp *slowPacket, f *Flow, c *Conn) bool {
+	p := sp.p
+	switch w.redecide(c, sp.gen, sp.now) {
 	case connGone:
 		return false
 	case stateGone:
@@ -797,8 +880,8 @@ func (w *Worker) revalidate(p *Packet, f *Flow, c *Conn, hash uint32, gen uint64
 	}
 	w.Flow = f
 	n := p.Len()
-	w.apply(p, &w.parsed, f.action.Load(), hash)
-	f.Account(n, w.parsed.Tenant().TCPFlags, now)
+	w.apply(p, &w.parsed, f.action.Load(), sp.hash)
+	f.Account(n, w.parsed.Tenant().TCPFlags, sp.now)
 	return true
 }
 
@@ -839,8 +922,7 @@ func (w *Worker) redecide(c *Conn, gen uint64, now int64) redecision {
 	}
 	// The connection keeps the state it has; anything the decision
 	// allocated beside it is given back.
-	w.kept = c
-	w.settle(d.State)
+	settle(d.State, c)
 	switch {
 	case fwd.Removed():
 		return connGone
