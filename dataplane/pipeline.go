@@ -572,7 +572,7 @@ type slowPacket struct {
 // (triage), is decided by the layers (decide), and has its decision
 // carried out (commit: installed and applied).
 func (w *Worker) slowPath(sp *slowPacket) {
-	if sp.icmpErr && w.related(sp.p, &w.parsed, w.parsed.Tenant(), sp.gen, sp.now) {
+	if sp.icmpErr && w.related(sp) {
 		return
 	}
 	if w.triage(sp) {
@@ -977,14 +977,16 @@ func fmtNanos(ns int64) string {
 	return strconv.FormatFloat(float64(ns)/1e9, 'f', 6, 64) + "s"
 }
 
-// related translates ICMP error p, whose headers h are, as the replies of
-// the stateful connection it quotes a packet of are translated: the quoted
-// packet gets back the addresses and ports its sender knows (RFC 5508
-// section 4 for NAT; the same for any stateful translation), every checksum
-// follows, and the error goes where the connection's replies go. It reports
-// false if p quotes no packet of a live stateful connection; p then takes
-// the slow path like any other packet.
-func (w *Worker) related(p *Packet, pr *Parsed, h *Headers, gen uint64, now int64) bool {
+// related translates ICMP error sp.p as the replies of the stateful
+// connection it quotes a packet of are translated: the quoted packet gets
+// back the addresses and ports its sender knows (RFC 5508 section 4 for
+// NAT; the same for any stateful translation), every checksum follows, and
+// the error goes where the connection's replies go. It reports false if the
+// error quotes no packet of a live stateful connection; it then takes the
+// slow path like any other packet.
+func (w *Worker) related(sp *slowPacket) bool {
+	p, pr := sp.p, &w.parsed
+	h := pr.Tenant()
 	q := &w.quote
 	b := p.Bytes()
 	if !ParseQuote(b, h, q) || q.L4 == 0 && !q.LaterFragment && (q.Proto == ProtoTCP || q.Proto == ProtoUDP) {
@@ -993,35 +995,9 @@ func (w *Worker) related(p *Packet, pr *Parsed, h *Headers, gen uint64, now int6
 	// The quote is a packet of the connection as it left the switch the
 	// way the error came in; the error travels as a reply to it.
 	qv := q.View(p.InPort)
-	rv := qv.Reversed()
-	if pr.Encap {
-		// Arrived in a tunnel, as the connection's replies do: their
-		// flow is keyed with the tunnel's VNI.
-		rv.Encap, rv.VNI = true, pr.VNI
-	}
-	k := rv.Key(p.InPort)
-	uft := w.pl.uft
-	f := uft.Lookup(&k, k.Hash())
-	if f == nil || f.Removed() || uft.Expired(f, now) {
+	f := w.quotedFlow(sp, &qv)
+	if f == nil {
 		return false
-	}
-	c := f.conn.Load()
-	if c == nil || !c.Stateful {
-		return false
-	}
-	if f.action.Load().Gen < gen {
-		// The policy changed since the connection's last packet: it is
-		// revalidated first, as that packet would be.
-		rev := f != c.fwd.Load()
-		if w.redecide(c, gen, now) != redecided {
-			uft.RemoveConn(c.fwd.Load())
-			return false
-		}
-		if rev {
-			if f = c.rev.Load(); f == nil {
-				return false
-			}
-		}
 	}
 	a := f.action.Load()
 	if a.Drop != NotDropped || pr.Encap && a.HT.Outer != OuterPop {
@@ -1029,27 +1005,7 @@ func (w *Worker) related(p *Packet, pr *Parsed, h *Headers, gen uint64, now int6
 		// UDP checksum updated for the quote too: not translated.)
 		return false
 	}
-	t := &a.HT
-	var r QuoteRewrite
-	if t.Set&FieldDstIP != 0 {
-		r.Set, r.SrcIP = r.Set|FieldSrcIP, t.DstIP
-	}
-	if t.Set&FieldSrcIP != 0 {
-		r.Set, r.DstIP = r.Set|FieldDstIP, t.SrcIP
-	}
-	if t.Set&FieldDstPort != 0 {
-		r.Set, r.SrcPort = r.Set|FieldSrcPort, t.DstPort
-	}
-	if t.Set&FieldSrcPort != 0 {
-		r.Set, r.DstPort = r.Set|FieldDstPort, t.SrcPort
-	}
-	// The error itself goes where replies go, from where it came: its
-	// source is translated only if it is the connection's peer itself.
-	ht := *t
-	ht.Set &^= FieldSrcPort | FieldDstPort | fieldEchoIDDst
-	if h.Src != q.Dst {
-		ht.Set &^= FieldSrcIP
-	}
+	r, ht := quoteRewrite(&a.HT, h.Src == q.Dst)
 	oa, err := w.pl.action(a.Out, a.MTU, NotDropped, ht, a.Gen, nil, false)
 	if err != nil {
 		return false
@@ -1064,4 +1020,68 @@ func (w *Worker) related(p *Packet, pr *Parsed, h *Headers, gen uint64, now int6
 	}
 	w.apply(p, pr, oa, f.hash)
 	return true
+}
+
+// quotedFlow returns the flow that an ICMP error quoting packet qv travels
+// as a reply of: a flow of a live stateful connection, revalidated first if
+// the policy changed since the connection's last packet; nil if there is
+// none.
+func (w *Worker) quotedFlow(sp *slowPacket, qv *View) *Flow {
+	rv := qv.Reversed()
+	if pr := &w.parsed; pr.Encap {
+		// Arrived in a tunnel, as the connection's replies do: their
+		// flow is keyed with the tunnel's VNI.
+		rv.Encap, rv.VNI = true, pr.VNI
+	}
+	k := rv.Key(sp.p.InPort)
+	uft := w.pl.uft
+	f := uft.Lookup(&k, k.Hash())
+	if f == nil || f.Removed() || uft.Expired(f, sp.now) {
+		return nil
+	}
+	c := f.conn.Load()
+	if c == nil || !c.Stateful {
+		return nil
+	}
+	if f.action.Load().Gen < sp.gen {
+		// The policy changed since the connection's last packet: it is
+		// revalidated first, as that packet would be.
+		rev := f != c.fwd.Load()
+		if w.redecide(c, sp.gen, sp.now) != redecided {
+			uft.RemoveConn(c.fwd.Load())
+			return nil
+		}
+		if rev {
+			f = c.rev.Load() // nil if the reply direction went
+		}
+	}
+	return f
+}
+
+// quoteRewrite returns what an ICMP error related to a connection gets,
+// where t is the transposition of the connection's replies: the rewrite of
+// its quote (the reverse of t's address and port changes), and the
+// error's own transposition. The error goes where replies go, from where it
+// came: t without its port changes, and without its source address unless
+// the error comes from the connection's peer itself (fromPeer).
+func quoteRewrite(t *Transposition, fromPeer bool) (QuoteRewrite, Transposition) {
+	var r QuoteRewrite
+	if t.Set&FieldDstIP != 0 {
+		r.Set, r.SrcIP = r.Set|FieldSrcIP, t.DstIP
+	}
+	if t.Set&FieldSrcIP != 0 {
+		r.Set, r.DstIP = r.Set|FieldDstIP, t.SrcIP
+	}
+	if t.Set&FieldDstPort != 0 {
+		r.Set, r.SrcPort = r.Set|FieldSrcPort, t.DstPort
+	}
+	if t.Set&FieldSrcPort != 0 {
+		r.Set, r.DstPort = r.Set|FieldDstPort, t.SrcPort
+	}
+	ht := *t
+	ht.Set &^= FieldSrcPort | FieldDstPort | fieldEchoIDDst
+	if !fromPeer {
+		ht.Set &^= FieldSrcIP
+	}
+	return r, ht
 }
