@@ -153,36 +153,54 @@ func (pl *Pipeline) FlowTable() *FlowTable { return pl.uft }
 // PipelineStats counts packets by path.
 type PipelineStats struct{ Fast, Slow uint64 }
 
-// action returns the shared action for a decision under generation gen.
-// An action of a connection's own (own, Decision.Own: it writes the
-// connection's ports) is shared too, with the connections that have the
-// same ports, but kept apart from the others, in a table keyed by the
-// action without its ports (itself shared) and the ports: that key is
-// small, the table can be bounded on its own, and such actions, one per
-// NAT binding, do not crowd the others out of theirs.
-func (pl *Pipeline) action(out PortID, mtu uint16, drop DropReason, ht Transposition, gen uint64, m Meter, own bool) (*Action, error) {
+// actionSpec is what an Action is compiled from: the output port and its
+// MTU, or the drop reason; the transposition; the policy generation it is
+// of; the meter of the flows that use it.
+type actionSpec struct {
+	out   PortID
+	mtu   uint16
+	drop  DropReason
+	ht    Transposition
+	gen   uint64
+	meter Meter
+}
+
+// spec returns what the action of decision d is compiled from.
+func (d *Decision) spec() actionSpec {
+	return actionSpec{out: d.Out, mtu: d.MTU, drop: d.Drop, ht: d.HT, gen: d.Gen, meter: d.Meter}
+}
+
+// action returns the shared action for s. An action of a connection's own
+// (own, Decision.Own: it writes the connection's ports) is shared too,
+// with the connections that have the same ports, but kept apart from the
+// others, in a table keyed by the action without its ports (itself
+// shared) and the ports: that key is small, the table can be bounded on
+// its own, and such actions, one per NAT binding, do not crowd the others
+// out of theirs.
+func (pl *Pipeline) action(s *actionSpec, own bool) (*Action, error) {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
-	if gen > pl.actGen {
+	if s.gen > pl.actGen {
 		clear(pl.actions)
 		pl.owns = nil
-		pl.actGen = gen
-	} else if gen < pl.actGen {
+		pl.actGen = s.gen
+	} else if s.gen < pl.actGen {
 		// A worker still deciding under an older policy: its actions
 		// are not shared.
-		return newMeteredAction(out, mtu, drop, ht, gen, m, nil)
+		return newMeteredAction(s, nil)
 	}
-	if !own || drop != NotDropped {
-		return pl.sharedLocked(out, mtu, drop, ht, gen, m)
+	if !own || s.drop != NotDropped {
+		return pl.sharedLocked(s)
 	}
 	const ports = FieldSrcPort | FieldDstPort | fieldEchoIDDst
-	bht := ht
-	bht.Set &^= ports
-	bht.SrcPort, bht.DstPort = 0, 0
-	base, err := pl.sharedLocked(out, mtu, drop, bht, gen, m)
+	bs := *s
+	bs.ht.Set &^= ports
+	bs.ht.SrcPort, bs.ht.DstPort = 0, 0
+	base, err := pl.sharedLocked(&bs)
 	if err != nil {
 		return nil, err
 	}
+	ht := &s.ht
 	k := ownKey{base: base, ports: ht.Set & ports}
 	if k.ports&FieldSrcPort != 0 {
 		k.sport = ht.SrcPort
@@ -197,7 +215,7 @@ func (pl *Pipeline) action(out PortID, mtu uint16, drop DropReason, ht Transposi
 	if slot.a != nil && slot.k == k {
 		return slot.a, nil
 	}
-	a, err := newMeteredAction(out, mtu, drop, ht, gen, m, base.pushed)
+	a, err := newMeteredAction(s, base.pushed)
 	if err != nil {
 		return nil, err
 	}
@@ -235,21 +253,21 @@ type ownSlot struct {
 	a *Action
 }
 
-// sharedLocked returns the shared action for a decision under generation
-// gen, the pipeline's; pl.mu is held.
-func (pl *Pipeline) sharedLocked(out PortID, mtu uint16, drop DropReason, ht Transposition, gen uint64, m Meter) (*Action, error) {
-	k := actionKey{out: out, mtu: mtu, drop: drop, ht: ht, meter: m}
-	if ht.Push != nil {
-		k.ht.Push, k.outer, k.push = nil, *ht.Push, true
+// sharedLocked returns the shared action for s, of the pipeline's
+// generation; pl.mu is held.
+func (pl *Pipeline) sharedLocked(s *actionSpec) (*Action, error) {
+	k := actionKey{out: s.out, mtu: s.mtu, drop: s.drop, ht: s.ht, meter: s.meter}
+	if s.ht.Push != nil {
+		k.ht.Push, k.outer, k.push = nil, *s.ht.Push, true
 	}
 	if a := pl.actions[k]; a != nil {
 		return a, nil
 	}
 	var push *pushHeaders
-	if ht.Push != nil && drop == NotDropped {
-		push = pl.pushHeaders(ht.Push)
+	if s.ht.Push != nil && s.drop == NotDropped {
+		push = pl.pushHeaders(s.ht.Push)
 	}
-	a, err := newMeteredAction(out, mtu, drop, ht, gen, m, push)
+	a, err := newMeteredAction(s, push)
 	if err != nil {
 		return nil, err
 	}
@@ -669,7 +687,8 @@ func (w *Worker) decide(sp *slowPacket) *Decision {
 // connection of a packet decided alone, or the connection install made.
 func (w *Worker) commit(sp *slowPacket, d *Decision) *Conn {
 	p, pr := sp.p, &w.parsed
-	a, err := w.pl.action(d.Out, d.MTU, d.Drop, d.HT, d.Gen, d.Meter, d.Own)
+	s := d.spec()
+	a, err := w.pl.action(&s, d.Own)
 	if err != nil {
 		w.Trace.Addf("transposition rejected: %v", err)
 		w.drop(p, DropTransposition)
@@ -811,7 +830,8 @@ func (w *Worker) installReverse(f *Flow, orig, final *View, d *Decision, blk *co
 		return true
 	}
 	rht := ReverseHT(orig, final)
-	ra, err := w.pl.action(orig.InPort, d.ReplyMTU, NotDropped, rht, d.Gen, d.Meter, d.Own && rht.Set&FieldDstPort != 0)
+	rs := actionSpec{out: orig.InPort, mtu: d.ReplyMTU, drop: NotDropped, ht: rht, gen: d.Gen, meter: d.Meter}
+	ra, err := w.pl.action(&rs, d.Own && rht.Set&FieldDstPort != 0)
 	if err != nil {
 		w.Trace.Addf("reverse transposition rejected: %v", err)
 		return true
@@ -929,7 +949,8 @@ func (w *Worker) redecide(c *Conn, gen uint64, now int64) redecision {
 	case d.Drop == DropRevalidated:
 		return stateGone
 	}
-	a, err := w.pl.action(d.Out, d.MTU, d.Drop, d.HT, d.Gen, d.Meter, d.Own)
+	s := d.spec()
+	a, err := w.pl.action(&s, d.Own)
 	if err != nil {
 		w.Trace.Addf("transposition rejected: %v", err)
 		return stateGone
@@ -1006,7 +1027,8 @@ func (w *Worker) related(sp *slowPacket) bool {
 		return false
 	}
 	r, ht := quoteRewrite(&a.HT, h.Src == q.Dst)
-	oa, err := w.pl.action(a.Out, a.MTU, NotDropped, ht, a.Gen, nil, false)
+	es := actionSpec{out: a.Out, mtu: a.MTU, drop: NotDropped, ht: ht, gen: a.Gen}
+	oa, err := w.pl.action(&es, false)
 	if err != nil {
 		return false
 	}
