@@ -384,6 +384,11 @@ func (w *Worker) countDrop(in PortID, r DropReason) {
 	}
 }
 
+// process runs packet p, of a batch that started under policy generation
+// gen: it decodes p, hands frames that are not IP flows to the switch
+// (SlowPath.Local), looks p's flow up (the worker's exact-match cache, then
+// the flow table) and applies its action (the fast path), or hands p to
+// the slow path.
 func (w *Worker) process(p *Packet, gen uint64, now int64) {
 	p.OutPort, p.Drop, p.Path, p.Rejected = NoPort, NotDropped, PathNone, NotDropped
 	w.Flow = nil
