@@ -286,11 +286,11 @@ type Meter interface {
 	Retire(packets, bytes uint64)
 }
 
-// newMeteredAction is newAction with meter m.
-func newMeteredAction(out PortID, mtu uint16, drop DropReason, ht Transposition, gen uint64, m Meter, push *pushHeaders) (*Action, error) {
-	a, err := newAction(out, mtu, drop, ht, gen, push)
+// newMeteredAction is newAction for s, with its meter.
+func newMeteredAction(s *actionSpec, push *pushHeaders) (*Action, error) {
+	a, err := newAction(s.out, s.mtu, s.drop, s.ht, s.gen, push)
 	if a != nil {
-		a.Meter = m
+		a.Meter = s.meter
 	}
 	return a, err
 }

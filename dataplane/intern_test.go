@@ -12,11 +12,11 @@ func TestActionInternsPushByValue(t *testing.T) {
 	mk := func() *Outer {
 		return &Outer{Src: netip.MustParseAddr("192.168.1.10"), Dst: netip.MustParseAddr("192.168.1.20"), VNI: 4096}
 	}
-	a1, err := pl.action(1, 0, NotDropped, Transposition{Outer: OuterPop, Push: mk()}, 7, nil, false)
+	a1, err := pl.action(&actionSpec{out: 1, drop: NotDropped, ht: Transposition{Outer: OuterPop, Push: mk()}, gen: 7}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a2, err := pl.action(1, 0, NotDropped, Transposition{Outer: OuterPop, Push: mk()}, 7, nil, false)
+	a2, err := pl.action(&actionSpec{out: 1, drop: NotDropped, ht: Transposition{Outer: OuterPop, Push: mk()}, gen: 7}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,10 +25,10 @@ func TestActionInternsPushByValue(t *testing.T) {
 	}
 	other := mk()
 	other.VNI = 4097
-	if a3, _ := pl.action(1, 0, NotDropped, Transposition{Outer: OuterPop, Push: other}, 7, nil, false); a3 == a1 {
+	if a3, _ := pl.action(&actionSpec{out: 1, drop: NotDropped, ht: Transposition{Outer: OuterPop, Push: other}, gen: 7}, false); a3 == a1 {
 		t.Errorf("pushes of different VNIs share an action")
 	}
-	if a4, _ := pl.action(1, 0, NotDropped, Transposition{Outer: OuterPop, Push: mk()}, 8, nil, false); a4 == a1 {
+	if a4, _ := pl.action(&actionSpec{out: 1, drop: NotDropped, ht: Transposition{Outer: OuterPop, Push: mk()}, gen: 8}, false); a4 == a1 {
 		t.Errorf("an action of generation 7 was reused in generation 8")
 	}
 }
@@ -41,17 +41,17 @@ func TestActionInternsPushByValue(t *testing.T) {
 func TestActionOwnKeptApart(t *testing.T) {
 	pl := &Pipeline{actions: map[actionKey]*Action{}}
 	ht := Transposition{Set: FieldSrcIP | FieldSrcPort, SrcIP: netip.MustParseAddr("192.168.1.10"), SrcPort: 40000}
-	a1, err := pl.action(1, 0, NotDropped, ht, 7, nil, true)
+	a1, err := pl.action(&actionSpec{out: 1, drop: NotDropped, ht: ht, gen: 7}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a2, err := pl.action(1, 0, NotDropped, ht, 7, nil, true)
+	a2, err := pl.action(&actionSpec{out: 1, drop: NotDropped, ht: ht, gen: 7}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	other := ht
 	other.SrcPort = 40001
-	a3, err := pl.action(1, 0, NotDropped, other, 7, nil, true)
+	a3, err := pl.action(&actionSpec{out: 1, drop: NotDropped, ht: other, gen: 7}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,18 +73,18 @@ func TestActionOwnKeptApart(t *testing.T) {
 			t.Errorf("the shared action %s writes a port", a.HT)
 		}
 	}
-	if a4, _ := pl.action(1, 0, NotDropped, ht, 8, nil, true); a4 == a1 {
+	if a4, _ := pl.action(&actionSpec{out: 1, drop: NotDropped, ht: ht, gen: 8}, true); a4 == a1 {
 		t.Errorf("an own action of generation 7 was reused in generation 8")
 	}
-	if _, err := pl.action(1, 0, NotDropped, Transposition{Set: FieldSrcIP | FieldSrcPort, SrcIP: netip.MustParseAddr("::ffff:1.2.3.4")}, 8, nil, true); err == nil {
+	if _, err := pl.action(&actionSpec{out: 1, drop: NotDropped, ht: Transposition{Set: FieldSrcIP | FieldSrcPort, SrcIP: netip.MustParseAddr("::ffff:1.2.3.4")}, gen: 8}, true); err == nil {
 		t.Errorf("own action with a 4-in-6 address: no error")
 	}
 	push := &Outer{Src: netip.MustParseAddr("192.168.1.10"), Dst: netip.MustParseAddr("192.168.1.20"), VNI: 4096}
-	p1, err := pl.action(1, 0, NotDropped, Transposition{Set: FieldSrcPort, SrcPort: 1, Push: push}, 8, nil, true)
+	p1, err := pl.action(&actionSpec{out: 1, drop: NotDropped, ht: Transposition{Set: FieldSrcPort, SrcPort: 1, Push: push}, gen: 8}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p2, err := pl.action(1, 0, NotDropped, Transposition{Set: FieldSrcPort, SrcPort: 2, Push: push}, 8, nil, true)
+	p2, err := pl.action(&actionSpec{out: 1, drop: NotDropped, ht: Transposition{Set: FieldSrcPort, SrcPort: 2, Push: push}, gen: 8}, true)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -68,12 +68,12 @@ func TestMeterCreditsRetiredFlows(t *testing.T) {
 func TestMeterNotShared(t *testing.T) {
 	pl := newPL(t, newPLSlow(t), FlowTableConfig{})
 	m1, m2 := &plMeter{}, &plMeter{}
-	a1, err := pl.action(1, 0, NotDropped, Transposition{}, 1, m1, false)
+	a1, err := pl.action(&actionSpec{out: 1, drop: NotDropped, ht: Transposition{}, gen: 1, meter: m1}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a2, _ := pl.action(1, 0, NotDropped, Transposition{}, 1, m2, false)
-	a3, _ := pl.action(1, 0, NotDropped, Transposition{}, 1, m1, false)
+	a2, _ := pl.action(&actionSpec{out: 1, drop: NotDropped, ht: Transposition{}, gen: 1, meter: m2}, false)
+	a3, _ := pl.action(&actionSpec{out: 1, drop: NotDropped, ht: Transposition{}, gen: 1, meter: m1}, false)
 	if a1 == a2 || a1 != a3 || a1.Meter != m1 || a2.Meter != m2 {
 		t.Errorf("actions for meters m1, m2, m1: %p %p %p (meters %v %v)", a1, a2, a3, a1.Meter, a2.Meter)
 	}

@@ -56,7 +56,8 @@ type Decision struct {
 	// decision dropped as DropRevalidated ends the connection.
 	Revalidating bool
 	// Gen is the policy generation the decision was made under (0: the
-	// generation the pipeline read at the start of the batch).
+	// generation the pipeline read at the start of the batch, which the
+	// pipeline then fills in).
 	Gen uint64
 	// ReplyAnySrcMAC: replies may come from any source MAC (they arrive
 	// on a port that does not check senders, such as the uplink, where
@@ -161,36 +162,54 @@ func (pl *Pipeline) FlowTable() *FlowTable { return pl.uft }
 // PipelineStats counts packets by path.
 type PipelineStats struct{ Fast, Slow uint64 }
 
-// action returns the shared action for a decision under generation gen.
-// An action of a connection's own (own, Decision.Own: it writes the
-// connection's ports) is shared too, with the connections that have the
-// same ports, but kept apart from the others, in a table keyed by the
-// action without its ports (itself shared) and the ports: that key is
-// small, the table can be bounded on its own, and such actions, one per
-// NAT binding, do not crowd the others out of theirs.
-func (pl *Pipeline) action(out PortID, mtu uint16, drop DropReason, ht Transposition, gen uint64, m Meter, own bool) (*Action, error) {
+// actionSpec is what an Action is compiled from: the output port and its
+// MTU, or the drop reason; the transposition; the policy generation it is
+// of; the meter of the flows that use it.
+type actionSpec struct {
+	out   PortID
+	mtu   uint16
+	drop  DropReason
+	ht    Transposition
+	gen   uint64
+	meter Meter
+}
+
+// spec returns what the action of decision d is compiled from.
+func (d *Decision) spec() actionSpec {
+	return actionSpec{out: d.Out, mtu: d.MTU, drop: d.Drop, ht: d.HT, gen: d.Gen, meter: d.Meter}
+}
+
+// action returns the shared action for s. An action of a connection's own
+// (own, Decision.Own: it writes the connection's ports) is shared too,
+// with the connections that have the same ports, but kept apart from the
+// others, in a table keyed by the action without its ports (itself
+// shared) and the ports: that key is small, the table can be bounded on
+// its own, and such actions, one per NAT binding, do not crowd the others
+// out of theirs.
+func (pl *Pipeline) action(s *actionSpec, own bool) (*Action, error) {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
-	if gen > pl.actGen {
+	if s.gen > pl.actGen {
 		clear(pl.actions)
 		pl.owns = nil
-		pl.actGen = gen
-	} else if gen < pl.actGen {
+		pl.actGen = s.gen
+	} else if s.gen < pl.actGen {
 		// A worker still deciding under an older policy: its actions
 		// are not shared.
-		return newMeteredAction(out, mtu, drop, ht, gen, m, nil)
+		return newMeteredAction(s, nil)
 	}
-	if !own || drop != NotDropped {
-		return pl.sharedLocked(out, mtu, drop, ht, gen, m)
+	if !own || s.drop != NotDropped {
+		return pl.sharedLocked(s)
 	}
 	const ports = FieldSrcPort | FieldDstPort | fieldEchoIDDst
-	bht := ht
-	bht.Set &^= ports
-	bht.SrcPort, bht.DstPort = 0, 0
-	base, err := pl.sharedLocked(out, mtu, drop, bht, gen, m)
+	bs := *s
+	bs.ht.Set &^= ports
+	bs.ht.SrcPort, bs.ht.DstPort = 0, 0
+	base, err := pl.sharedLocked(&bs)
 	if err != nil {
 		return nil, err
 	}
+	ht := &s.ht
 	k := ownKey{base: base, ports: ht.Set & ports}
 	if k.ports&FieldSrcPort != 0 {
 		k.sport = ht.SrcPort
@@ -205,7 +224,7 @@ func (pl *Pipeline) action(out PortID, mtu uint16, drop DropReason, ht Transposi
 	if slot.a != nil && slot.k == k {
 		return slot.a, nil
 	}
-	a, err := newMeteredAction(out, mtu, drop, ht, gen, m, base.pushed)
+	a, err := newMeteredAction(s, base.pushed)
 	if err != nil {
 		return nil, err
 	}
@@ -243,21 +262,21 @@ type ownSlot struct {
 	a *Action
 }
 
-// sharedLocked returns the shared action for a decision under generation
-// gen, the pipeline's; pl.mu is held.
-func (pl *Pipeline) sharedLocked(out PortID, mtu uint16, drop DropReason, ht Transposition, gen uint64, m Meter) (*Action, error) {
-	k := actionKey{out: out, mtu: mtu, drop: drop, ht: ht, meter: m}
-	if ht.Push != nil {
-		k.ht.Push, k.outer, k.push = nil, *ht.Push, true
+// sharedLocked returns the shared action for s, of the pipeline's
+// generation; pl.mu is held.
+func (pl *Pipeline) sharedLocked(s *actionSpec) (*Action, error) {
+	k := actionKey{out: s.out, mtu: s.mtu, drop: s.drop, ht: s.ht, meter: s.meter}
+	if s.ht.Push != nil {
+		k.ht.Push, k.outer, k.push = nil, *s.ht.Push, true
 	}
 	if a := pl.actions[k]; a != nil {
 		return a, nil
 	}
 	var push *pushHeaders
-	if ht.Push != nil && drop == NotDropped {
-		push = pl.pushHeaders(ht.Push)
+	if s.ht.Push != nil && s.drop == NotDropped {
+		push = pl.pushHeaders(s.ht.Push)
 	}
-	a, err := newMeteredAction(out, mtu, drop, ht, gen, m, push)
+	a, err := newMeteredAction(s, push)
 	if err != nil {
 		return nil, err
 	}
@@ -314,13 +333,8 @@ type Worker struct {
 	// resets it between packets.
 	Trace *Trace
 	// Flow is the flow the last packet used (nil if none), for tracing.
-	Flow *Flow
-	// kept is the connection the slow path installed for the packet, if
-	// any: the holder of its decision's state (settle).
-	kept *Conn
-	// noCache: the packet (an ICMP error) is decided alone.
-	noCache bool
-	quote   Quote
+	Flow  *Flow
+	quote Quote
 
 	// ctr are the worker's counters, published to the pipeline's
 	// readers; ports is the worker's own view of ctr.ports. A run of
@@ -381,6 +395,11 @@ func (w *Worker) countDrop(in PortID, r DropReason) {
 	}
 }
 
+// process runs packet p, of a batch that started under policy generation
+// gen: it decodes p, hands frames that are not IP flows to the switch
+// (SlowPath.Local), looks p's flow up (the worker's exact-match cache, then
+// the flow table) and applies its action (the fast path), or hands p to
+// the slow path.
 func (w *Worker) process(p *Packet, gen uint64, now int64) {
 	p.OutPort, p.Drop, p.Path, p.Rejected = NoPort, NotDropped, PathNone, NotDropped
 	w.Flow = nil
@@ -447,17 +466,13 @@ func (w *Worker) process(p *Packet, gen uint64, now int64) {
 	p.Path = PathSlow
 	w.slow++
 	w.endRun()
-	if icmpErr && w.related(p, pr, h, gen, now) {
-		return
-	}
+	sp := slowPacket{p: p, key: key, hash: hash, gen: gen, now: now, icmpErr: icmpErr, flow: f}
 	eth := Ethernet(b[h.Eth:])
-	var osrc, odst [16]byte
+	sp.src, sp.dst = eth.Src(), eth.Dst()
 	if outer != nil {
-		osrc, odst = outer.Src, outer.Dst
+		sp.outerSrc, sp.outerDst = outer.Src, outer.Dst
 	}
-	w.noCache = icmpErr
-	w.slowPath(p, key, hash, f, gen, now, eth.Src(), eth.Dst(), osrc, odst)
-	w.noCache = false
+	w.slowPath(&sp)
 }
 
 // decodePlain decodes p, which failed to decode, again without VXLAN
@@ -555,141 +570,236 @@ func (w *Worker) applyTo(p *Packet, b []byte, pr *Parsed, a *Action, hash uint32
 	p.OutPort = a.Out
 }
 
-func (w *Worker) slowPath(p *Packet, key *FlowKey, hash uint32, f *Flow, gen uint64, now int64, src, dst MAC, outerSrc, outerDst [16]byte) {
-	uft := w.pl.uft
-	pr := &w.parsed
-	once := false // decide this packet without touching the table
-	// held: the stateful connection p opens, decided alone: its state
-	// (backend, NAT mapping) holds for p as for the connection's own
-	// packets.
-	var held *Conn
-	if f != nil {
-		switch {
-		case uft.Expired(f, now) || restarts(f, pr.Tenant().TCPFlags):
-			w.Trace.Addf("flow %s expired or closed: removed", f.key)
-			uft.RemoveConn(f)
-			f = nil
-		case f.action.Load().Gen < gen && f.GuardMatches(src, dst, &outerSrc, &outerDst):
-			if c := f.conn.Load(); c != nil && c.Stateful {
-				if w.revalidate(p, f, c, hash, gen, now) {
-					return
-				}
-				f = nil
-			} else if w.Trace.On() {
-				w.Trace.Addf("revalidate flow %s (generation %d -> %d)", f.key, f.action.Load().Gen, gen)
-			}
-		case f.GuardMatches(src, dst, &outerSrc, &outerDst):
-			// Cached under a policy newer than this batch started with:
-			// another worker has decided it; decide this packet alone.
-			once, held = true, f.origin()
-		default:
-			if c := f.conn.Load(); c != nil && c.Stateful {
-				// The connection stays; this packet is decided alone.
-				w.Trace.Addf("flow %s is cached for other MACs or outer source: this packet decided on its own", f.key)
-				once, held = true, f.origin()
-				break
-			}
-			// A stateless flow: this packet's decision replaces it.
-			w.Trace.Addf("flow %s cached for other MACs or outer source: decided afresh", f.key)
-			uft.RemoveConn(f)
-			f = nil
-		}
+// slowPacket is a packet on the slow path: what the pipeline knows of it
+// beyond its bytes and its parse (Worker.parsed). process fills it in; the
+// stages of the slow path read it, and triage records in it what the
+// decision is for.
+type slowPacket struct {
+	p    *Packet
+	key  *FlowKey
+	hash uint32 // key.Hash()
+	// gen is the policy generation the batch started with, then the one
+	// the packet was decided under (Decision.Gen).
+	gen uint64
+	now int64
+	// The fields a flow's guard holds: the packet's MACs and, if it is
+	// encapsulated, its outer source and destination addresses (zero if
+	// not).
+	src, dst           MAC
+	outerSrc, outerDst [16]byte
+	// icmpErr: the packet is an ICMP error, never cached: it is
+	// translated as the replies of the connection it quotes a packet of
+	// are (related), or decided on its own.
+	icmpErr bool
+
+	// flow is the table's flow for the key that the fast path could not
+	// use; after triage, a stale stateless flow whose action the decision
+	// replaces, or nil for a new flow.
+	flow *Flow
+	// alone: the packet is decided on its own and the flow stays (triage).
+	alone bool
+	// held is the stateful connection a packet decided alone opens, if
+	// any: its state (backend, NAT mapping) holds for the packet as for
+	// the connection's own packets.
+	held *Conn
+}
+
+// slowPath handles a packet the fast path could not. An ICMP error related
+// to a stateful connection is translated as the connection's replies are.
+// Any other packet has what the table holds for its key sorted out
+// (triage), is decided by the layers (decide), and has its decision
+// carried out (commit: installed and applied).
+func (w *Worker) slowPath(sp *slowPacket) {
+	if sp.icmpErr && w.related(sp) {
+		return
 	}
-	v, orig := &w.view, &w.orig
-	v.FromParsed(p.Bytes(), pr, p.InPort)
-	*orig = *v
-	d := &w.dec // not a local: passed to an interface method, it would escape
-	*d = Decision{Now: now}
-	if held != nil {
-		d.State, d.Revalidating = held.State, true
+	if w.triage(sp) {
+		return
 	}
-	w.pl.slow.Decide(v, w.Trace, d)
-	if d.Gen != 0 {
-		gen = d.Gen
-	}
-	if held != nil {
-		w.kept = held
-		if d.Drop == DropRevalidated {
-			w.settle(d.State)
-			if !w.end(p, held) {
-				w.slowPath(p, key, hash, nil, gen, now, src, dst, outerSrc, outerDst)
-			}
+	d := w.decide(sp)
+	if sp.held != nil && d.Drop == DropRevalidated {
+		// The held connection's state no longer holds: the connection
+		// ends, and the packet, unless end answered it, is decided again
+		// as the first of a new one.
+		settle(d.State, sp.held)
+		if w.end(sp.p, sp.held) {
 			return
 		}
+		sp.flow, sp.alone, sp.held = nil, false, nil
+		d = w.decide(sp)
 	}
 	// State the decision allocated is given back unless a connection
 	// took it.
-	defer w.settle(d.State)
-	a, err := w.pl.action(d.Out, d.MTU, d.Drop, d.HT, gen, d.Meter, d.Own)
+	settle(d.State, w.commit(sp, d))
+}
+
+// triage sorts out sp.flow, the flow the table holds for the packet's key
+// that the fast path could not use, and reports whether that handled the
+// packet (a revalidated connection's). Otherwise it leaves in sp what the
+// decision is for: sp.flow, a stale stateless flow whose action the
+// decision replaces, or nil for a new flow; or sp.alone (and sp.held) for
+// a packet decided on its own while its flow stays.
+func (w *Worker) triage(sp *slowPacket) bool {
+	f := sp.flow
+	if f == nil {
+		return false
+	}
+	uft := w.pl.uft
+	switch {
+	case uft.Expired(f, sp.now) || restarts(f, w.parsed.Tenant().TCPFlags):
+		w.Trace.Addf("flow %s expired or closed: removed", f.key)
+		uft.RemoveConn(f)
+		sp.flow = nil
+	case f.action.Load().Gen < sp.gen && f.GuardMatches(sp.src, sp.dst, &sp.outerSrc, &sp.outerDst):
+		if c := f.conn.Load(); c != nil && c.Stateful {
+			if w.revalidate(sp, f, c) {
+				return true
+			}
+			sp.flow = nil
+		} else if w.Trace.On() {
+			w.Trace.Addf("revalidate flow %s (generation %d -> %d)", f.key, f.action.Load().Gen, sp.gen)
+		}
+	case f.GuardMatches(sp.src, sp.dst, &sp.outerSrc, &sp.outerDst):
+		// Cached under a policy newer than this batch started with:
+		// another worker has decided it; decide this packet alone.
+		sp.alone, sp.held = true, f.origin()
+	default:
+		if c := f.conn.Load(); c != nil && c.Stateful {
+			// The connection stays; this packet is decided alone.
+			w.Trace.Addf("flow %s is cached for other MACs or outer source: this packet decided on its own", f.key)
+			sp.alone, sp.held = true, f.origin()
+			break
+		}
+		// A stateless flow: this packet's decision replaces it.
+		w.Trace.Addf("flow %s cached for other MACs or outer source: decided afresh", f.key)
+		uft.RemoveConn(f)
+		sp.flow = nil
+	}
+	return false
+}
+
+// decide has the layers decide the packet (SlowPath.Decide) and returns
+// the decision, the worker's own. A packet of a held connection is decided
+// with the connection's state, as revalidation decides its origin. The
+// worker's views are left holding the packet as it arrived (orig) and as
+// the decision leaves it (view); the decision's generation becomes the
+// packet's.
+func (w *Worker) decide(sp *slowPacket) *Decision {
+	v := &w.view
+	v.FromParsed(sp.p.Bytes(), &w.parsed, sp.p.InPort)
+	w.orig = *v
+	d := &w.dec // not a local: passed to an interface method, it would escape
+	*d = Decision{Now: sp.now}
+	if sp.held != nil {
+		d.State, d.Revalidating = sp.held.State, true
+	}
+	w.pl.slow.Decide(v, w.Trace, d)
+	if d.Gen == 0 {
+		d.Gen = sp.gen
+	}
+	sp.gen = d.Gen
+	return d
+}
+
+// commit carries out decision d on the packet: it drops or rejects it,
+// applies d to it alone, or installs d and applies it (install). It
+// returns the connection that holds d's state now, if any: the held
+// connection of a packet decided alone, or the connection install made.
+func (w *Worker) commit(sp *slowPacket, d *Decision) *Conn {
+	p, pr := sp.p, &w.parsed
+	s := d.spec()
+	a, err := w.pl.action(&s, d.Own)
 	if err != nil {
 		w.Trace.Addf("transposition rejected: %v", err)
 		w.drop(p, DropTransposition)
-		return
+		return sp.held
 	}
 	if d.Reject && d.Drop != NotDropped {
 		w.reject(p, pr, d.Drop)
-		return
+		return sp.held
 	}
-	if d.NoCache || once || w.noCache {
-		w.apply(p, pr, a, hash)
-		return
+	if d.NoCache || sp.alone || sp.icmpErr {
+		w.apply(p, pr, a, sp.hash)
+		return sp.held
 	}
-	if f != nil {
-		// Stale stateless flow: keep it (and its counters), new action.
-		f.SetAction(a)
-		if f.Removed() {
-			f = nil
-		}
-	}
-	// blk holds the connection's flows and Conn when the decision is a
-	// new stateful connection's.
-	var blk *connBlock
+	return w.install(sp, d, a)
+}
+
+// install caches decision d, whose action is a, for the packet's flow,
+// with the reply direction of a stateful one (installReverse), and applies
+// it to the packet. It returns the flow's connection, which holds d's
+// state if it took it; nil if the flow table had no room for the flow.
+func (w *Worker) install(sp *slowPacket, d *Decision, a *Action) *Conn {
+	p, pr := sp.p, &w.parsed
+	// The packet as it arrived and as the decision left it (decide).
+	orig, final := &w.orig, &w.view
+	f, blk := w.insert(sp, a, d.Stateful && a.Drop == NotDropped && final.hasReply())
 	if f == nil {
-		var nf *Flow
-		if d.Stateful && a.Drop == NotDropped && v.hasReply() {
-			blk = new(connBlock)
-			nf = &blk.fwd
-			nf.init(*key, a, src, dst, outerSrc, outerDst, now)
-		} else {
-			nf = NewFlow(*key, a, src, dst, outerSrc, outerDst, now)
-		}
-		var evicted *Flow
-		f, evicted = uft.InsertEvict(nf)
-		if evicted != nil && w.Trace.On() {
-			origin := evicted
-			if c := evicted.conn.Load(); c != nil && c.fwd.Load() != nil {
-				origin = c.fwd.Load()
-			}
-			w.Trace.Addf("flow table full: evicted the connection of %s, idle since %s", origin.key, fmtNanos(connLastSeen(evicted)))
-		}
-		if f == nil {
-			if w.Trace.On() {
-				w.Trace.Addf("flow table full (%d flows, %s)", uft.Len(), uft.cfg.OnFull)
-			}
-			w.drop(p, DropFlowTableFull)
-			return
-		}
-		if f != nf {
-			f.SetAction(a) // another worker got there first
-			blk = nil
-		}
+		w.drop(p, DropFlowTableFull)
+		return nil
 	}
 	w.Flow = f
-	ok := a.Drop != NotDropped || w.installReverse(f, orig, v, d, gen, now, blk)
+	ok := a.Drop != NotDropped || w.installReverse(f, orig, final, d, blk)
 	// The connection, if it took the decision's state, releases it when
-	// it goes (even just below): settle must not release it again.
-	w.kept = f.conn.Load()
+	// it goes (even just below): the caller must not release it again.
+	c := f.conn.Load()
 	if !ok {
 		// A stateful connection whose replies could not be handled:
 		// undo it rather than send into a black hole.
-		uft.RemoveConn(f)
+		w.pl.uft.RemoveConn(f)
 		w.Flow = nil
 		w.drop(p, DropFlowTableFull)
-		return
+		return c
 	}
 	n := p.Len()
-	w.apply(p, pr, a, hash)
-	f.Account(n, pr.Tenant().TCPFlags, now)
+	w.apply(p, pr, a, sp.hash)
+	f.Account(n, pr.Tenant().TCPFlags, sp.now)
+	return c
+}
+
+// insert puts the packet's flow, with action a, in the table and returns
+// it. sp.flow, a stale stateless flow, keeps its counters and takes a,
+// unless it left the table meanwhile; otherwise a new flow goes in, made
+// with its connection and reply flow in one block (returned) if withConn
+// (a new stateful connection's). A flow another worker inserted first
+// takes a instead. insert returns nil if the table had no room.
+func (w *Worker) insert(sp *slowPacket, a *Action, withConn bool) (*Flow, *connBlock) {
+	if f := sp.flow; f != nil {
+		// Stale stateless flow: keep it (and its counters), new action.
+		f.SetAction(a)
+		if !f.Removed() {
+			return f, nil
+		}
+	}
+	uft := w.pl.uft
+	var blk *connBlock
+	var nf *Flow
+	if withConn {
+		blk = new(connBlock)
+		nf = &blk.fwd
+		nf.init(*sp.key, a, sp.src, sp.dst, sp.outerSrc, sp.outerDst, sp.now)
+	} else {
+		nf = NewFlow(*sp.key, a, sp.src, sp.dst, sp.outerSrc, sp.outerDst, sp.now)
+	}
+	f, evicted := uft.InsertEvict(nf)
+	if evicted != nil && w.Trace.On() {
+		origin := evicted
+		if c := evicted.conn.Load(); c != nil && c.fwd.Load() != nil {
+			origin = c.fwd.Load()
+		}
+		w.Trace.Addf("flow table full: evicted the connection of %s, idle since %s", origin.key, fmtNanos(connLastSeen(evicted)))
+	}
+	if f == nil {
+		if w.Trace.On() {
+			w.Trace.Addf("flow table full (%d flows, %s)", uft.Len(), uft.cfg.OnFull)
+		}
+		return nil, nil
+	}
+	if f != nf {
+		f.SetAction(a) // another worker got there first
+		blk = nil
+	}
+	return f, blk
 }
 
 // reject drops p for reason r and, where an answer is due, turns it into
@@ -706,11 +816,9 @@ func (w *Worker) reject(p *Packet, pr *Parsed, r DropReason) {
 	p.OutPort, p.Rejected = p.InPort, r
 }
 
-// settle releases state st (a decision's Decision.State) unless the
-// connection the slow path just installed, w.kept, holds it.
-func (w *Worker) settle(st any) {
-	c := w.kept
-	w.kept = nil
+// settle releases state st (a decision's Decision.State) unless connection
+// c (nil if none), the one the slow path installed or kept, holds it.
+func settle(st any, c *Conn) {
 	r, ok := st.(Releaser)
 	if !ok {
 		return
@@ -723,13 +831,16 @@ func (w *Worker) settle(st any) {
 	r.Release()
 }
 
-// installReverse installs the reply direction of a stateful decision, or
-// pairs a stateless flow with a reply flow already present. It reports
-// false if a stateful connection's reply flow could not be installed (the
-// table is full). blk, if not nil, is the block f is the fwd of: the
-// connection and its reply flow are made in it.
-func (w *Worker) installReverse(f *Flow, orig, final *View, d *Decision, gen uint64, now int64, blk *connBlock) bool {
+// installReverse installs the reply direction of decision d, a stateful
+// one whose forward flow is f, or pairs a stateless flow with a reply flow
+// already present. orig and final are the packet d was made for as it
+// arrived and as d leaves it. installReverse reports false if a stateful
+// connection's reply flow could not be installed (the table is full). blk,
+// if not nil, is the block f is the fwd of: the connection and its reply
+// flow are made in it.
+func (w *Worker) installReverse(f *Flow, orig, final *View, d *Decision, blk *connBlock) bool {
 	uft := w.pl.uft
+	now := d.Now
 	reply := final.Reversed()
 	rkey := reply.Key(d.Out)
 	if !d.Stateful || !final.hasReply() {
@@ -739,7 +850,8 @@ func (w *Worker) installReverse(f *Flow, orig, final *View, d *Decision, gen uin
 		return true
 	}
 	rht := ReverseHT(orig, final)
-	ra, err := w.pl.action(orig.InPort, d.ReplyMTU, NotDropped, rht, gen, d.Meter, d.Own && rht.Set&FieldDstPort != 0)
+	rs := actionSpec{out: orig.InPort, mtu: d.ReplyMTU, drop: NotDropped, ht: rht, gen: d.Gen, meter: d.Meter}
+	ra, err := w.pl.action(&rs, d.Own && rht.Set&FieldDstPort != 0)
 	if err != nil {
 		w.Trace.Addf("reverse transposition rejected: %v", err)
 		return true
@@ -777,21 +889,7 @@ func (w *Worker) installReverse(f *Flow, orig, final *View, d *Decision, gen uin
 	} else {
 		rf = NewFlow(rkey, ra, src, MAC{}, Addr16(reply.OuterSrc), Addr16(reply.OuterDst), now)
 	}
-	got := uft.Insert(rf)
-	if got != nil && got != rf {
-		// A flow for the reply key exists (the reply raced us, a
-		// stateless one from before, or a flow of another connection):
-		// this connection's replaces it. The other direction of that
-		// flow's connection goes too (unless it is f), or it would go
-		// on translating for a connection whose state is released.
-		uft.Remove(got)
-		if oc := got.conn.Load(); oc != nil {
-			if o := oc.Other(got); o != nil && o != got && o != f {
-				uft.Remove(o)
-			}
-		}
-		got = uft.Insert(rf)
-	}
+	got := uft.insertReply(rf, f)
 	if got == nil {
 		w.Trace.Addf("reply flow %s not installed: flow table full", rkey)
 		return false
@@ -806,11 +904,12 @@ func (w *Worker) installReverse(f *Flow, orig, final *View, d *Decision, gen uin
 	return true
 }
 
-// revalidate re-decides a stateful connection from its origin after a
-// policy change, then handles packet p (of flow f) with the new decision.
-// It reports false if p must take the slow path as a new flow.
-func (w *Worker) revalidate(p *Packet, f *Flow, c *Conn, hash uint32, gen uint64, now int64) bool {
-	switch w.redecide(c, gen, now) {
+// revalidate re-decides stateful connection c from its origin after a
+// policy change, then handles the packet (of c's flow f) with the new
+// decision. It reports false if the packet must be decided as a new flow's.
+func (w *Worker) revalidate(sp *slowPacket, f *Flow, c *Conn) bool {
+	p := sp.p
+	switch w.redecide(c, sp.gen, sp.now) {
 	case connGone:
 		return false
 	case stateGone:
@@ -821,8 +920,8 @@ func (w *Worker) revalidate(p *Packet, f *Flow, c *Conn, hash uint32, gen uint64
 	}
 	w.Flow = f
 	n := p.Len()
-	w.apply(p, &w.parsed, f.action.Load(), hash)
-	f.Account(n, w.parsed.Tenant().TCPFlags, now)
+	w.apply(p, &w.parsed, f.action.Load(), sp.hash)
+	f.Account(n, w.parsed.Tenant().TCPFlags, sp.now)
 	return true
 }
 
@@ -858,27 +957,27 @@ func (w *Worker) redecide(c *Conn, gen uint64, now int64) redecision {
 		w.Trace.Addf("revalidate connection %s (generation %d -> %d)", fwd.key, old, gen)
 	}
 	w.pl.slow.Decide(v, w.Trace, d)
-	if d.Gen != 0 {
-		gen = d.Gen
+	if d.Gen == 0 {
+		d.Gen = gen
 	}
 	// The connection keeps the state it has; anything the decision
 	// allocated beside it is given back.
-	w.kept = c
-	w.settle(d.State)
+	settle(d.State, c)
 	switch {
 	case fwd.Removed():
 		return connGone
 	case d.Drop == DropRevalidated:
 		return stateGone
 	}
-	a, err := w.pl.action(d.Out, d.MTU, d.Drop, d.HT, gen, d.Meter, d.Own)
+	s := d.spec()
+	a, err := w.pl.action(&s, d.Own)
 	if err != nil {
 		w.Trace.Addf("transposition rejected: %v", err)
 		return stateGone
 	}
 	fwd.SetAction(a)
 	if a.Drop == NotDropped && d.Stateful {
-		w.installReverse(fwd, orig, v, d, gen, now, nil)
+		w.installReverse(fwd, orig, v, d, nil)
 	} else if r := c.rev.Load(); r != nil {
 		// The reply direction is no longer implied by the origin's
 		// decision: it goes through the layers on its own next time.
@@ -919,14 +1018,16 @@ func fmtNanos(ns int64) string {
 	return strconv.FormatFloat(float64(ns)/1e9, 'f', 6, 64) + "s"
 }
 
-// related translates ICMP error p, whose headers h are, as the replies of
-// the stateful connection it quotes a packet of are translated: the quoted
-// packet gets back the addresses and ports its sender knows (RFC 5508
-// section 4 for NAT; the same for any stateful translation), every checksum
-// follows, and the error goes where the connection's replies go. It reports
-// false if p quotes no packet of a live stateful connection; p then takes
-// the slow path like any other packet.
-func (w *Worker) related(p *Packet, pr *Parsed, h *Headers, gen uint64, now int64) bool {
+// related translates ICMP error sp.p as the replies of the stateful
+// connection it quotes a packet of are translated: the quoted packet gets
+// back the addresses and ports its sender knows (RFC 5508 section 4 for
+// NAT; the same for any stateful translation), every checksum follows, and
+// the error goes where the connection's replies go. It reports false if the
+// error quotes no packet of a live stateful connection; it then takes the
+// slow path like any other packet.
+func (w *Worker) related(sp *slowPacket) bool {
+	p, pr := sp.p, &w.parsed
+	h := pr.Tenant()
 	q := &w.quote
 	b := p.Bytes()
 	if !ParseQuote(b, h, q) || q.L4 == 0 && !q.LaterFragment && (q.Proto == ProtoTCP || q.Proto == ProtoUDP) {
@@ -935,35 +1036,9 @@ func (w *Worker) related(p *Packet, pr *Parsed, h *Headers, gen uint64, now int6
 	// The quote is a packet of the connection as it left the switch the
 	// way the error came in; the error travels as a reply to it.
 	qv := q.View(p.InPort)
-	rv := qv.Reversed()
-	if pr.Encap {
-		// Arrived in a tunnel, as the connection's replies do: their
-		// flow is keyed with the tunnel's VNI.
-		rv.Encap, rv.VNI = true, pr.VNI
-	}
-	k := rv.Key(p.InPort)
-	uft := w.pl.uft
-	f := uft.Lookup(&k, k.Hash())
-	if f == nil || f.Removed() || uft.Expired(f, now) {
+	f := w.quotedFlow(sp, &qv)
+	if f == nil {
 		return false
-	}
-	c := f.conn.Load()
-	if c == nil || !c.Stateful {
-		return false
-	}
-	if f.action.Load().Gen < gen {
-		// The policy changed since the connection's last packet: it is
-		// revalidated first, as that packet would be.
-		rev := f != c.fwd.Load()
-		if w.redecide(c, gen, now) != redecided {
-			uft.RemoveConn(c.fwd.Load())
-			return false
-		}
-		if rev {
-			if f = c.rev.Load(); f == nil {
-				return false
-			}
-		}
 	}
 	a := f.action.Load()
 	if a.Drop != NotDropped || pr.Encap && a.HT.Outer != OuterPop {
@@ -971,28 +1046,9 @@ func (w *Worker) related(p *Packet, pr *Parsed, h *Headers, gen uint64, now int6
 		// UDP checksum updated for the quote too: not translated.)
 		return false
 	}
-	t := &a.HT
-	var r QuoteRewrite
-	if t.Set&FieldDstIP != 0 {
-		r.Set, r.SrcIP = r.Set|FieldSrcIP, t.DstIP
-	}
-	if t.Set&FieldSrcIP != 0 {
-		r.Set, r.DstIP = r.Set|FieldDstIP, t.SrcIP
-	}
-	if t.Set&FieldDstPort != 0 {
-		r.Set, r.SrcPort = r.Set|FieldSrcPort, t.DstPort
-	}
-	if t.Set&FieldSrcPort != 0 {
-		r.Set, r.DstPort = r.Set|FieldDstPort, t.SrcPort
-	}
-	// The error itself goes where replies go, from where it came: its
-	// source is translated only if it is the connection's peer itself.
-	ht := *t
-	ht.Set &^= FieldSrcPort | FieldDstPort | fieldEchoIDDst
-	if h.Src != q.Dst {
-		ht.Set &^= FieldSrcIP
-	}
-	oa, err := w.pl.action(a.Out, a.MTU, NotDropped, ht, a.Gen, nil, false)
+	r, ht := quoteRewrite(&a.HT, h.Src == q.Dst)
+	es := actionSpec{out: a.Out, mtu: a.MTU, drop: NotDropped, ht: ht, gen: a.Gen}
+	oa, err := w.pl.action(&es, false)
 	if err != nil {
 		return false
 	}
@@ -1006,4 +1062,68 @@ func (w *Worker) related(p *Packet, pr *Parsed, h *Headers, gen uint64, now int6
 	}
 	w.apply(p, pr, oa, f.hash)
 	return true
+}
+
+// quotedFlow returns the flow that an ICMP error quoting packet qv travels
+// as a reply of: a flow of a live stateful connection, revalidated first if
+// the policy changed since the connection's last packet; nil if there is
+// none.
+func (w *Worker) quotedFlow(sp *slowPacket, qv *View) *Flow {
+	rv := qv.Reversed()
+	if pr := &w.parsed; pr.Encap {
+		// Arrived in a tunnel, as the connection's replies do: their
+		// flow is keyed with the tunnel's VNI.
+		rv.Encap, rv.VNI = true, pr.VNI
+	}
+	k := rv.Key(sp.p.InPort)
+	uft := w.pl.uft
+	f := uft.Lookup(&k, k.Hash())
+	if f == nil || f.Removed() || uft.Expired(f, sp.now) {
+		return nil
+	}
+	c := f.conn.Load()
+	if c == nil || !c.Stateful {
+		return nil
+	}
+	if f.action.Load().Gen < sp.gen {
+		// The policy changed since the connection's last packet: it is
+		// revalidated first, as that packet would be.
+		rev := f != c.fwd.Load()
+		if w.redecide(c, sp.gen, sp.now) != redecided {
+			uft.RemoveConn(c.fwd.Load())
+			return nil
+		}
+		if rev {
+			f = c.rev.Load() // nil if the reply direction went
+		}
+	}
+	return f
+}
+
+// quoteRewrite returns what an ICMP error related to a connection gets,
+// where t is the transposition of the connection's replies: the rewrite of
+// its quote (the reverse of t's address and port changes), and the
+// error's own transposition. The error goes where replies go, from where it
+// came: t without its port changes, and without its source address unless
+// the error comes from the connection's peer itself (fromPeer).
+func quoteRewrite(t *Transposition, fromPeer bool) (QuoteRewrite, Transposition) {
+	var r QuoteRewrite
+	if t.Set&FieldDstIP != 0 {
+		r.Set, r.SrcIP = r.Set|FieldSrcIP, t.DstIP
+	}
+	if t.Set&FieldSrcIP != 0 {
+		r.Set, r.DstIP = r.Set|FieldDstIP, t.SrcIP
+	}
+	if t.Set&FieldDstPort != 0 {
+		r.Set, r.SrcPort = r.Set|FieldSrcPort, t.DstPort
+	}
+	if t.Set&FieldSrcPort != 0 {
+		r.Set, r.DstPort = r.Set|FieldDstPort, t.SrcPort
+	}
+	ht := *t
+	ht.Set &^= FieldSrcPort | FieldDstPort | fieldEchoIDDst
+	if !fromPeer {
+		ht.Set &^= FieldSrcIP
+	}
+	return r, ht
 }

@@ -589,6 +589,26 @@ func (t *FlowTable) Remove(f *Flow) bool {
 	return ok
 }
 
+// insertReply inserts rf, the reply flow of fwd's connection, and returns
+// it, or nil if the table is full. A flow for the reply key that is there
+// already (the reply raced the connection, a stateless one from before, or
+// a flow of another connection) is replaced. The other direction of that
+// flow's connection goes too (unless it is fwd), or it would go on
+// translating for a connection whose state is released.
+func (t *FlowTable) insertReply(rf, fwd *Flow) *Flow {
+	got := t.Insert(rf)
+	if got == nil || got == rf {
+		return got
+	}
+	t.Remove(got)
+	if oc := got.conn.Load(); oc != nil {
+		if o := oc.Other(got); o != nil && o != got && o != fwd {
+			t.Remove(o)
+		}
+	}
+	return t.Insert(rf)
+}
+
 // origin returns the stateful connection f is the origin of, or nil.
 func (f *Flow) origin() *Conn {
 	if c := f.conn.Load(); c != nil && c.Stateful && c.fwd.Load() == f {
