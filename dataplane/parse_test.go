@@ -14,6 +14,8 @@ import (
 
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
+
+	"github.com/ufp-dev/ufp/internal/testenv"
 )
 
 // Fixture MACs: A and B are tenant endpoints, C and D VXLAN tunnel
@@ -1266,11 +1268,8 @@ func TestParseInlining(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the package")
 	}
-	gotool, err := exec.LookPath("go")
-	if err != nil {
-		t.Skipf("no go tool: %v", err)
-	}
-	out, err := exec.Command(gotool, "build", "-gcflags=-m", "-o", "/dev/null", ".").CombinedOutput()
+	testenv.NeedTool(t, "go")
+	out, err := exec.Command("go", "build", "-gcflags=-m", "-o", "/dev/null", ".").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go build -gcflags=-m: %v\n%s", err, out)
 	}

@@ -3,12 +3,15 @@ package device
 import (
 	"strings"
 	"testing"
+
+	"github.com/ufp-dev/ufp/internal/testenv"
 )
 
 // TestDedicate checks that an uplink interface is kept from the kernel's
 // stack (no ARP answers, no IPv6) and given back as it was.
 func TestDedicate(t *testing.T) {
 	requireNetAdmin(t)
+	testenv.NeedTool(t, "sysctl")
 	ns := newNetns(t)
 	mustRun(t, "ip", "-n", ns, "link", "add", "up0", "type", "veth", "peer", "name", "up1")
 	get := func(key string) string {

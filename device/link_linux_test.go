@@ -19,24 +19,20 @@ import (
 	"time"
 
 	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/internal/testenv"
 )
 
 // This file holds the helpers of the Linux device tests (namespaces,
 // commands, frames, a reader with timeouts) and the tests of the link
 // helpers.
 
-// requireNetAdmin skips t unless it can make namespaces, TAPs and veths.
+// requireNetAdmin skips t unless it can make namespaces, TAPs and veths
+// (or fails it under CI=true).
 func requireNetAdmin(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root and /dev/net/tun: not root")
-	}
-	if _, err := os.Stat("/dev/net/tun"); err != nil {
-		t.Skipf("needs root and /dev/net/tun: %v", err)
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("needs iproute2's ip")
-	}
+	testenv.NeedRoot(t)
+	testenv.NeedTUN(t)
+	testenv.NeedTool(t, "ip")
 }
 
 // cmdOut runs a command with a deadline and returns its output, or an

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/internal/testenv"
 )
 
 // The segment of the Raw tests: a veth pair between two test namespaces,
@@ -38,6 +39,7 @@ type rawEnv struct {
 // address and its static neighbour entry for the test's host.
 func newRawEnv(t testing.TB) rawEnv {
 	t.Helper()
+	testenv.NeedTool(t, "sysctl")
 	e := rawEnv{up: newNetns(t), peer: newNetns(t)}
 	for _, ns := range []string{e.up, e.peer} {
 		mustRun(t, "ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1")
@@ -161,6 +163,7 @@ func TestRawTraffic(t *testing.T) {
 // and offsets that finish its checksum.
 func TestRawPartialChecksum(t *testing.T) {
 	requireNetAdmin(t)
+	testenv.NeedTool(t, "bash")
 	e := newRawEnv(t)
 	up := openUplink(t, e, rawOptions{})
 	r := newReader(t, up, 16)

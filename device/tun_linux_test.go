@@ -11,7 +11,6 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"os"
 	"os/exec"
 	"runtime"
 	"slices"
@@ -23,24 +22,18 @@ import (
 
 	"github.com/ufp-dev/ufp/dataplane"
 	"github.com/ufp-dev/ufp/device"
+	"github.com/ufp-dev/ufp/internal/testenv"
 )
 
 // tunTestNS creates a network namespace for the test, deleted (by its
 // exact name) when the test ends, and returns its name and path. It skips
-// the test without root, /dev/net/tun or iproute2.
+// the test without root, /dev/net/tun or iproute2 (or fails it under
+// CI=true).
 func tunTestNS(t *testing.T) (name, path string) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("skipped: creating a TUN in a network namespace needs root")
-	}
-	f, err := os.OpenFile("/dev/net/tun", os.O_RDWR, 0)
-	if err != nil {
-		t.Skipf("skipped: no usable /dev/net/tun: %v", err)
-	}
-	f.Close()
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("skipped: iproute2's ip is not installed")
-	}
+	testenv.NeedRoot(t)
+	testenv.NeedTUN(t)
+	testenv.NeedTool(t, "ip")
 	var r [4]byte
 	rand.Read(r[:])
 	name = "ufptun-" + hex.EncodeToString(r[:])

@@ -7,7 +7,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os/exec"
 	"runtime"
 	"strings"
 	"sync"
@@ -18,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/internal/testenv"
 )
 
 // The XDP tests use the Raw tests' segment (newRawEnv): up0 in the
@@ -719,9 +719,7 @@ func TestXDPJumbo(t *testing.T) {
 // once the peer's tx checksumming is off.
 func TestXDPPeerChecksumOffload(t *testing.T) {
 	requireXDP(t)
-	if _, err := exec.LookPath("ethtool"); err != nil {
-		t.Skip("needs ethtool")
-	}
+	testenv.NeedTool(t, "ethtool", "bash")
 	e := newXDPEnv(t)
 	up := openXDPUplink(t, e, XDPConfig{})
 	r := newReader(t, up, 16)

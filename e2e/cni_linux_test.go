@@ -25,6 +25,7 @@ import (
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/ufp-dev/ufp/api"
 	"github.com/ufp-dev/ufp/hns"
+	"github.com/ufp-dev/ufp/internal/testenv"
 	"github.com/ufp-dev/ufp/vfp"
 	"github.com/ufp-dev/ufp/vswitch"
 )
@@ -85,13 +86,7 @@ type cniLab struct {
 // go command the test is skipped, or fails under CI.
 func cniBuild(t *testing.T) string {
 	t.Helper()
-	goCmd, err := exec.LookPath("go")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("the go command is not on PATH, and CI=true: it builds cnitool, host-local and ufp-cni")
-		}
-		t.Skip("needs the go command to build cnitool, host-local and ufp-cni: not on PATH")
-	}
+	testenv.NeedTool(t, "go")
 	dir := filepath.Join(t.TempDir(), "bin")
 	for name, pkg := range map[string]string{
 		"cnitool":    "github.com/containernetworking/cni/cnitool",
@@ -99,7 +94,7 @@ func cniBuild(t *testing.T) string {
 		"ufp-cni":    "github.com/ufp-dev/ufp/cmd/ufp-cni",
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		out, err := exec.CommandContext(ctx, goCmd, "build", "-o", filepath.Join(dir, name), pkg).CombinedOutput()
+		out, err := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(dir, name), pkg).CombinedOutput()
 		cancel()
 		if err != nil {
 			t.Fatalf("building %s (%s): %v\n%s", name, pkg, err, out)
@@ -296,8 +291,7 @@ func ipOf(res *types100.Result, v4 bool) string {
 // endpoints of its conf only. A conf in the flannel/win-overlay shape
 // makes an endpoint with its OutBoundNAT and SDNRoute policies.
 func TestCNI(t *testing.T) {
-	l := newLab(t)
-	requireTools(t, "ping")
+	l := newLab(t, "ping")
 	cl := newCNILab(t, l)
 	ctx := context.Background()
 	pods := l.tag + "-pods"

@@ -12,8 +12,7 @@ import (
 // outside, and the uplink's link going down and up again (traffic over
 // it works again once it is up).
 func TestUfpdFaults(t *testing.T) {
-	l := newLab(t)
-	requireTools(t, "ping")
+	l := newLab(t, "ping")
 	a, b, c, d := onePod{"pod-a", 0x10}, onePod{"pod-b", 0x11}, onePod{"pod-c", 0x12}, onePod{"pod-d", 0x13}
 	o := l.newOneNode([]onePod{a, b, c, d}, nil)
 	nsA, nsB := o.pods[a.name], o.pods[b.name]

@@ -15,8 +15,7 @@ import (
 // TCP, UDP and ICMP echo, IPv4 and IPv6 (the pods are dual-stack
 // endpoints, the node's vNIC has an address of each family).
 func TestUfpdFlows(t *testing.T) {
-	l := newLab(t)
-	requireTools(t, "ping")
+	l := newLab(t, "ping")
 	a, b, c := onePod{"pod-a", 0x10}, onePod{"pod-b", 0x11}, onePod{"pod-c", 0x12}
 	o := l.newOneNode([]onePod{a, b, c}, []string{b.name, c.name})
 	nsA, nsB, nsC := o.pods[a.name], o.pods[b.name], o.pods[c.name]
@@ -89,7 +88,7 @@ func TestUfpdFlows(t *testing.T) {
 	} {
 		t.Run(s.name, func(t *testing.T) {
 			t.Run("tcp", func(t *testing.T) {
-				requireTools(t, "curl")
+				l.in(t).need("curl")
 				url := "http://" + hostPort(s.vip, 80) + "/"
 				balanced(t, []string{b.name, c.name}, func() (string, error) {
 					out, err := l.cmd(nsA, "curl", "-sS", "-g", "--max-time", "3", url)

@@ -25,8 +25,7 @@ import (
 // The pods of both nodes reach each other both ways, IPv4 and IPv6 inside
 // (IPv4 outside), over ICMP and TCP.
 func TestUfpdKernelVXLAN(t *testing.T) {
-	l := newLab(t)
-	requireTools(t, "ping", "bridge")
+	l := newLab(t, "ping", "bridge", "sysctl")
 	n1, n2 := overlayNode{1}, overlayNode{2}
 	node1, node2 := l.netns("node1"), l.netns("node2")
 	// node2's eth0 has the MAC node1's policy knows for 192.168.70.2, and
@@ -119,8 +118,8 @@ func TestUfpdKernelVXLAN(t *testing.T) {
 	// and ufpd does not segment yet (the performance work's software GSO),
 	// so node2's eth0 segments them itself.
 	t.Run("tcp", func(t *testing.T) {
-		requireTools(t, "ethtool")
 		l := l.in(t)
+		l.need("ethtool")
 		l.must(node2, "ethtool", "-K", "eth0", "tx-udp_tnl-segmentation", "off", "tx-udp_tnl-csum-segmentation", "off")
 		if err := tcp(); err != nil {
 			t.Error(err)

@@ -80,8 +80,7 @@ func (n l2Node) policy(peers ...l2Node) *vswitch.Config {
 // subnet is in its OutBoundNAT exception list) and the host behind the
 // router translated to its node's address.
 func TestUfpdL2Bridge(t *testing.T) {
-	l := newLab(t)
-	requireTools(t, "ping")
+	l := newLab(t, "ping", "sysctl")
 	n1, n2 := l2Node{1}, l2Node{2}
 	underlay, ext := l.netns("underlay"), l.netns("router")
 	node1, node2 := l.netns("node1"), l.netns("node2")

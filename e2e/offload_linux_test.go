@@ -51,8 +51,7 @@ func (c linkCounts) avg(later linkCounts, rx bool) float64 {
 // the underlay are coalesced into super-frames again (GRO) before they
 // are written to the pod.
 func TestUfpdTSO(t *testing.T) {
-	requireTools(t, "ping")
-	l := newLab(t)
+	l := newLab(t, "ping")
 	n1, n2 := overlayNode{1}, overlayNode{2}
 	node1, node2 := l.netns("node1"), l.netns("node2")
 	l.veth(node1, "eth0", "", node2, "eth0", "")

@@ -16,8 +16,7 @@ import (
 // removed) is applied; the transfer completes with every byte. SIGTERM
 // then removes every TAP ufpd made (checked by stop).
 func TestUfpdReload(t *testing.T) {
-	l := newLab(t)
-	requireTools(t, "ping")
+	l := newLab(t, "ping")
 	a, b, c, d := onePod{"pod-a", 0x10}, onePod{"pod-b", 0x11}, onePod{"pod-c", 0x12}, onePod{"pod-d", 0x13}
 	o := l.newOneNode([]onePod{a, b, c}, nil)
 	nsA, nsB, nsC := o.pods[a.name], o.pods[b.name], o.pods[c.name]

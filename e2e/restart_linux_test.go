@@ -41,8 +41,7 @@ import (
 // changes things, the unrestorable endpoint can be deleted, and SIGTERM
 // removes every TAP and gives the uplink back as it was.
 func TestUfpdRestart(t *testing.T) {
-	l := newLab(t)
-	requireTools(t, "ping")
+	l := newLab(t, "ping", "sysctl")
 	start := time.Now()
 	o := &oneNode{l: l, node: l.netns("node"), ext: l.netns("ext"), pods: map[string]string{}}
 	l.veth(o.node, "eth0", "", o.ext, "eth0", oneExtMAC)

@@ -104,8 +104,7 @@ func (n overlayNode) start(l *lab, node string, c *vswitch.Config) (*ufpd, map[s
 // RemoteEndpoint) is reached from a pod on node1 and its connections land
 // on both nodes' backends.
 func TestUfpdTwoNodeOverlay(t *testing.T) {
-	l := newLab(t)
-	requireTools(t, "ping")
+	l := newLab(t, "ping")
 	n1, n2 := overlayNode{1}, overlayNode{2}
 	node1, node2 := l.netns("node1"), l.netns("node2")
 	l.veth(node1, "eth0", "", node2, "eth0", "")
@@ -181,8 +180,8 @@ func TestUfpdTwoNodeOverlay(t *testing.T) {
 	}
 
 	t.Run("iperf3", func(t *testing.T) {
-		requireTools(t, "iperf3")
 		l := l.in(t)
+		l.need("iperf3")
 		l.bg(a2, "iperf3", "-s", "-1", "-B", ip2, "-p", "5201")
 		time.Sleep(300 * time.Millisecond) // the server's listen
 		out, err := l.cmd(a1, "iperf3", "-c", ip2, "-p", "5201", "-t", "2", "-J")
@@ -211,7 +210,7 @@ func TestUfpdTwoNodeOverlay(t *testing.T) {
 	})
 
 	t.Run("service-backends-on-both-nodes", func(t *testing.T) {
-		requireTools(t, "curl")
+		l.in(t).need("curl")
 		balanced(t, []string{"n1-web", "n2-web"}, func() (string, error) {
 			out, err := l.cmd(a1, "curl", "-sS", "--max-time", "3", "http://10.96.0.20:80/")
 			if err != nil {

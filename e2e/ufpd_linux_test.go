@@ -23,7 +23,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	mrand "math/rand/v2"
@@ -45,6 +44,7 @@ import (
 
 	"github.com/ufp-dev/ufp/device"
 	"github.com/ufp-dev/ufp/hns"
+	"github.com/ufp-dev/ufp/internal/testenv"
 	"github.com/ufp-dev/ufp/vfp"
 	"github.com/ufp-dev/ufp/vswitch"
 )
@@ -56,41 +56,13 @@ const labCmdTimeout = 20 * time.Second
 // servers.
 const labIOTimeout = 10 * time.Second
 
-// toolPackages names the Debian package of each optional tool.
-var toolPackages = map[string]string{
-	"ping":    "iputils-ping",
-	"iperf3":  "iperf3",
-	"curl":    "curl",
-	"nc":      "netcat-openbsd",
-	"ethtool": "ethtool",
-	"bridge":  "iproute2",
-}
-
-// requireTools skips the test unless every tool is installed.
-func requireTools(t *testing.T, tools ...string) {
-	t.Helper()
-	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("needs %s (Debian package %s): not found on PATH", tool, toolPackages[tool])
-		}
-	}
-}
-
 // requireLab skips the test unless it can build topologies: root,
-// /dev/net/tun and the ip command.
+// /dev/net/tun and the ip command (or fails it under CI=true).
 func requireLab(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: it creates network namespaces, veths and TAP devices (run the tests as root)")
-	}
-	f, err := os.OpenFile("/dev/net/tun", os.O_RDWR, 0)
-	if err != nil {
-		t.Skipf("needs /dev/net/tun for ufpd's TAP devices: %v", err)
-	}
-	f.Close()
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("needs the ip command (Debian package iproute2)")
-	}
+	testenv.NeedRoot(t)
+	testenv.NeedTUN(t)
+	testenv.NeedTool(t, "ip")
 }
 
 // ufpdBuild is ufpd built once per test binary.
@@ -100,21 +72,17 @@ var ufpdBuild struct {
 	err  error
 }
 
-// errNoGo says that ufpd cannot be built here: no go command.
-var errNoGo = errors.New("the go command, to build ufpd, is not on PATH (or set UFP_E2E_UFPD to a ufpd binary)")
-
 // ufpdBinary returns the path of ufpd: UFP_E2E_UFPD if set, else ufpd
-// built on first use (with the race detector if this test binary has it).
+// built on first use (with the race detector if this test binary has it),
+// which needs the go command.
 func ufpdBinary(t *testing.T) string {
 	t.Helper()
 	if p := os.Getenv("UFP_E2E_UFPD"); p != "" {
 		return p
 	}
+	testenv.NeedTool(t, "go")
 	ufpdBuild.once.Do(func() { ufpdBuild.path, ufpdBuild.err = buildUfpd() })
-	switch {
-	case errors.Is(ufpdBuild.err, errNoGo):
-		t.Skip(ufpdBuild.err)
-	case ufpdBuild.err != nil:
+	if ufpdBuild.err != nil {
 		t.Fatalf("building ufpd: %v", ufpdBuild.err)
 	}
 	return ufpdBuild.path
@@ -140,7 +108,7 @@ func raceEnabled() bool {
 func buildUfpd() (string, error) {
 	goCmd, err := exec.LookPath("go")
 	if err != nil {
-		return "", errNoGo
+		return "", err
 	}
 	dir := filepath.Join(os.TempDir(), "ufp-e2e")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -182,22 +150,53 @@ type lab struct {
 type labState struct {
 	tag string // ufpe-pPID-XXXX: the prefix of every name the test makes
 
-	mu   sync.Mutex
-	made map[string]uint64 // namespace name -> its inode
+	mu    sync.Mutex
+	made  map[string]uint64 // namespace name -> its inode
+	tools map[string]bool   // the programs the test may run (newLab, need)
 }
 
-// newLab skips the test unless it can run and registers the final check
-// that everything the test made is gone.
-func newLab(t *testing.T) *lab {
+// newLab skips the test unless it can run, with every program of tools
+// (what the test runs besides ip and ufpd), and registers the final check
+// that everything the test made is gone. A subtest that alone runs a
+// program declares it with need.
+func newLab(t *testing.T, tools ...string) *lab {
 	t.Helper()
 	requireLab(t)
+	testenv.NeedTool(t, tools...)
 	sweepNamespaces(t)
 	var b [2]byte
 	rand.Read(b[:])
 	tag := fmt.Sprintf("ufpe-p%d-%s", os.Getpid(), hex.EncodeToString(b[:]))
-	l := &lab{t: t, labState: &labState{tag: tag, made: map[string]uint64{}}}
+	l := &lab{t: t, labState: &labState{tag: tag, made: map[string]uint64{}, tools: map[string]bool{"ip": true}}}
+	for _, tool := range tools {
+		l.tools[tool] = true
+	}
 	t.Cleanup(l.checkGone) // registered first: runs last
 	return l
+}
+
+// need skips l's test unless every program of tools is installed, and
+// lets the lab run them.
+func (l *lab) need(tools ...string) {
+	l.t.Helper()
+	testenv.NeedTool(l.t, tools...)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, tool := range tools {
+		l.tools[tool] = true
+	}
+}
+
+// declared returns an error unless the test declared program (newLab or
+// need) or names it by its path (ufpd): a program it runs undeclared would
+// fail the test, rather than skip it, where it is not installed.
+func (l *lab) declared(program string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.tools[program] || strings.Contains(program, "/") {
+		return nil
+	}
+	return fmt.Errorf("the test runs %s without declaring it: add it to newLab's tools (or to need, in the subtest that runs it)", program)
 }
 
 // sweepNamespaces removes the namespaces of test binaries that died
@@ -305,6 +304,9 @@ func (l *lab) checkGone() {
 // cmd runs a command, in namespace ns unless ns is "", bounded by
 // labCmdTimeout, and returns its combined output.
 func (l *lab) cmd(ns string, args ...string) (string, error) {
+	if err := l.declared(args[0]); err != nil {
+		return "", err
+	}
 	if ns != "" {
 		args = append([]string{"ip", "netns", "exec", ns}, args...)
 	}
@@ -367,6 +369,9 @@ func (l *lab) linkExists(ns, ifname string) bool {
 func (l *lab) bg(ns string, args ...string) *exec.Cmd {
 	t := l.t
 	t.Helper()
+	if err := l.declared(args[0]); err != nil {
+		t.Fatal(err)
+	}
 	c := exec.Command("ip", append([]string{"netns", "exec", ns}, args...)...)
 	var out syncBuffer
 	c.Stdout, c.Stderr = &out, &out

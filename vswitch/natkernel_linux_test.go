@@ -26,6 +26,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/internal/testenv"
 )
 
 // A differential test of outbound NAT: the same flows leave a pod through
@@ -95,15 +96,12 @@ type nkReport struct {
 	Frames []string `json:",omitempty"` // a capture, hex
 }
 
+// nkRequire skips t unless it can build the topology and run nft (or
+// fails it under CI=true).
 func nkRequire(t *testing.T) {
 	t.Helper()
 	tapRequire(t)
-	if _, err := exec.LookPath("nft"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("nft is missing (.ci/run installs nftables)")
-		}
-		t.Skip("needs nft (apt-get install nftables)")
-	}
+	testenv.NeedTool(t, "nft")
 }
 
 // nkOutcome is what a flow did on one path. NATSource and AtExt may differ

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/internal/testenv"
 )
 
 // tapDevice is a Device over a TAP interface opened without IFF_VNET_HDR:
@@ -125,18 +126,13 @@ func (d *tapDevice) Close() error {
 	return err
 }
 
-// tapRequire skips t unless it can create TAP interfaces and namespaces.
+// tapRequire skips t unless it can create TAP interfaces and namespaces
+// (or fails it under CI=true).
 func tapRequire(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (network namespaces and TAP interfaces)")
-	}
-	if _, err := os.Stat("/dev/net/tun"); err != nil {
-		t.Skipf("needs /dev/net/tun: %v", err)
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("needs iproute2's ip")
-	}
+	testenv.NeedRoot(t)
+	testenv.NeedTUN(t)
+	testenv.NeedTool(t, "ip")
 }
 
 // runCmd runs a command with a deadline and fails t with its output if it

@@ -23,6 +23,7 @@ import (
 	"testing"
 
 	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/internal/testenv"
 	"github.com/ufp-dev/ufp/vswitch"
 )
 
@@ -37,18 +38,12 @@ const tsharkErrorSeverity = "8388608"
 var tsharkKeep = []string{"frame", "pkt_comment", "pcapng", "eth", "ethertype", "vlan", "arp",
 	"ip", "ipv6", "tcp", "udp", "icmp", "icmpv6", "vxlan", "data"}
 
-// tshark returns the path of tshark, or skips the test when it is not
-// installed; under CI (CI=true) a missing tshark is a failure.
+// tshark returns the command to run tshark, or skips the test when it is
+// not installed; under CI (CI=true) a missing tshark is a failure.
 func tshark(t *testing.T) string {
 	t.Helper()
-	p, err := exec.LookPath("tshark")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("tshark not installed, and CI=true: .ci/run must install it (apt-get install tshark): %v", err)
-		}
-		t.Skip("tshark not installed: apt-get install tshark")
-	}
-	return p
+	testenv.NeedTool(t, "tshark")
+	return "tshark"
 }
 
 var tsharkProtocols = sync.OnceValues(func() ([]string, error) {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/ufp-dev/ufp/api"
 	"github.com/ufp-dev/ufp/hns"
+	"github.com/ufp-dev/ufp/internal/testenv"
 	"github.com/ufp-dev/ufp/vswitch"
 )
 
@@ -45,21 +46,18 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// ufpdBinary builds cmd/ufpd once and returns its path.
+// ufpdBinary builds cmd/ufpd once and returns its path. It skips t
+// without the go command (or fails it under CI=true).
 func ufpdBinary(t *testing.T) string {
 	t.Helper()
+	testenv.NeedTool(t, "go")
 	b := &ufpdBuild
 	b.once.Do(func() {
-		goTool, err := exec.LookPath("go")
-		if err != nil {
-			b.err = fmt.Errorf("the go command, to build ufpd: %w", err)
-			return
-		}
 		if b.dir, b.err = os.MkdirTemp("", "ufpctl-test-"); b.err != nil {
 			return
 		}
 		b.bin = filepath.Join(b.dir, "ufpd")
-		out, err := exec.Command(goTool, "build", "-o", b.bin, "github.com/ufp-dev/ufp/cmd/ufpd").CombinedOutput()
+		out, err := exec.Command("go", "build", "-o", b.bin, "github.com/ufp-dev/ufp/cmd/ufpd").CombinedOutput()
 		if err != nil {
 			b.err = fmt.Errorf("building ufpd: %v\n%s", err, out)
 		}

@@ -9,7 +9,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"log/slog"
-	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ufp-dev/ufp/device"
+	"github.com/ufp-dev/ufp/internal/testenv"
 )
 
 // runCmd runs a command with a deadline and fails t if it fails.
@@ -32,15 +32,13 @@ func runCmd(t *testing.T, name string, args ...string) string {
 }
 
 // xdpTestNS makes a namespace with a veth pair up0/peer0 in it, deleted
-// by its exact name when the test ends, and returns its name.
+// by its exact name when the test ends, and returns its name. It skips
+// t without root or the programs the test runs (or fails it under
+// CI=true).
 func xdpTestNS(t *testing.T) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: makes a namespace, a veth pair and an XDP program")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("needs iproute2's ip")
-	}
+	testenv.NeedRoot(t)
+	testenv.NeedTool(t, "ip", "cat")
 	var rnd [4]byte
 	rand.Read(rnd[:])
 	ns := "ufpdxdp-" + hex.EncodeToString(rnd[:])
