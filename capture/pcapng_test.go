@@ -2,6 +2,8 @@ package capture
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -130,7 +132,19 @@ func FuzzReadFrames(f *testing.F) {
 	var b bytes.Buffer
 	WriteFrames(&b, "fuzz", []string{"a"}, []Frame{{Port: "a", Time: time.Unix(1, 0), Data: frame(60)}})
 	f.Add(b.Bytes())
+	// The project's own captures, whole and cut in half.
+	seeds, _ := filepath.Glob(filepath.Join("..", "testdata", "scenarios", "*", "*.pcapng"))
+	more, _ := filepath.Glob(filepath.Join("..", "cmd", "ufp-replay", "quickstart", "*.pcapng"))
+	for _, p := range append(seeds, more...) {
+		c, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(c)
+		f.Add(c[:len(c)/2])
+	}
 	f.Add([]byte{})
+	f.Add([]byte{0x0a, 0x0d, 0x0d, 0x0a})
 	f.Fuzz(func(t *testing.T, in []byte) {
 		frames, err := ReadFrames(in)
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/gopacket/gopacket/layers"
+	"github.com/ufp-dev/ufp/capture"
 )
 
 // Inputs of the ACL scenarios: HNS ACL (endpoint) and NetworkACL (network)
@@ -45,7 +46,7 @@ var aclFamilies = []aclFamily{
 	{"IPv6", func(p aclPod) string { return p.ip6 }, aclFar6},
 }
 
-var aclScenarios = map[string]func() []Frame{
+var aclScenarios = map[string]func() []capture.Frame{
 	// Allow and Block in each direction, IPv4 then IPv6. pod-a's ACLs:
 	// web-in allows TCP to its port 80 and ssh-in blocks its port 22
 	// (In); dns-out allows UDP to port 53 and smtp-out blocks TCP to port
@@ -60,7 +61,7 @@ var aclScenarios = map[string]func() []Frame{
 	// the default allows it. The rule counters give each rule's hits
 	// (first packets) and the packets and bytes of the flows it decided,
 	// replies and cached drops included.
-	"acl-allow-block": func() []Frame {
+	"acl-allow-block": func() []capture.Frame {
 		var s seq
 		a, b := aclPodA, aclPodB
 		for _, f := range aclFamilies {
@@ -107,7 +108,7 @@ var aclScenarios = map[string]func() []Frame{
 	// are answered on the fast path. The counters: each rule's hits are
 	// the packets it decided, and only the rules that decided something
 	// are listed: tie-allow, tie-pass, tie2-pass and lab-host never did.
-	"acl-priorities": func() []Frame {
+	"acl-priorities": func() []capture.Frame {
 		var s seq
 		a, b := aclPodA, aclPodB
 		sport := 40000
@@ -179,7 +180,7 @@ var aclScenarios = map[string]func() []Frame{
 	// with the packets it dropped; deny-out decided nothing and is not
 	// listed. The port-unreachable is delivered without a rule, as a
 	// reply is ("related to connection" in the trace).
-	"acl-stateful": func() []Frame {
+	"acl-stateful": func() []capture.Frame {
 		var s seq
 		a, b, c, far, far6 := aclPodA, aclPodB, aclPodC, aclFar, aclFar6
 		// TCP between pods: out (pod-a), then web-in (pod-b).
@@ -239,7 +240,7 @@ var aclScenarios = map[string]func() []Frame{
 	// the connection, 3 of them allowed by web-out before; web-in and
 	// tls-out each count the SYN deny-in or deny-out dropped under the
 	// first policy; deny-in has the server's segment of #15.
-	"acl-policy-change": func() []Frame {
+	"acl-policy-change": func() []capture.Frame {
 		var s seq
 		a, far := aclPodA, aclFar
 		s.add(a.port, tcp(a.mac, macRouter, a.ip4, 40000, far, 80, "S", ""))     // #1 web-out
@@ -288,7 +289,7 @@ var aclScenarios = map[string]func() []Frame{
 	// net-pass on pod-b and pod-c where it stood, no-ssh where it was
 	// overridden; telnet, no-dns and smtp never decided anything and are
 	// not listed.
-	"acl-network-wide": func() []Frame {
+	"acl-network-wide": func() []capture.Frame {
 		var s seq
 		a, b, c := aclPodA, aclPodB, aclPodC
 		for _, f := range aclFamilies {
@@ -331,7 +332,7 @@ var aclScenarios = map[string]func() []Frame{
 	// reaching the VIP itself is its own client: the load balancer
 	// translates the source to the SourceVIP, and from-svip decides. The
 	// counters list no host-addr, vip-port or vip-addr.
-	"acl-nat-lb": func() []Frame {
+	"acl-nat-lb": func() []capture.Frame {
 		var s seq
 		a, b, vip, far, host, cl, r := lbPodA, lbPodB, "10.96.0.10", natFar, natHost, lbClient, lbRemote
 		s.add(a.port, tcp(a.mac, macDR, a.ip4, 40000, vip, 80, "S", ""))                       // to-web, from-a

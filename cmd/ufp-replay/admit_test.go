@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ufp-dev/ufp/capture"
 	"github.com/ufp-dev/ufp/vswitch"
 )
 
@@ -30,7 +31,7 @@ func TestReplayNotForThisSwitch(t *testing.T) {
 	s.add("uplink", udp(macRouter, "02:00:00:00:77:77", natFar, 53, natHost, 41000, "for another"))
 	s.add("uplink", udp(macRouter, macUp, natFar, 53, natHost, 41000, "answer"))
 	var in bytes.Buffer
-	if err := WriteFrames(&in, portNames(policy), s.frames); err != nil {
+	if err := capture.WriteFrames(&in, "ufp-replay", portNames(policy), s.frames); err != nil {
 		t.Fatal(err)
 	}
 	res, err := Run(&Scenario{Policy: policy, In: in.Bytes()})

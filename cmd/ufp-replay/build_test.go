@@ -9,6 +9,7 @@ import (
 
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
+	"github.com/ufp-dev/ufp/capture"
 )
 
 // Builders for scenario inputs: deterministic frames made with gopacket.
@@ -26,21 +27,21 @@ const (
 
 // seq builds a list of input frames with increasing timestamps.
 type seq struct {
-	frames []Frame
+	frames []capture.Frame
 	at     time.Duration
 }
 
 // add appends a frame entering on port after the previous one by step.
 func (s *seq) add(port string, data []byte) *seq {
 	s.at += time.Millisecond
-	s.frames = append(s.frames, Frame{Port: port, Time: epoch.Add(s.at), Data: data})
+	s.frames = append(s.frames, capture.Frame{Port: port, Time: epoch.Add(s.at), Data: data})
 	return s
 }
 
 // addAt appends a frame at the given offset from the epoch.
 func (s *seq) addAt(at time.Duration, port string, data []byte) *seq {
 	s.at = at
-	s.frames = append(s.frames, Frame{Port: port, Time: epoch.Add(at), Data: data})
+	s.frames = append(s.frames, capture.Frame{Port: port, Time: epoch.Add(at), Data: data})
 	return s
 }
 

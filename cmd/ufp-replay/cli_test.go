@@ -12,6 +12,7 @@ import (
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcapgo"
+	"github.com/ufp-dev/ufp/capture"
 )
 
 // ufp runs the command with args and returns its exit code and output.
@@ -161,7 +162,7 @@ func TestCLIUnknownInterface(t *testing.T) {
 	s.add("pod-z", arpRequest(macA, "10.0.0.10", "10.0.0.11"))
 	s.add("pod-a", arpRequest(macA, "10.0.0.10", "10.0.0.11"))
 	var in bytes.Buffer
-	if err := WriteFrames(&in, nil, s.frames); err != nil {
+	if err := capture.WriteFrames(&in, "ufp-replay", nil, s.frames); err != nil {
 		t.Fatal(err)
 	}
 	inPath := writeFile(t, filepath.Join(dir, "in.pcapng"), in.Bytes())
@@ -230,20 +231,20 @@ func TestCLICheckTraceDiff(t *testing.T) {
 func TestCLICheckFrameDiff(t *testing.T) {
 	dir := copyScenario(t, filepath.Join("..", "..", "testdata", "scenarios", "pod-to-pod"))
 	path := filepath.Join(dir, "want.pcapng")
-	want, err := ReadFrames(readFile(t, path))
+	want, err := capture.ReadFrames(readFile(t, path))
 	if err != nil || len(want) < 3 {
 		t.Fatalf("want.pcapng: %d frames, %v", len(want), err)
 	}
 	ports := inputPorts(t, dir)
-	write := func(frames []Frame) {
+	write := func(frames []capture.Frame) {
 		var b bytes.Buffer
-		if err := WriteFrames(&b, ports, frames); err != nil {
+		if err := capture.WriteFrames(&b, "ufp-replay", ports, frames); err != nil {
 			t.Fatal(err)
 		}
 		writeFile(t, path, b.Bytes())
 	}
 
-	altered := append([]Frame{}, want...)
+	altered := append([]capture.Frame{}, want...)
 	altered[1].Data = patch(altered[1].Data, 20, altered[1].Data[20]^0xff)
 	write(altered)
 	code, out, errs := ufp(t, "-check", dir)
@@ -285,11 +286,11 @@ func TestCLIOutAndTrace(t *testing.T) {
 	if got, want := string(readFile(t, tracePath)), string(readFile(t, filepath.Join("quickstart", "want-trace.txt"))); got != want {
 		t.Errorf("trace file differs:\n%s", DiffLines(want, got))
 	}
-	got, err := ReadFrames(readFile(t, outPath))
+	got, err := capture.ReadFrames(readFile(t, outPath))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := ReadFrames(readFile(t, filepath.Join("quickstart", "want.pcapng")))
+	want, err := capture.ReadFrames(readFile(t, filepath.Join("quickstart", "want.pcapng")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -344,10 +345,10 @@ func TestReadFrames(t *testing.T) {
 	s.add("pod-b", udp(macB, macA, "10.0.0.11", 53, "10.0.0.10", 5000, "x"))
 	s.add("pod-a", udp(macA, macB, "10.0.0.10", 5000, "10.0.0.11", 53, "y"))
 	var b bytes.Buffer
-	if err := WriteFrames(&b, []string{"uplink", "pod-b"}, s.frames); err != nil {
+	if err := capture.WriteFrames(&b, "ufp-replay", []string{"uplink", "pod-b"}, s.frames); err != nil {
 		t.Fatal(err)
 	}
-	got, err := ReadFrames(b.Bytes())
+	got, err := capture.ReadFrames(b.Bytes())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -373,10 +374,10 @@ func TestReadFrames(t *testing.T) {
 
 	// No frames at all.
 	b.Reset()
-	if err := WriteFrames(&b, nil, nil); err != nil {
+	if err := capture.WriteFrames(&b, "ufp-replay", nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := ReadFrames(b.Bytes()); err != nil || len(got) != 0 {
+	if got, err := capture.ReadFrames(b.Bytes()); err != nil || len(got) != 0 {
 		t.Errorf("empty capture: %d frames, %v", len(got), err)
 	}
 
@@ -405,7 +406,7 @@ func TestReadFrames(t *testing.T) {
 				t.Fatal(err)
 			}
 			w.Flush()
-			if _, err := ReadFrames(b.Bytes()); err == nil || !strings.Contains(err.Error(), tt.want) {
+			if _, err := capture.ReadFrames(b.Bytes()); err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("ReadFrames error %v, want %q", err, tt.want)
 			}
 		})
@@ -420,43 +421,4 @@ func TestDiffLines(t *testing.T) {
 	if d := DiffLines("a\nb\nc\nd\ne\nf\ng\n", "a\nb\nc\nD\nE\ne\nf\ng\n"); d != want {
 		t.Errorf("DiffLines =\n%s\nwant\n%s", d, want)
 	}
-}
-
-// FuzzReadFrames feeds arbitrary bytes to ReadFrames: it must never panic,
-// and what it accepts must survive WriteFrames and ReadFrames again.
-func FuzzReadFrames(f *testing.F) {
-	seeds, _ := filepath.Glob(filepath.Join("..", "..", "testdata", "scenarios", "*", "*.pcapng"))
-	seeds = append(seeds, qsIn, filepath.Join("quickstart", "want.pcapng"))
-	for _, p := range seeds {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(b)
-		f.Add(b[:len(b)/2])
-	}
-	f.Add([]byte{})
-	f.Add([]byte{0x0a, 0x0d, 0x0d, 0x0a})
-	f.Fuzz(func(t *testing.T, b []byte) {
-		frames, err := ReadFrames(b)
-		if err != nil {
-			return
-		}
-		var out bytes.Buffer
-		if err := WriteFrames(&out, nil, frames); err != nil {
-			t.Fatalf("WriteFrames of frames ReadFrames accepted: %v", err)
-		}
-		again, err := ReadFrames(out.Bytes())
-		if err != nil {
-			t.Fatalf("ReadFrames of WriteFrames output: %v", err)
-		}
-		if len(again) != len(frames) {
-			t.Fatalf("%d frames, then %d", len(frames), len(again))
-		}
-		for i := range frames {
-			if frames[i].Port != again[i].Port || !bytes.Equal(frames[i].Data, again[i].Data) {
-				t.Fatalf("frame %d changed in the round trip", i+1)
-			}
-		}
-	})
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/ufp-dev/ufp/capture"
 	"github.com/ufp-dev/ufp/vswitch"
 )
 
@@ -89,7 +90,7 @@ func lcsDiff(a, b []string) []string {
 // DiffFrames compares two frame lists frame by frame and describes the
 // differences, or returns "" if they are equal. vxlanPort is the policy's
 // VXLAN port, for describing frames (0 for 4789).
-func DiffFrames(want, got []Frame, vxlanPort uint16) string {
+func DiffFrames(want, got []capture.Frame, vxlanPort uint16) string {
 	var out strings.Builder
 	shown := 0
 	for i := 0; i < max(len(want), len(got)) && shown < 5; i++ {

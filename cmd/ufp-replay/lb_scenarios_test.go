@@ -13,6 +13,7 @@ import (
 
 	"github.com/gopacket/gopacket/layers"
 
+	"github.com/ufp-dev/ufp/capture"
 	"github.com/ufp-dev/ufp/lb"
 )
 
@@ -92,7 +93,7 @@ func (t *lbTable) pick(proto uint8, src string, sport int, vip string, vport int
 // to ours, in VXLAN to this node.
 func lbFromRemote(inner []byte) []byte { return overlayIn(lbRemotePA, lbHost, inner) }
 
-var lbScenarios = map[string]func() []Frame{
+var lbScenarios = map[string]func() []capture.Frame{
 	// ClusterIP, IPv4 and IPv6 (a dual-stack Service is two load
 	// balancers): pod-a opens TCP connections to 10.96.0.10:80 and
 	// [fd00:96::10]:80, from successive ports until each backend has had
@@ -103,7 +104,7 @@ var lbScenarios = map[string]func() []Frame{
 	// comes back from the VIP's 53; a backend's ICMP port-unreachable
 	// reaches pod-a from the VIP, quoting the query as pod-a sent it (to
 	// the VIP's 53).
-	"lb-clusterip": func() []Frame {
+	"lb-clusterip": func() []capture.Frame {
 		var s seq
 		a := lbPodA
 		for _, fam := range []struct {
@@ -151,7 +152,7 @@ var lbScenarios = map[string]func() []Frame{
 	// 10.96.0.20:80. pod-b connects from the same port 40000: its
 	// connection gets another SourceVIP port (the pool's first free one of
 	// the same parity, 1024), and its reply reaches pod-b. UDP too.
-	"lb-remote-sourcevip": func() []Frame {
+	"lb-remote-sourcevip": func() []capture.Frame {
 		var s seq
 		a, b, vip, r, svip := lbPodA, lbPodB, "10.96.0.20", lbRemote, lbSourceVIP
 		s.add(a.port, tcp(a.mac, macDR, a.ip4, 40000, vip, 80, "S", ""))                                              // pod-a's syn to the VIP
@@ -175,7 +176,7 @@ var lbScenarios = map[string]func() []Frame{
 	// mapping is not ILB, so the uplink balances it too) is translated to
 	// the SourceVIP all the same: the client is behind no port of this
 	// switch, so the reply must come back through the node.
-	"lb-dsr": func() []Frame {
+	"lb-dsr": func() []capture.Frame {
 		var s seq
 		a, vip, r := lbPodA, "10.96.0.21", lbRemote
 		s.add(a.port, tcp(a.mac, macDR, a.ip4, 40000, vip, 80, "S", ""))                                               // syn to the VIP
@@ -201,7 +202,7 @@ var lbScenarios = map[string]func() []Frame{
 	// the node and keeps the client's address. Both are LocalRoutedVIP
 	// (port mapping Flags 2): pod-a reaches them at the host's address
 	// too.
-	"lb-nodeport": func() []Frame {
+	"lb-nodeport": func() []capture.Frame {
 		var s seq
 		a, b, c, host, cl, svip := lbPodA, lbPodB, lbPodC, lbHost, lbClient, lbSourceVIP
 		np := newLBTable(lb.PerConnection, b.ip4, lbRemote)
@@ -243,7 +244,7 @@ var lbScenarios = map[string]func() []Frame{
 	// ClusterIP, reached from pod-a; ext-pdip an external IP on the
 	// underlay (Flags 8|16 VipExternalIP: the host answers ARP for it),
 	// reached from the network and from pod-a.
-	"lb-preserve-dip": func() []Frame {
+	"lb-preserve-dip": func() []capture.Frame {
 		var s seq
 		a, b, vip, ext, cl := lbPodA, lbPodB, "10.96.0.50", "192.168.1.50", lbClient
 		s.add(a.port, tcp(a.mac, macDR, a.ip4, 40000, vip, 80, "S", ""))                        // pod-a's syn to the ClusterIP
@@ -266,7 +267,7 @@ var lbScenarios = map[string]func() []Frame{
 	// on the fast path. A connection the table sends to pod-b keeps pod-a's
 	// address. web-v6 has no SourceVIP: a connection the table would send
 	// to pod-a itself goes to the next backend, pod-b, instead.
-	"lb-hairpin": func() []Frame {
+	"lb-hairpin": func() []capture.Frame {
 		var s seq
 		a, b, vip, vip6, svip := lbPodA, lbPodB, "10.96.0.10", "fd00:96::10", lbSourceVIP
 		web := newLBTable(lb.PerConnection, a.ip4, b.ip4)
@@ -301,7 +302,7 @@ var lbScenarios = map[string]func() []Frame{
 	// replay's clock is the packets' timestamps): the affinity has
 	// expired, and pod-a's next connections go to pod-d, by the table and
 	// then by affinity.
-	"lb-affinity": func() []Frame {
+	"lb-affinity": func() []capture.Frame {
 		var s seq
 		a, vip := lbPodA, "10.96.0.40"
 		ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
@@ -336,7 +337,7 @@ var lbScenarios = map[string]func() []Frame{
 	// segment, and pod-a's new SYN from the same port reaches pod-b.
 	// pod-c's UDP flow ends too: its next query is balanced afresh, to
 	// pod-b, and nothing is lost; pod-b's answer comes from the VIP.
-	"lb-backend-removed": func() []Frame {
+	"lb-backend-removed": func() []capture.Frame {
 		var s seq
 		a, vip := lbPodA, "10.96.0.10"
 		t := newLBTable(lb.PerConnection, lbPodB.ip4, lbPodC.ip4)
@@ -379,7 +380,7 @@ var lbScenarios = map[string]func() []Frame{
 	// is cached, so a retry is answered again. "down" has one backend,
 	// pod-b, which is Unhealthy: refused the same way, while pod-b is
 	// still reached directly.
-	"lb-no-backends": func() []Frame {
+	"lb-no-backends": func() []capture.Frame {
 		var s seq
 		a, b := lbPodA, lbPodB
 		for range 2 { // the first try and a retry
@@ -401,7 +402,7 @@ var lbScenarios = map[string]func() []Frame{
 	// names every backend (they are nearly all different). The first
 	// backend of each family answers, and its reply reaches pod-a from the
 	// VIP.
-	"lb-5000-backends": func() []Frame {
+	"lb-5000-backends": func() []capture.Frame {
 		var s seq
 		a := lbPodA
 		v4, v6 := lbBig5000()

@@ -30,6 +30,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ufp-dev/ufp/capture"
 	"github.com/ufp-dev/ufp/vswitch"
 )
 
@@ -197,12 +198,12 @@ func portNames(c *vswitch.Config) []string {
 	return ps
 }
 
-func writePcap(path string, ports []string, frames []Frame) error {
+func writePcap(path string, ports []string, frames []capture.Frame) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	if err := WriteFrames(f, ports, frames); err != nil {
+	if err := capture.WriteFrames(f, "ufp-replay", ports, frames); err != nil {
 		f.Close()
 		return fmt.Errorf("%s: %w", path, err)
 	}
@@ -287,7 +288,7 @@ func Check(dir fs.FS, ports []string, vxlanPort uint16, res *Result) (string, er
 	if err != nil {
 		return "", err
 	}
-	want, err := ReadFrames(wantPcap)
+	want, err := capture.ReadFrames(wantPcap)
 	if err != nil {
 		return "", fmt.Errorf("want.pcapng: %w", err)
 	}

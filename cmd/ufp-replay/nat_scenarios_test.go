@@ -8,6 +8,7 @@ import (
 
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
+	"github.com/ufp-dev/ufp/capture"
 )
 
 // Inputs of the NAT scenarios: OutBoundNAT and PortMapping endpoint
@@ -74,10 +75,10 @@ func icmpError(smac, dmac, src, dst string, typ, code uint8, mtu uint16, quoted 
 	return serialize(eth(smac, dmac, et), ipl, ic, append(hdr, q...))
 }
 
-var natScenarios = map[string]func() []Frame{
+var natScenarios = map[string]func() []capture.Frame{
 	// Overlay: a TCP connection to the Internet, translated to the host's
 	// address; the replies come from the router to the host's address.
-	"nat-tcp": func() []Frame {
+	"nat-tcp": func() []capture.Frame {
 		var s seq
 		a, far, host := natPodA, natFar, natHost
 		s.add("pod-a", tcp(macA, macDR, a, 40000, far, 80, "S", ""))                                  // syn
@@ -92,7 +93,7 @@ var natScenarios = map[string]func() []Frame{
 	},
 	// L2Bridge: a UDP request and its response; a datagram from another
 	// host to the same external port is no reply, and goes nowhere.
-	"nat-udp": func() []Frame {
+	"nat-udp": func() []capture.Frame {
 		var s seq
 		a, far, host := natPodA, natFar, natHost
 		s.add("uplink", arpRequest(macRouter, "192.168.1.1", host))                         // the router resolves the host
@@ -108,7 +109,7 @@ var natScenarios = map[string]func() []Frame{
 	// identifier; pod-b's is the same, so it is translated to another, and
 	// back in the quote of a time-exceeded for its request. And ICMPv6
 	// echo, with Nat66.
-	"nat-ping": func() []Frame {
+	"nat-ping": func() []capture.Frame {
 		var s seq
 		a, b, a6, far, far6, host, host6 := natPodA, natPodB, natPodA6, natFar, natFar6, natHost, natHost6
 		sentB := icmpEcho(macUp, macRouter, host, far, false, 0, 1)        // pod-b's request as it left
@@ -126,7 +127,7 @@ var natScenarios = map[string]func() []Frame{
 	// and 3; two routers on the way report time-exceeded, the destination
 	// port-unreachable, each quoting the translated probe; each error
 	// reaches the pod with its quote translated back.
-	"nat-ttl-exceeded": func() []Frame {
+	"nat-ttl-exceeded": func() []capture.Frame {
 		var s seq
 		a, far, host := natPodA, natFar, natHost
 		for i, router := range []string{"192.168.1.1", "198.51.100.1", far} {
@@ -146,7 +147,7 @@ var natScenarios = map[string]func() []Frame{
 	// fragmentation-needed (quoting 548 bytes, as routers do), and a NAT66
 	// one with packet-too-big (quoting what fits in 1280 bytes); both reach
 	// the pod translated.
-	"nat-frag-needed": func() []Frame {
+	"nat-frag-needed": func() []capture.Frame {
 		var s seq
 		x, y := strings.Repeat("x", 1400-28), strings.Repeat("y", 1400-48)
 		sent := withDF(udp(macUp, macRouter, natHost, 44000, natFar, 9000, x))    // as it left
@@ -163,7 +164,7 @@ var natScenarios = map[string]func() []Frame{
 	// (Exceptions) and the management subnet (ExceptionList): traffic
 	// there leaves with the pod's own address, and replies come back to
 	// it. Traffic to the Internet is translated.
-	"nat-exceptions": func() []Frame {
+	"nat-exceptions": func() []capture.Frame {
 		var s seq
 		a, far, host, node := natPodA, natFar, natHost, "192.168.1.20"
 		s.add("pod-a", udp(macA, macRouter, a, 45000, "10.244.1.5", 53, "cluster"))    // to a pod on another node
@@ -177,7 +178,7 @@ var natScenarios = map[string]func() []Frame{
 	// Overlay: pod-a and pod-b connect from the same port to the same
 	// server: pod-a keeps its port, pod-b gets the pool's first free port
 	// of the same parity; each reply reaches its own pod.
-	"nat-same-source-port": func() []Frame {
+	"nat-same-source-port": func() []capture.Frame {
 		var s seq
 		a, b, far, host := natPodA, natPodB, natFar, natHost
 		s.add("pod-a", tcp(macA, macDR, a, 40000, far, 443, "S", ""))                // pod-a's syn: 40000
@@ -194,7 +195,7 @@ var natScenarios = map[string]func() []Frame{
 	// connections take them; the third finds none and is dropped, and so
 	// is its retransmission. UDP has ports of its own; a connection from
 	// a bound source port to another server reuses its mapping.
-	"nat-pool-exhausted": func() []Frame {
+	"nat-pool-exhausted": func() []capture.Frame {
 		var s seq
 		a, far, vip := natPodA, natFar, "192.168.1.50"
 		s.add("uplink", arpRequest(macRouter, "192.168.1.1", vip))                 // the router resolves the VirtualIP
@@ -212,7 +213,7 @@ var natScenarios = map[string]func() []Frame{
 	// and UDP 17000, pod-a's 80 and 7000; the pod's replies leave from the
 	// host's ports. Port 8081 is mapped to nothing. pod-b's own connection
 	// from port 8080 cannot keep it: the mapping reserves it.
-	"nat-port-mapping": func() []Frame {
+	"nat-port-mapping": func() []capture.Frame {
 		var s seq
 		a, b, far, host, client := natPodA, natPodB, natFar, natHost, "198.51.100.7"
 		s.add("uplink", tcp(macRouter, macUp, client, 50000, host, 8080, "S", ""))                        // syn to the mapping
@@ -231,7 +232,7 @@ var natScenarios = map[string]func() []Frame{
 	// the host's 8080. pod-a reaches its own mapping: it sees the
 	// connection come from the host's address, so that its answer comes
 	// back through the switch, translated back.
-	"nat-hairpin": func() []Frame {
+	"nat-hairpin": func() []capture.Frame {
 		var s seq
 		a, b, host := natPodA, natPodB, natHost
 		s.add("pod-b", tcp(macB, macRouter, b, 41000, host, 8080, "S", "")) // pod-b's syn to the mapping

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/gopacket/gopacket/layers"
+	"github.com/ufp-dev/ufp/capture"
 )
 
 // Inputs of the scenarios whose policies are written at the HNS level:
@@ -29,7 +30,7 @@ func overlayIn(pa, localPA string, inner []byte) []byte {
 // overlayTraffic is pod-to-remote-pod traffic in both directions over the
 // provider addresses localPA (this node) and pa (the remote node), with
 // IPv4 and IPv6 inside.
-func overlayTraffic(localPA, pa string) []Frame {
+func overlayTraffic(localPA, pa string) []capture.Frame {
 	var s seq
 	a4, r4, a6, r6 := "10.244.0.10", "10.244.1.5", "fd00:244::10", "fd00:244:0:1::5"
 	s.add("pod-a", arpRequest(macA, a4, "10.244.0.1"))
@@ -53,10 +54,10 @@ func overlayTraffic(localPA, pa string) []Frame {
 	return s.frames
 }
 
-var networkScenarios = map[string]func() []Frame{
-	"overlay-ipv4-outer": func() []Frame { return overlayTraffic("192.168.1.10", "192.168.1.20") },
-	"overlay-ipv6-outer": func() []Frame { return overlayTraffic("fd00:1::10", "fd00:1::20") },
-	"overlay-bad-vxlan": func() []Frame {
+var networkScenarios = map[string]func() []capture.Frame{
+	"overlay-ipv4-outer": func() []capture.Frame { return overlayTraffic("192.168.1.10", "192.168.1.20") },
+	"overlay-ipv6-outer": func() []capture.Frame { return overlayTraffic("fd00:1::10", "fd00:1::20") },
+	"overlay-bad-vxlan": func() []capture.Frame {
 		var s seq
 		a4, r4 := "10.244.0.10", "10.244.1.5"
 		inner := udp(macRemoteDR, macDR, r4, 53, a4, 41000, "answer")
@@ -73,7 +74,7 @@ var networkScenarios = map[string]func() []Frame{
 		s.add("pod-a", arpRequest(macA, a4, "192.168.1.20"))
 		return s.frames
 	},
-	"overlay-mtu": func() []Frame {
+	"overlay-mtu": func() []capture.Frame {
 		var s seq
 		a4, r4, a6, r6 := "10.244.0.10", "10.244.1.5", "fd00:244::10", "fd00:244:0:1::5"
 		// pod-a's MTU is 1450: an inner packet of 1450 bytes makes an
@@ -86,7 +87,7 @@ var networkScenarios = map[string]func() []Frame{
 		s.add("uplink", overlayIn("192.168.1.20", "192.168.1.10", udp(macRemoteDR, macDR, r4, 9000, a4, 43000, strings.Repeat("y", 1450-28))))
 		return s.frames
 	},
-	"l2bridge-pod-to-pod": func() []Frame {
+	"l2bridge-pod-to-pod": func() []capture.Frame {
 		var s seq
 		a, b, a6, b6 := "192.168.1.100", "192.168.1.101", "fd00:1::100", "fd00:1::101"
 		s.add("pod-a", arpRequest(macA, a, b))
@@ -103,7 +104,7 @@ var networkScenarios = map[string]func() []Frame{
 		s.add("pod-a", udp(macA, macB, b, 5002, a, 53, "spoofed"))
 		return s.frames
 	},
-	"l2bridge-pod-to-remote-host": func() []Frame {
+	"l2bridge-pod-to-remote-host": func() []capture.Frame {
 		var s seq
 		a, a6, host, host6, remote, remote6 := "192.168.1.100", "fd00:1::100", "192.168.1.10", "fd00:1::10", "192.168.1.20", "fd00:1::20"
 		// pod-a resolves the remote host through the wire, as the host.

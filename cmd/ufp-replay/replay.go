@@ -1,18 +1,12 @@
 package main
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/gopacket/gopacket"
-	"github.com/gopacket/gopacket/layers"
-	"github.com/gopacket/gopacket/pcapgo"
-
+	"github.com/ufp-dev/ufp/capture"
 	"github.com/ufp-dev/ufp/dataplane"
 	"github.com/ufp-dev/ufp/vswitch"
 )
@@ -35,89 +29,15 @@ type Change struct {
 	Raw    []byte
 }
 
-// Frame is one captured frame: the port it entered or left by.
-type Frame struct {
-	Port string
-	Time time.Time
-	Data []byte
-}
-
 // Result is what a replay produced.
 type Result struct {
-	Out   []Frame
+	Out   []capture.Frame
 	Trace string
-}
-
-// ReadFrames reads a pcapng whose interfaces are named after ports.
-func ReadFrames(b []byte) ([]Frame, error) {
-	r, err := pcapgo.NewNgReader(bytes.NewReader(b), pcapgo.NgReaderOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("not a pcapng file: %w", err)
-	}
-	var frames []Frame
-	for {
-		data, ci, err := r.ReadPacketData()
-		if errors.Is(err, io.EOF) {
-			return frames, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("packet %d: %w", len(frames)+1, err)
-		}
-		intf, err := r.Interface(ci.InterfaceIndex)
-		if err != nil {
-			return nil, fmt.Errorf("packet %d: %w", len(frames)+1, err)
-		}
-		if intf.LinkType != layers.LinkTypeEthernet {
-			return nil, fmt.Errorf("packet %d: interface %q has link type %s; only Ethernet is replayed",
-				len(frames)+1, intf.Name, intf.LinkType)
-		}
-		if ci.CaptureLength < ci.Length {
-			return nil, fmt.Errorf("packet %d: captured %d of %d bytes; replay needs whole frames",
-				len(frames)+1, ci.CaptureLength, ci.Length)
-		}
-		frames = append(frames, Frame{Port: intf.Name, Time: ci.Timestamp, Data: slices.Clone(data)})
-	}
-}
-
-// WriteFrames writes frames as a pcapng with one interface per port, in the
-// order of ports (then of first use for names not in ports).
-func WriteFrames(w io.Writer, ports []string, frames []Frame) error {
-	names := slices.Clone(ports)
-	for _, f := range frames {
-		if !slices.Contains(names, f.Port) {
-			names = append(names, f.Port)
-		}
-	}
-	if len(names) == 0 {
-		names = []string{"none"}
-	}
-	intf := func(name string) pcapgo.NgInterface {
-		return pcapgo.NgInterface{Name: name, LinkType: layers.LinkTypeEthernet, TimestampResolution: 9}
-	}
-	nw, err := pcapgo.NewNgWriterInterface(w, intf(names[0]), pcapgo.NgWriterOptions{
-		SectionInfo: pcapgo.NgSectionInfo{Application: "ufp-replay"},
-	})
-	if err != nil {
-		return err
-	}
-	for _, n := range names[1:] {
-		if _, err := nw.AddInterface(intf(n)); err != nil {
-			return err
-		}
-	}
-	for _, f := range frames {
-		ci := gopacket.CaptureInfo{Timestamp: f.Time, CaptureLength: len(f.Data), Length: len(f.Data),
-			InterfaceIndex: slices.Index(names, f.Port)}
-		if err := nw.WritePacket(ci, f.Data); err != nil {
-			return err
-		}
-	}
-	return nw.Flush()
 }
 
 // Run replays sc through a new switch and returns what came out.
 func Run(sc *Scenario) (*Result, error) {
-	in, err := ReadFrames(sc.In)
+	in, err := capture.ReadFrames(sc.In)
 	if err != nil {
 		return nil, fmt.Errorf("input: %w", err)
 	}
@@ -205,7 +125,7 @@ func Run(sc *Scenario) (*Result, error) {
 			nRejected++
 		}
 		fmt.Fprintf(&out, "  => out %s %dB %s\n", op.Name, len(data), vswitch.Describe(data, vx))
-		res.Out = append(res.Out, Frame{Port: op.Name, Time: f.Time, Data: data})
+		res.Out = append(res.Out, capture.Frame{Port: op.Name, Time: f.Time, Data: data})
 		outBy[op.Name]++
 		nOut++
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gopacket/gopacket/layers"
 
+	"github.com/ufp-dev/ufp/capture"
 	"github.com/ufp-dev/ufp/vswitch"
 )
 
@@ -17,8 +18,8 @@ var update = flag.Bool("update", false, "rewrite scenario inputs and golden outp
 
 // scenarios builds the input of each golden scenario. The policies are
 // hand-written files beside the inputs.
-var scenarios = map[string]func() []Frame{
-	"quickstart": func() []Frame {
+var scenarios = map[string]func() []capture.Frame{
+	"quickstart": func() []capture.Frame {
 		var s seq
 		s.add("pod-a", arpRequest(macA, "10.0.0.10", "10.0.0.11"))
 		s.add("pod-a", tcp(macA, macB, "10.0.0.10", 40000, "10.0.0.11", 80, "S", ""))
@@ -29,7 +30,7 @@ var scenarios = map[string]func() []Frame{
 		s.add("pod-a", tcp(macA, macB, "10.0.0.10", 40000, "10.0.0.11", 80, "A", "")[:30])
 		return s.frames
 	},
-	"arp": func() []Frame {
+	"arp": func() []capture.Frame {
 		var s seq
 		s.add("pod-a", arpRequest(macA, "10.0.0.10", "10.0.0.11"))
 		s.add("pod-a", arpRequest(macA, "10.0.0.10", "10.0.0.1"))
@@ -44,7 +45,7 @@ var scenarios = map[string]func() []Frame{
 		s.add("pod-a", vlanTag(arpRequest(macA, "10.0.0.10", "10.0.0.11"), 7))
 		return s.frames
 	},
-	"pod-to-pod": func() []Frame {
+	"pod-to-pod": func() []capture.Frame {
 		var s seq
 		a, b := "10.0.0.10", "10.0.0.11"
 		s.add("pod-a", tcp(macA, macB, a, 33000, b, 8080, "S", ""))
@@ -69,7 +70,7 @@ var scenarios = map[string]func() []Frame{
 		s.add("pod-a", udp(macA, macA, a, 6000, a, 7000, "hairpin"))
 		return s.frames
 	},
-	"fast-path": func() []Frame {
+	"fast-path": func() []capture.Frame {
 		var s seq
 		a, vip := "10.0.0.10", "10.96.0.10"
 		for i, p := range []string{"q1", "q2-longer", "q3", "q4-much-longer-payload", "q5"} {
@@ -81,7 +82,7 @@ var scenarios = map[string]func() []Frame{
 		s.add("pod-a", udp(macA, macGW, a, 40001, vip, 53, "other-flow-again"))
 		return s.frames
 	},
-	"multi-layer": func() []Frame {
+	"multi-layer": func() []capture.Frame {
 		var s seq
 		a, b := "10.0.0.10", "10.0.0.11"
 		s.add("pod-a", tcp(macA, macB, a, 1000, b, 80, "S", ""))
@@ -97,7 +98,7 @@ var scenarios = map[string]func() []Frame{
 		s.add("pod-b", tcp(macB, macA, b, 2000, a, 80, "S", ""))
 		return s.frames
 	},
-	"revalidation": func() []Frame {
+	"revalidation": func() []capture.Frame {
 		var s seq
 		a, b := "10.0.0.10", "10.0.0.11"
 		s.add("pod-a", tcp(macA, macB, a, 50000, b, 80, "S", ""))
@@ -117,7 +118,7 @@ var scenarios = map[string]func() []Frame{
 		s.add("pod-a", udp(macA, macB, a, 5000, b, 5001, "udp-3"))
 		return s.frames
 	},
-	"malformed": func() []Frame {
+	"malformed": func() []capture.Frame {
 		var s seq
 		a, b := "10.0.0.10", "10.0.0.11"
 		good := tcp(macA, macB, a, 1000, b, 80, "S", "")
@@ -143,7 +144,7 @@ var scenarios = map[string]func() []Frame{
 		s.add("pod-a", good)
 		return s.frames
 	},
-	"overlay-push-pop": func() []Frame {
+	"overlay-push-pop": func() []capture.Frame {
 		var s seq
 		a, r := "10.244.0.10", "10.244.1.5"
 		remoteMAC := "02:00:00:00:01:0a"
@@ -164,7 +165,7 @@ var scenarios = map[string]func() []Frame{
 		s.add("uplink", encap(4096, icmpEcho(remoteMAC, macA, r, a, true, 9, 1)))
 		return s.frames
 	},
-	"flow-table-limits": func() []Frame {
+	"flow-table-limits": func() []capture.Frame {
 		var s seq
 		a, b := "10.0.0.10", "10.0.0.11"
 		ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
@@ -186,7 +187,7 @@ var scenarios = map[string]func() []Frame{
 		s.addAt(ms(5400), "pod-a", tcp(macA, macB, a, 2001, b, 80, "S", ""))
 		return s.frames
 	},
-	"flow-table-refuse": func() []Frame {
+	"flow-table-refuse": func() []capture.Frame {
 		var s seq
 		a, b := "10.0.0.10", "10.0.0.11"
 		s.add("pod-a", udp(macA, macB, a, 1001, b, 9000, "f1"))
@@ -221,7 +222,7 @@ func TestScenarios(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			dir := scenarioDir(name)
 			var in bytes.Buffer
-			if err := WriteFrames(&in, inputPorts(t, dir), gen()); err != nil {
+			if err := capture.WriteFrames(&in, "ufp-replay", inputPorts(t, dir), gen()); err != nil {
 				t.Fatal(err)
 			}
 			inPath := filepath.Join(dir, "in.pcapng")

@@ -22,6 +22,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/ufp-dev/ufp/capture"
 	"github.com/ufp-dev/ufp/dataplane"
 	"github.com/ufp-dev/ufp/internal/testenv"
 	"github.com/ufp-dev/ufp/vswitch"
@@ -129,7 +130,7 @@ func tsharkCheck(t *testing.T, bin, confDir, path string, vxlanPort uint16) (pro
 	if err != nil {
 		t.Fatal(err)
 	}
-	frames, err := ReadFrames(b)
+	frames, err := capture.ReadFrames(b)
 	if err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
@@ -348,7 +349,7 @@ func headerSets(protocols string) []map[string]int {
 	return sets
 }
 
-func (c *frameCheck) run(f Frame, vxlanPort uint16) {
+func (c *frameCheck) run(f capture.Frame, vxlanPort uint16) {
 	for _, l := range c.layers {
 		c.walk(l, false)
 	}
@@ -579,12 +580,12 @@ func TestTsharkGoldenOutputs(t *testing.T) {
 func TestTsharkCatchesCorruption(t *testing.T) {
 	bin := tshark(t)
 	conf := tsharkConfigDir(t)
-	load := func(name string) []Frame {
+	load := func(name string) []capture.Frame {
 		b, err := os.ReadFile(filepath.Join(scenarioDir(name), "want.pcapng"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		fs, err := ReadFrames(b)
+		fs, err := capture.ReadFrames(b)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -592,7 +593,7 @@ func TestTsharkCatchesCorruption(t *testing.T) {
 	}
 	all := append(load("pod-to-pod"), load("overlay-push-pop")...)
 	// pick returns a copy of the first frame for which ok holds.
-	pick := func(ok func(pr *dataplane.Parsed) bool) (Frame, *dataplane.Parsed) {
+	pick := func(ok func(pr *dataplane.Parsed) bool) (capture.Frame, *dataplane.Parsed) {
 		for _, f := range all {
 			pr := &dataplane.Parsed{}
 			if pr.Decode(f.Data) == dataplane.NotDropped && ok(pr) {
@@ -601,7 +602,7 @@ func TestTsharkCatchesCorruption(t *testing.T) {
 			}
 		}
 		t.Fatal("no golden frame fits")
-		return Frame{}, nil
+		return capture.Frame{}, nil
 	}
 	plain := func(proto uint8, ipv uint8) func(pr *dataplane.Parsed) bool {
 		return func(pr *dataplane.Parsed) bool {
@@ -615,7 +616,7 @@ func TestTsharkCatchesCorruption(t *testing.T) {
 	}
 	type tc struct {
 		name  string
-		frame Frame
+		frame capture.Frame
 		port  uint16
 		want  string // a substring of some problem; "" for none
 	}
@@ -651,7 +652,7 @@ func TestTsharkCatchesCorruption(t *testing.T) {
 			t.Parallel()
 			path := filepath.Join(t.TempDir(), "frame.pcapng")
 			var buf bytes.Buffer
-			if err := WriteFrames(&buf, nil, []Frame{c.frame}); err != nil {
+			if err := capture.WriteFrames(&buf, "ufp-replay", nil, []capture.Frame{c.frame}); err != nil {
 				t.Fatal(err)
 			}
 			if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
