@@ -1,0 +1,15 @@
+// Command ufpd is the ufp vswitch daemon: it runs a switch on real devices
+// (pods' TAP interfaces, L3 TUN or Wintun ports, the host's own vNIC, the
+// uplink on an existing interface through AF_PACKET) under a policy of
+// networks, endpoints, load balancers and ACLs.
+//
+//	ufpd -config /etc/ufp/ufpd.json    # run; SIGHUP reloads, SIGTERM stops
+//	ufpd -check -config FILE           # validate a configuration and exit
+//	ufpd demo                          # two pods and a node through ufpd, with root
+//
+// The configuration file holds the policy document and the devices of its
+// ports (see docs/UFPD.md). On SIGHUP ufpd reads the file again, compiles
+// the new policy and swaps it in atomically; an invalid file is rejected
+// with an error naming the field and the running policy stays. On SIGTERM
+// or SIGINT it stops, removing the interfaces it made.
+package main
