@@ -613,7 +613,7 @@ func (w *Worker) slowPath(sp *slowPacket) {
 	if sp.icmpErr && w.related(sp) {
 		return
 	}
-	if w.triage(sp) {
+	if sp.flow != nil && w.triage(sp) {
 		return
 	}
 	d := w.decide(sp)
@@ -633,17 +633,14 @@ func (w *Worker) slowPath(sp *slowPacket) {
 	settle(d.State, w.commit(sp, d))
 }
 
-// triage sorts out sp.flow, the flow the table holds for the packet's key
-// that the fast path could not use, and reports whether that handled the
-// packet (a revalidated connection's). Otherwise it leaves in sp what the
-// decision is for: sp.flow, a stale stateless flow whose action the
-// decision replaces, or nil for a new flow; or sp.alone (and sp.held) for
-// a packet decided on its own while its flow stays.
+// triage sorts out sp.flow (not nil), the flow the table holds for the
+// packet's key that the fast path could not use, and reports whether that
+// handled the packet (a revalidated connection's). Otherwise it leaves in
+// sp what the decision is for: sp.flow, a stale stateless flow whose
+// action the decision replaces, or nil for a new flow; or sp.alone (and
+// sp.held) for a packet decided on its own while its flow stays.
 func (w *Worker) triage(sp *slowPacket) bool {
 	f := sp.flow
-	if f == nil {
-		return false
-	}
 	uft := w.pl.uft
 	switch {
 	case uft.Expired(f, sp.now) || restarts(f, w.parsed.Tenant().TCPFlags):
@@ -889,7 +886,10 @@ func (w *Worker) installReverse(f *Flow, orig, final *View, d *Decision, blk *co
 	} else {
 		rf = NewFlow(rkey, ra, src, MAC{}, Addr16(reply.OuterSrc), Addr16(reply.OuterDst), now)
 	}
-	got := uft.insertReply(rf, f)
+	got := uft.Insert(rf)
+	if got != nil && got != rf {
+		got = uft.replaceReply(got, rf, f)
+	}
 	if got == nil {
 		w.Trace.Addf("reply flow %s not installed: flow table full", rkey)
 		return false

@@ -589,17 +589,13 @@ func (t *FlowTable) Remove(f *Flow) bool {
 	return ok
 }
 
-// insertReply inserts rf, the reply flow of fwd's connection, and returns
-// it, or nil if the table is full. A flow for the reply key that is there
-// already (the reply raced the connection, a stateless one from before, or
-// a flow of another connection) is replaced. The other direction of that
-// flow's connection goes too (unless it is fwd), or it would go on
-// translating for a connection whose state is released.
-func (t *FlowTable) insertReply(rf, fwd *Flow) *Flow {
-	got := t.Insert(rf)
-	if got == nil || got == rf {
-		return got
-	}
+// replaceReply inserts rf, the reply flow of fwd's connection, in place of
+// got, a flow that holds its key (the reply raced the connection, a
+// stateless one from before, or a flow of another connection), and returns
+// rf, or nil if the table is full. The other direction of got's connection
+// goes too (unless it is fwd), or it would go on translating for a
+// connection whose state is released.
+func (t *FlowTable) replaceReply(got, rf, fwd *Flow) *Flow {
 	t.Remove(got)
 	if oc := got.conn.Load(); oc != nil {
 		if o := oc.Other(got); o != nil && o != got && o != fwd {
