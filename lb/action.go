@@ -50,44 +50,9 @@ type lbOnce struct{}
 func (a *Action) Translate(d *dataplane.Decision, at rules.Site) bool {
 	b := a.b
 	v, tr := d.View(), d.Trace()
-	prior, _ := d.Prior(isConnState).(*connState)
-	var be *backend
-	var st *connState // the state of a new connection
-	switch {
-	case prior != nil:
-		old := &prior.pick
-		if old.lb == b.name {
-			be = b.backends[old.backend]
-		}
-		if be == nil {
-			if tr.On() {
-				tr.Addf("  lb %s: the connection's backend %s (of %s) is gone: not moved to another", b.name, old.backend, old.lb)
-			}
-			d.Drop = dataplane.DropRevalidated
-			return false
-		}
-		if tr.On() {
-			tr.Addf("  lb %s: connection keeps its backend %s", b.name, be.ip)
-		}
-	case d.Revalidating:
-		if tr.On() {
-			tr.Addf("  lb %s: the connection was established unbalanced: not balanced now", b.name)
-		}
-		d.Drop = dataplane.DropRevalidated
+	be, prior, st := b.backendOf(d)
+	if be == nil {
 		return false
-	case !d.Once(lbOnce{}):
-		tr.Addf("  lb %s: the packet was balanced by another rule already", b.name)
-		d.Drop = dataplane.DropTransposition
-		return false
-	default:
-		be = b.choose(v, d.Dry(), tr, d)
-		if be == nil {
-			return false
-		}
-		// Held at once: whatever fails below, the decision gives back
-		// what st holds.
-		st = &connState{pick: Pick{lb: b.name, backend: be.ip}}
-		d.Hold(st)
 	}
 	client := v.Src
 	var t dataplane.Transposition
@@ -141,6 +106,50 @@ func (a *Action) Translate(d *dataplane.Decision, at rules.Site) bool {
 		}
 	}
 	return true
+}
+
+// backendOf returns the backend of the connection the packet of d opens
+// or continues: a revalidated connection's (prior, its state) while the
+// load balancer still has it, or a new connection's choice (st, its state,
+// held by d at once, so that whatever fails later gives it back). It
+// returns a nil backend, with d.Drop set, when there is none.
+func (b *Balancer) backendOf(d *dataplane.Decision) (be *backend, prior, st *connState) {
+	v, tr := d.View(), d.Trace()
+	prior, _ = d.Prior(isConnState).(*connState)
+	switch {
+	case prior != nil:
+		old := &prior.pick
+		if old.lb == b.name {
+			be = b.backends[old.backend]
+		}
+		if be == nil {
+			if tr.On() {
+				tr.Addf("  lb %s: the connection's backend %s (of %s) is gone: not moved to another", b.name, old.backend, old.lb)
+			}
+			d.Drop = dataplane.DropRevalidated
+			return nil, nil, nil
+		}
+		if tr.On() {
+			tr.Addf("  lb %s: connection keeps its backend %s", b.name, be.ip)
+		}
+		return be, prior, nil
+	case d.Revalidating:
+		if tr.On() {
+			tr.Addf("  lb %s: the connection was established unbalanced: not balanced now", b.name)
+		}
+		d.Drop = dataplane.DropRevalidated
+		return nil, nil, nil
+	case !d.Once(lbOnce{}):
+		tr.Addf("  lb %s: the packet was balanced by another rule already", b.name)
+		d.Drop = dataplane.DropTransposition
+		return nil, nil, nil
+	}
+	if be = b.choose(v, d.Dry(), tr, d); be == nil {
+		return nil, nil, nil
+	}
+	st = &connState{pick: Pick{lb: b.name, backend: be.ip}}
+	d.Hold(st)
+	return be, nil, st
 }
 
 // claim registers the new connection whose state is st, balanced to be,

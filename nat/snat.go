@@ -100,20 +100,7 @@ func (t *Table) SNAT(d *dataplane.Decision, ip netip.Addr, prior *Binding) (*Bin
 	}
 	internal := netip.AddrPortFrom(v.Src, port)
 	if prior != nil {
-		if prior.Pool().IP() == ip && prior.Proto() == proto && prior.Internal() == internal {
-			d.Own = true
-			x.Set |= dataplane.FieldSrcPort
-			x.SrcPort = prior.External().Port()
-			if tr.On() {
-				tr.Addf("  snat: connection keeps its mapping %s -> %s", internal, prior.External())
-			}
-			return nil, d.Transpose(&x)
-		}
-		if tr.On() {
-			tr.Addf("  snat: the connection's mapping %s -> %s no longer applies: not moved to another", prior.Internal(), prior.External())
-		}
-		d.Drop = dataplane.DropRevalidated
-		return nil, false
+		return nil, keep(d, &x, ip, proto, internal, prior)
 	}
 	if d.Revalidating {
 		// An established connection is never translated anew: its peer
@@ -168,6 +155,28 @@ func (t *Table) SNAT(d *dataplane.Decision, ip netip.Addr, prior *Binding) (*Bin
 		return b, false // the caller releases what it does not keep
 	}
 	return b, true
+}
+
+// keep translates the packet of a revalidated connection that holds
+// binding prior: by its mapping, if the pool of ip still applies to it,
+// composing x with its port into d; otherwise the connection ends
+// (DropRevalidated), never moved to another mapping.
+func keep(d *dataplane.Decision, x *dataplane.Transposition, ip netip.Addr, proto uint8, internal netip.AddrPort, prior *Binding) bool {
+	tr := d.Trace()
+	if prior.Pool().IP() != ip || prior.Proto() != proto || prior.Internal() != internal {
+		if tr.On() {
+			tr.Addf("  snat: the connection's mapping %s -> %s no longer applies: not moved to another", prior.Internal(), prior.External())
+		}
+		d.Drop = dataplane.DropRevalidated
+		return false
+	}
+	d.Own = true
+	x.Set |= dataplane.FieldSrcPort
+	x.SrcPort = prior.External().Port()
+	if tr.On() {
+		tr.Addf("  snat: connection keeps its mapping %s -> %s", internal, prior.External())
+	}
+	return d.Transpose(x)
 }
 
 // endpoint returns the protocol and port (ICMP echo identifier) a source
