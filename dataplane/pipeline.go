@@ -396,7 +396,9 @@ func (w *Worker) countDrop(in PortID, r DropReason) {
 }
 
 // process runs packet p, of a batch that started under policy generation
-// gen: it decodes p, hands frames that are not IP flows to the switch
+// gen: it drops p if the switch does not admit it (SlowPath.Admit: a frame
+// on the uplink for another station), decodes it, hands frames that are
+// not IP flows to the switch
 // (SlowPath.Local), looks p's flow up (the worker's exact-match cache, then
 // the flow table) and applies its action (the fast path), or hands p to
 // the slow path.
