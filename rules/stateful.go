@@ -27,9 +27,9 @@ type StatefulAction interface {
 	String() string
 }
 
-// Site is where a rule sits: on which kind of port, in which direction.
+// Site is where a rule sits, as far as a stateful action needs to know:
+// on which kind of port.
 type Site struct {
 	// Uplink: the rule is on the switch's uplink port.
 	Uplink bool
-	Dir    Direction
 }

@@ -422,7 +422,7 @@ func (s *Switch) crossLayers(p *Port, dir rules.Direction, x *translation, d *da
 			x.natted = true
 		}
 		if sa := vd.Action.Translation; sa != nil {
-			if !sa.Translate(d, rules.Site{Uplink: p.Uplink, Dir: dir}) {
+			if !sa.Translate(d, rules.Site{Uplink: p.Uplink}) {
 				return false
 			}
 			x.natted = true
