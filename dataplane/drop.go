@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -125,6 +126,30 @@ func ParseDropReason(s string) (DropReason, bool) {
 		}
 	}
 	return NotDropped, false
+}
+
+// MarshalText writes r's name, as String does; NotDropped (no reason) is
+// empty, as UnmarshalText reads it.
+func (r DropReason) MarshalText() ([]byte, error) {
+	if r == NotDropped {
+		return []byte{}, nil
+	}
+	return []byte(r.String()), nil
+}
+
+// UnmarshalText parses a reason's name, as ParseDropReason does. Empty text
+// is NotDropped (no reason given).
+func (r *DropReason) UnmarshalText(b []byte) error {
+	if len(b) == 0 {
+		*r = NotDropped
+		return nil
+	}
+	v, ok := ParseDropReason(string(b))
+	if !ok {
+		return fmt.Errorf("%q is not a drop reason", b)
+	}
+	*r = v
+	return nil
 }
 
 // IsMalformed reports whether r is a parse error (the frame itself is bad)

@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"encoding/binary"
+	"fmt"
 	"net/netip"
 )
 
@@ -33,6 +34,25 @@ func (m MAC) String() string {
 		b[i*3+1] = hex[v&0xf]
 	}
 	return string(b[:])
+}
+
+// MarshalText writes m as String does, so that a MAC in JSON reads
+// "02:00:00:00:00:01".
+func (m MAC) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
+
+// UnmarshalText parses a MAC as ParseMAC does. Empty text is the zero MAC,
+// as encoding/json's empty string is netip's zero Addr.
+func (m *MAC) UnmarshalText(b []byte) error {
+	if len(b) == 0 {
+		*m = MAC{}
+		return nil
+	}
+	v, ok := ParseMAC(string(b))
+	if !ok {
+		return fmt.Errorf("%q is not a MAC address (want 02:00:00:00:00:01)", b)
+	}
+	*m = v
+	return nil
 }
 
 // ParseMAC parses a colon- or dash-separated 48-bit address.

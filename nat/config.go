@@ -29,6 +29,30 @@ func (r PortRange) String() string {
 	return strconv.Itoa(int(r.Lo)) + "-" + strconv.Itoa(int(r.Hi))
 }
 
+// MarshalText writes r as String does ("1024-65535"); the zero range (the
+// default) is empty, as UnmarshalText reads it.
+func (r PortRange) MarshalText() ([]byte, error) {
+	if r == (PortRange{}) {
+		return []byte{}, nil
+	}
+	return []byte(r.String()), nil
+}
+
+// UnmarshalText parses r as ParsePortRange does. Empty text is the zero
+// range (the default).
+func (r *PortRange) UnmarshalText(b []byte) error {
+	if len(b) == 0 {
+		*r = PortRange{}
+		return nil
+	}
+	v, err := ParsePortRange(string(b))
+	if err != nil {
+		return err
+	}
+	*r = v
+	return nil
+}
+
 // Len returns the number of ports in r (0 if Lo > Hi).
 func (r PortRange) Len() int {
 	if r.Lo > r.Hi {

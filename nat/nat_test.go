@@ -1,6 +1,7 @@
 package nat
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -573,6 +574,26 @@ func TestParsePortRange(t *testing.T) {
 				t.Errorf("round trip of %s: %v, %v", got, back, err)
 			}
 		})
+	}
+}
+
+// TestPortRangeText checks a range's JSON text: "lo-hi" written, read as
+// ParsePortRange reads it, the zero range (the default) empty both ways.
+func TestPortRangeText(t *testing.T) {
+	var rs []PortRange
+	if err := json.Unmarshal([]byte(`["1024-65535", "8080", ""]`), &rs); err != nil {
+		t.Fatal(err)
+	}
+	if want := []PortRange{{1024, 65535}, {8080, 8080}, {}}; !slices.Equal(rs, want) {
+		t.Errorf("read %v, want %v", rs, want)
+	}
+	b, err := json.Marshal(rs)
+	if want := `["1024-65535","8080-8080",""]`; err != nil || string(b) != want {
+		t.Errorf("Marshal = %s, %v; want %s", b, err, want)
+	}
+	var r PortRange
+	if err := r.UnmarshalText([]byte("9-1")); err == nil || err.Error() != `port range "9-1": 9-1 is empty: its low end is above its high end` {
+		t.Errorf("9-1: %v", err)
 	}
 }
 
