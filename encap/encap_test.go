@@ -49,7 +49,7 @@ func TestEncapLayerLongestPrefixFirst(t *testing.T) {
 		t.Errorf("rules %v, want %v", got, want)
 	}
 	p := l.Groups[0].Rules[0].Action.Push
-	if p.SrcIP != "192.168.1.10" || p.DstIP != "192.168.1.12" || p.VNI != 4096 || p.DstPort != 4789 || !p.DontFragment {
+	if p.SrcIP != netip.MustParseAddr("192.168.1.10") || p.DstIP != netip.MustParseAddr("192.168.1.12") || p.VNI != 4096 || p.DstPort != 4789 || !p.DontFragment {
 		t.Errorf("push %+v", *p)
 	}
 	compiles(t, l)
@@ -73,7 +73,8 @@ func TestDecapLayerValidatesWhatArrives(t *testing.T) {
 		t.Errorf("rules %v, want %v", got, want)
 	}
 	m := l.Groups[0].Rules[0].Match
-	if !slices.Equal(m.VNIs, []uint32{4096}) || !slices.Equal(m.OuterDstIPs, []string{"192.168.1.10"}) || !slices.Equal(m.DstIPs, []string{"10.244.1.0/24"}) {
+	if !slices.Equal(m.VNIs, []uint32{4096}) || !slices.Equal(m.OuterDstIPs, vfp.Hosts(netip.MustParseAddr("192.168.1.10"))) ||
+		!slices.Equal(m.DstIPs, vfp.Prefixes(netip.MustParsePrefix("10.244.1.0/24"))) {
 		t.Errorf("the decap rule matches %+v", *m)
 	}
 	compiles(t, l)

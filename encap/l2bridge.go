@@ -28,8 +28,8 @@ func RouteLayer(routes []NextHop) *vfp.LayerConfig {
 	for i, r := range rs {
 		g.Rules = append(g.Rules, vfp.RuleConfig{
 			Name: "sdn-route-" + r.Prefix.String(), Priority: vfp.Priority(uint32(100 + i)), Terminating: true,
-			Match:  &vfp.MatchConfig{Direction: "out", DstIPs: []string{r.Prefix.String()}},
-			Action: vfp.ActionConfig{Type: "allow", Modify: &vfp.ModifyConfig{DstMAC: r.MAC.String()}},
+			Match:  &vfp.MatchConfig{Direction: vfp.Out, DstIPs: vfp.Prefixes(r.Prefix)},
+			Action: vfp.ActionConfig{Type: vfp.Allow, Modify: &vfp.ModifyConfig{DstMAC: r.MAC}},
 		})
 	}
 	return &vfp.LayerConfig{Name: LayerRoute, Groups: []vfp.GroupConfig{g}}
@@ -51,24 +51,20 @@ func MACRewriteLayer(host dataplane.MAC, eps []Bridged) *vfp.LayerConfig {
 	if len(eps) == 0 {
 		return nil
 	}
-	var macs []string
-	in := vfp.GroupConfig{Name: "l2bridge-ingress", Match: &vfp.MatchConfig{Direction: "out", DstMACs: []string{host.String()}}}
+	var macs []dataplane.MAC
+	in := vfp.GroupConfig{Name: "l2bridge-ingress", Match: &vfp.MatchConfig{Direction: vfp.Out, DstMACs: []dataplane.MAC{host}}}
 	for _, ep := range eps {
-		macs = append(macs, ep.MAC.String())
-		var ips []string
-		for _, a := range ep.IPs {
-			ips = append(ips, a.String())
-		}
+		macs = append(macs, ep.MAC)
 		in.Rules = append(in.Rules, vfp.RuleConfig{
 			Name: "to-" + ep.Name, Priority: vfp.Priority(uint32(100 + len(in.Rules))), Terminating: true,
-			Match:  &vfp.MatchConfig{DstIPs: ips},
-			Action: vfp.ActionConfig{Type: "allow", Modify: &vfp.ModifyConfig{DstMAC: ep.MAC.String()}},
+			Match:  &vfp.MatchConfig{DstIPs: vfp.Hosts(ep.IPs...)},
+			Action: vfp.ActionConfig{Type: vfp.Allow, Modify: &vfp.ModifyConfig{DstMAC: ep.MAC}},
 		})
 	}
 	egress := vfp.GroupConfig{Name: "l2bridge-egress", Rules: []vfp.RuleConfig{{
 		Name: "source-mac-to-host", Priority: vfp.Priority(100), Terminating: true,
-		Match:  &vfp.MatchConfig{Direction: "in", SrcMACs: macs},
-		Action: vfp.ActionConfig{Type: "allow", Modify: &vfp.ModifyConfig{SrcMAC: host.String()}},
+		Match:  &vfp.MatchConfig{Direction: vfp.In, SrcMACs: macs},
+		Action: vfp.ActionConfig{Type: vfp.Allow, Modify: &vfp.ModifyConfig{SrcMAC: host}},
 	}}}
 	return &vfp.LayerConfig{Name: LayerMACRewrite, Groups: []vfp.GroupConfig{egress, in}}
 }

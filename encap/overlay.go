@@ -68,8 +68,8 @@ type Tunnel struct {
 // address remote (at remoteMAC) with vni.
 func (v *VTEP) Push(remote netip.Addr, remoteMAC dataplane.MAC, vni uint32) *vfp.PushConfig {
 	return &vfp.PushConfig{
-		VNI: vni, SrcMAC: v.MAC.String(), DstMAC: remoteMAC.String(),
-		SrcIP: v.local(remote).String(), DstIP: remote.String(), DstPort: v.Port,
+		VNI: vni, SrcMAC: v.MAC, DstMAC: remoteMAC,
+		SrcIP: v.local(remote), DstIP: remote, DstPort: v.Port,
 		// RFC 7348 section 4.3: VTEPs must not fragment VXLAN packets.
 		DontFragment: true,
 	}
@@ -89,8 +89,8 @@ func (v *VTEP) EncapLayer(tunnels []Tunnel) *vfp.LayerConfig {
 	for i, t := range ts {
 		g.Rules = append(g.Rules, vfp.RuleConfig{
 			Name: t.Name, Priority: vfp.Priority(uint32(100 + i)), Terminating: true,
-			Match: &vfp.MatchConfig{Direction: "out", DstIPs: []string{t.Prefix.String()}},
-			Action: vfp.ActionConfig{Type: "allow", Modify: &vfp.ModifyConfig{DstMAC: t.RouterMAC.String()},
+			Match: &vfp.MatchConfig{Direction: vfp.Out, DstIPs: vfp.Prefixes(t.Prefix)},
+			Action: vfp.ActionConfig{Type: vfp.Allow, Modify: &vfp.ModifyConfig{DstMAC: t.RouterMAC},
 				Push: v.Push(t.Remote, t.RemoteMAC, t.VNI)},
 		})
 	}
@@ -119,10 +119,10 @@ type Network struct {
 // outside its prefixes), unknown-provider-address (a VNI the switch owns,
 // from elsewhere), unknown-vni. Nil if no network owns a VNI.
 func DecapLayer(nets []Network) *vfp.LayerConfig {
-	g := vfp.GroupConfig{Name: "vxlan-from-remote-hosts", Match: &vfp.MatchConfig{Direction: "out", Encapsulated: true}}
+	g := vfp.GroupConfig{Name: "vxlan-from-remote-hosts", Match: &vfp.MatchConfig{Direction: vfp.Out, Encapsulated: true}}
 	prio := uint32(100)
 	var owned []uint32
-	var known []string
+	var known []netip.Addr
 	for _, n := range nets {
 		var vnis []uint32
 		for _, v := range n.VNIs {
@@ -136,13 +136,13 @@ func DecapLayer(nets []Network) *vfp.LayerConfig {
 		for _, r := range n.Remotes {
 			g.Rules = append(g.Rules, vfp.RuleConfig{
 				Name: "from-" + r.Remote.String() + "-" + r.Prefix.String(), Priority: vfp.Priority(prio), Terminating: true,
-				Match: &vfp.MatchConfig{VNIs: vnis, OuterSrcIPs: []string{r.Remote.String()}, OuterDstIPs: []string{n.Local.local(r.Remote).String()},
-					SrcIPs: []string{r.Prefix.String()}, DstIPs: vfp.PrefixList(n.Subnets)},
-				Action: vfp.ActionConfig{Type: "allow", Outer: "pop", Modify: &vfp.ModifyConfig{DstMAC: n.RouterMAC.String()}},
+				Match: &vfp.MatchConfig{VNIs: vnis, OuterSrcIPs: vfp.Hosts(r.Remote), OuterDstIPs: vfp.Hosts(n.Local.local(r.Remote)),
+					SrcIPs: vfp.Prefixes(r.Prefix), DstIPs: vfp.Prefixes(n.Subnets...)},
+				Action: vfp.ActionConfig{Type: vfp.Allow, Outer: vfp.Pop, Modify: &vfp.ModifyConfig{DstMAC: n.RouterMAC}},
 			})
 			prio++
-			if !slices.Contains(known, r.Remote.String()) {
-				known = append(known, r.Remote.String())
+			if !slices.Contains(known, r.Remote) {
+				known = append(known, r.Remote)
 			}
 		}
 	}
@@ -152,19 +152,19 @@ func DecapLayer(nets []Network) *vfp.LayerConfig {
 	if len(known) > 0 {
 		g.Rules = append(g.Rules, vfp.RuleConfig{
 			Name: "inner-source-not-behind-provider", Priority: vfp.Priority(60000), Terminating: true,
-			Match:  &vfp.MatchConfig{VNIs: owned, OuterSrcIPs: known},
-			Action: vfp.ActionConfig{Type: "block", Reason: dataplane.DropSpoofedSource.String()},
+			Match:  &vfp.MatchConfig{VNIs: owned, OuterSrcIPs: vfp.Hosts(known...)},
+			Action: vfp.ActionConfig{Type: vfp.Block, Reason: dataplane.DropSpoofedSource},
 		})
 	}
 	g.Rules = append(g.Rules,
 		vfp.RuleConfig{
 			Name: "unknown-provider-address", Priority: vfp.Priority(60001), Terminating: true,
 			Match:  &vfp.MatchConfig{VNIs: owned},
-			Action: vfp.ActionConfig{Type: "block", Reason: dataplane.DropUnknownProvider.String()},
+			Action: vfp.ActionConfig{Type: vfp.Block, Reason: dataplane.DropUnknownProvider},
 		},
 		vfp.RuleConfig{
 			Name: "unknown-vni", Priority: vfp.Priority(60002), Terminating: true,
-			Action: vfp.ActionConfig{Type: "block", Reason: dataplane.DropUnknownVNI.String()},
+			Action: vfp.ActionConfig{Type: vfp.Block, Reason: dataplane.DropUnknownVNI},
 		})
 	return &vfp.LayerConfig{Name: LayerPARoute, Groups: []vfp.GroupConfig{g}}
 }

@@ -8,8 +8,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/ufp-dev/ufp/dataplane"
-	"github.com/ufp-dev/ufp/rules"
 	"github.com/ufp-dev/ufp/vfp"
 )
 
@@ -79,11 +77,11 @@ type aclEntry struct {
 	defaultName bool // no Id: named after its policy index
 	action      string
 	out         bool
-	protos      []uint8
+	protos      []vfp.Proto
 	local       []netip.Prefix
 	remote      []netip.Prefix
-	localPorts  []rules.PortRange
-	remotePorts []rules.PortRange
+	localPorts  []vfp.PortRange
+	remotePorts []vfp.PortRange
 	priority    uint16
 }
 
@@ -162,7 +160,7 @@ func parseACL(at string, index int, pc *PolicyConfig) (*aclEntry, error) {
 		if len(a.protos) == 0 {
 			return nil, fmt.Errorf("%s.%s: ports need Protocols TCP, UDP or both, and Protocols is empty (any protocol)", sat, field)
 		}
-		if i := slices.IndexFunc(a.protos, func(p uint8) bool { return p != dataplane.ProtoTCP && p != dataplane.ProtoUDP }); i >= 0 {
+		if i := slices.IndexFunc(a.protos, func(p vfp.Proto) bool { return p != vfp.TCP && p != vfp.UDP }); i >= 0 {
 			return nil, fmt.Errorf("%s.%s: ports need Protocols TCP, UDP or both, and Protocols %q has %s", sat, field, s.Protocols, aclProtoName(a.protos[i]))
 		}
 	}
@@ -254,30 +252,23 @@ func (s *aclSet) group(name string) *vfp.GroupConfig {
 
 // rule is the ACL as a rule of priority prio.
 func (a *aclEntry) rule(prio uint32) vfp.RuleConfig {
-	m := &vfp.MatchConfig{Direction: "in"}
+	m := &vfp.MatchConfig{Direction: vfp.In}
 	src, dst, sports, dports := a.remote, a.local, a.remotePorts, a.localPorts
 	if a.out {
-		m.Direction = "out"
+		m.Direction = vfp.Out
 		src, dst, sports, dports = a.local, a.remote, a.localPorts, a.remotePorts
 	}
-	for _, p := range a.protos {
-		m.Protocols = append(m.Protocols, aclProtoString(p))
-	}
-	if len(src) > 0 {
-		m.SrcIPs = vfp.PrefixList(src)
-	}
-	if len(dst) > 0 {
-		m.DstIPs = vfp.PrefixList(dst)
-	}
-	m.SrcPorts, m.DstPorts = rangeStrings(sports), rangeStrings(dports)
+	m.Protocols = slices.Clone(a.protos)
+	m.SrcIPs, m.DstIPs = vfp.Prefixes(src...), vfp.Prefixes(dst...)
+	m.SrcPorts, m.DstPorts = slices.Clone(sports), slices.Clone(dports)
 	r := vfp.RuleConfig{Name: a.name, Priority: vfp.Priority(prio), Match: m}
 	switch a.action {
 	case ACLAllow:
-		r.Action, r.Terminating, r.Stateful = vfp.ActionConfig{Type: "allow"}, true, true
+		r.Action, r.Terminating, r.Stateful = vfp.ActionConfig{Type: vfp.Allow}, true, true
 	case ACLBlock:
-		r.Action, r.Terminating = vfp.ActionConfig{Type: "block"}, true
+		r.Action, r.Terminating = vfp.ActionConfig{Type: vfp.Block}, true
 	case ACLPass:
-		r.Action, r.Stateful = vfp.ActionConfig{Type: "allow"}, true
+		r.Action, r.Stateful = vfp.ActionConfig{Type: vfp.Allow}, true
 	}
 	return r
 }
@@ -295,7 +286,7 @@ func (l *lowering) aclLayer(ep *epPlan) *vfp.LayerConfig {
 	if len(gs) == 0 {
 		return nil
 	}
-	return &vfp.LayerConfig{Name: LayerACL, Default: &vfp.DefaultsConfig{Out: "allow", In: "allow", Stateful: true}, Groups: gs}
+	return &vfp.LayerConfig{Name: LayerACL, Default: &vfp.DefaultsConfig{Out: vfp.Allow, In: vfp.Allow, Stateful: true}, Groups: gs}
 }
 
 // aclItems splits a comma-separated list, trimming spaces; an empty or
@@ -315,29 +306,29 @@ func aclItems(at, s string) ([]string, error) {
 }
 
 // parseACLProtocols parses Protocols; duplicates are dropped.
-func parseACLProtocols(at, s string) ([]uint8, error) {
+func parseACLProtocols(at, s string) ([]vfp.Proto, error) {
 	items, err := aclItems(at, s)
 	if err != nil {
 		return nil, err
 	}
-	var ps []uint8
+	var ps []vfp.Proto
 	for _, it := range items {
-		var p uint8
+		var p vfp.Proto
 		switch strings.ToLower(it) {
 		case "tcp":
-			p = dataplane.ProtoTCP
+			p = vfp.TCP
 		case "udp":
-			p = dataplane.ProtoUDP
+			p = vfp.UDP
 		case "icmp":
-			p = dataplane.ProtoICMPv4
+			p = vfp.ICMP
 		case "icmpv6":
-			p = dataplane.ProtoICMPv6
+			p = vfp.ICMPv6
 		default:
 			n, err := strconv.ParseUint(it, 10, 8)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %q is not a protocol (want a number from 0 to 255, or TCP, UDP, ICMP or ICMPv6)", at, it)
 			}
-			p = uint8(n)
+			p = vfp.Proto(n)
 		}
 		if !slices.Contains(ps, p) {
 			ps = append(ps, p)
@@ -384,12 +375,12 @@ func parseACLAddresses(at, s string) ([]netip.Prefix, error) {
 }
 
 // parseACLPorts parses LocalPorts or RemotePorts.
-func parseACLPorts(at, s string) ([]rules.PortRange, error) {
+func parseACLPorts(at, s string) ([]vfp.PortRange, error) {
 	items, err := aclItems(at, s)
 	if err != nil {
 		return nil, err
 	}
-	var rs []rules.PortRange
+	var rs []vfp.PortRange
 	for _, it := range items {
 		lo, hi, isRange := strings.Cut(it, "-")
 		a, err1 := strconv.ParseUint(strings.TrimSpace(lo), 10, 16)
@@ -403,7 +394,7 @@ func parseACLPorts(at, s string) ([]rules.PortRange, error) {
 		if a > b {
 			return nil, fmt.Errorf("%s: the range %q is empty", at, it)
 		}
-		rs = append(rs, rules.PortRange{Lo: uint16(a), Hi: uint16(b)})
+		rs = append(rs, vfp.PortRange{Lo: uint16(a), Hi: uint16(b)})
 	}
 	return rs, nil
 }
@@ -428,30 +419,13 @@ func aclFamilyName(f int) string {
 	return "IPv6"
 }
 
-// aclProtoString writes protocol p as a VFP-level match names it.
-func aclProtoString(p uint8) string {
-	switch p {
-	case dataplane.ProtoTCP, dataplane.ProtoUDP, dataplane.ProtoICMPv4, dataplane.ProtoICMPv6:
-		return dataplane.ProtoName(p)
-	}
-	return strconv.Itoa(int(p))
-}
-
 // aclProtoName names protocol p in an error.
-func aclProtoName(p uint8) string {
+func aclProtoName(p vfp.Proto) string {
 	switch p {
-	case dataplane.ProtoICMPv4:
+	case vfp.ICMP:
 		return "ICMP (1)"
-	case dataplane.ProtoICMPv6:
+	case vfp.ICMPv6:
 		return "ICMPv6 (58)"
 	}
 	return strconv.Itoa(int(p))
-}
-
-func rangeStrings(rs []rules.PortRange) []string {
-	var s []string
-	for _, r := range rs {
-		s = append(s, r.String())
-	}
-	return s
 }

@@ -957,14 +957,14 @@ func (l *lowering) emit(eps []*epPlan) *vfp.Document {
 		gw := vfp.GatewayConfig{}
 		for _, a := range n.gws {
 			if a.IsValid() {
-				gw.IPs = append(gw.IPs, a.String())
+				gw.IPs = append(gw.IPs, a)
 			}
 		}
 		switch {
 		case len(n.eps) == 0:
 			// No endpoint to serve yet.
 		case !n.drMAC.IsZero():
-			gw.MAC, gw.Ports = n.drMAC.String(), n.endpointNames()
+			gw.MAC, gw.Ports = n.drMAC, n.endpointNames()
 			if len(gw.IPs) > 0 {
 				out.Switch.Gateways = append(out.Switch.Gateways, gw)
 			}
@@ -974,12 +974,12 @@ func (l *lowering) emit(eps []*epPlan) *vfp.Document {
 			// otherwise ARP for it goes to the wire like any other.
 			for _, a := range n.gws {
 				if m, ok := l.neighbors[a]; ok && a.IsValid() {
-					out.Switch.Gateways = append(out.Switch.Gateways, vfp.GatewayConfig{MAC: m.String(), IPs: []string{a.String()}, Ports: n.endpointNames()})
+					out.Switch.Gateways = append(out.Switch.Gateways, vfp.GatewayConfig{MAC: m, IPs: []netip.Addr{a}, Ports: n.endpointNames()})
 				}
 			}
 		}
 	}
-	up := vfp.PortConfig{Name: l.uplink, MAC: l.hostMAC.String(), Uplink: true, MTU: uint16(l.mtu), IPs: l.hostAddrs()}
+	up := vfp.PortConfig{Name: l.uplink, MAC: l.hostMAC, Uplink: true, MTU: uint16(l.mtu), IPs: l.hostAddrs()}
 	if l.c.Uplink.HostPort != "" {
 		for i := range out.Switch.Gateways {
 			out.Switch.Gateways[i].Ports = append(out.Switch.Gateways[i].Ports, l.c.Uplink.HostPort)
@@ -995,10 +995,8 @@ func (l *lowering) emit(eps []*epPlan) *vfp.Document {
 		up.Layers = append(up.Layers, *rw)
 	}
 	for _, ep := range eps {
-		pc := vfp.PortConfig{Name: ep.cfg.Name, MAC: ep.mac.String(), MTU: uint16(l.mtu), Segment: ep.net.cfg.Name, Link: l.endpointLink(ep)}
-		for _, a := range ep.ips {
-			pc.IPs = append(pc.IPs, a.String())
-		}
+		pc := vfp.PortConfig{Name: ep.cfg.Name, MAC: ep.mac, IPs: slices.Clone(ep.ips), MTU: uint16(l.mtu), Segment: ep.net.cfg.Name,
+			Link: l.endpointLink(ep)}
 		if layer := l.aclLayer(ep); layer != nil {
 			// First, so that ACLs see what the pod sends before any
 			// translation, and what it receives after every one.
@@ -1006,7 +1004,7 @@ func (l *lowering) emit(eps []*epPlan) *vfp.Document {
 		}
 		switch ep.net.cfg.Type {
 		case TypeL2Bridge:
-			pc.Underlay = "rewrite"
+			pc.Underlay = vfp.UnderlayRewrite
 			if layer := l.natLayer(ep); layer != nil {
 				pc.Layers = append(pc.Layers, *layer)
 			}
@@ -1014,7 +1012,7 @@ func (l *lowering) emit(eps []*epPlan) *vfp.Document {
 				pc.Layers = append(pc.Layers, *layer)
 			}
 		case TypeOverlay:
-			pc.Underlay = "none"
+			pc.Underlay = vfp.UnderlayNone
 			overhead := ep.overhead
 			if overhead < 0 {
 				overhead = l.encapOverhead(ep.net)

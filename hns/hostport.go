@@ -4,14 +4,15 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/ufp-dev/ufp/nat"
 	"github.com/ufp-dev/ufp/vfp"
 )
 
-// HostNATPorts is the default NAT port range on a host address that the
+// HostNATPorts returns the default NAT port range on a host address that the
 // host's own stack uses too (Uplink.HostPort): below Linux's default
 // ephemeral range (32768-60999), so that the host's connections and the
 // pods' translated ones never share a port.
-const HostNATPorts = "1024-32767"
+func HostNATPorts() nat.PortRange { return nat.PortRange{Lo: 1024, Hi: 32767} }
 
 // parseHostAddr parses an Uplink.IpAddresses entry: an address, or an
 // address with its underlay prefix length.
@@ -48,27 +49,27 @@ func (l *lowering) hostPort() *vfp.PortConfig {
 	if name == "" {
 		return nil
 	}
-	pc := &vfp.PortConfig{Name: name, MAC: l.hostMAC.String(), Host: true, MTU: uint16(l.mtu), Link: &vfp.LinkConfig{}}
+	pc := &vfp.PortConfig{Name: name, MAC: l.hostMAC, Host: true, MTU: uint16(l.mtu), Link: &vfp.LinkConfig{}}
 	for _, v4 := range []bool{true, false} {
 		a, ok := l.hostIPs[v4]
 		if !ok {
 			continue
 		}
-		pc.IPs = append(pc.IPs, a.String())
+		pc.IPs = append(pc.IPs, a)
 		pf := l.hostNets[v4]
 		if !pf.IsValid() {
 			pf = netip.PrefixFrom(a, a.BitLen())
 		}
-		pc.Link.Addresses = append(pc.Link.Addresses, pf.String())
+		pc.Link.Addresses = append(pc.Link.Addresses, pf)
 		if gw, ok := l.defaultGW[v4]; ok {
-			pc.Link.Routes = append(pc.Link.Routes, vfp.LinkRouteConfig{Destination: netip.PrefixFrom(gw, 0).Masked().String(),
-				NextHop: gw.String(), OnLink: !pf.Contains(gw)})
+			pc.Link.Routes = append(pc.Link.Routes, vfp.LinkRouteConfig{Destination: netip.PrefixFrom(gw, 0).Masked(),
+				NextHop: gw, OnLink: !pf.Contains(gw)})
 		}
 	}
 	for _, n := range l.nets {
 		for _, sub := range n.subnets {
 			if _, ok := l.hostIPs[sub.Addr().Is4()]; ok && !l.hostNets[sub.Addr().Is4()].Overlaps(sub) {
-				pc.Link.Routes = append(pc.Link.Routes, vfp.LinkRouteConfig{Destination: sub.String()})
+				pc.Link.Routes = append(pc.Link.Routes, vfp.LinkRouteConfig{Destination: sub})
 			}
 		}
 	}
@@ -86,20 +87,20 @@ func (l *lowering) endpointLink(ep *epPlan) *vfp.LinkConfig {
 	defaults := map[bool]bool{}
 	for _, a := range ep.ips {
 		si := slices.IndexFunc(n.subnets, func(p netip.Prefix) bool { return p.Contains(a) })
-		lc.Addresses = append(lc.Addresses, netip.PrefixFrom(a, n.subnets[si].Bits()).String())
+		lc.Addresses = append(lc.Addresses, netip.PrefixFrom(a, n.subnets[si].Bits()))
 		gw := n.gws[si]
 		if !gw.IsValid() || defaults[a.Is4()] {
 			continue
 		}
 		defaults[a.Is4()] = true
-		lc.Routes = append(lc.Routes, vfp.LinkRouteConfig{Destination: netip.PrefixFrom(gw, 0).Masked().String(), NextHop: gw.String()})
-		if lc.GatewayMAC != "" {
+		lc.Routes = append(lc.Routes, vfp.LinkRouteConfig{Destination: netip.PrefixFrom(gw, 0).Masked(), NextHop: gw})
+		if !lc.GatewayMAC.IsZero() {
 			continue
 		}
 		if !n.drMAC.IsZero() {
-			lc.GatewayMAC = n.drMAC.String()
+			lc.GatewayMAC = n.drMAC
 		} else if m, ok := l.neighbors[gw]; ok {
-			lc.GatewayMAC = m.String()
+			lc.GatewayMAC = m
 		}
 	}
 	return lc

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/ufp-dev/ufp/dataplane"
@@ -85,7 +84,7 @@ type remoteEP struct {
 type lbPlan struct {
 	at        string
 	name      string // the switch.loadBalancers entry
-	proto     string
+	proto     vfp.Proto
 	external  uint16
 	flags     uint32
 	frontends []netip.Addr // empty FrontendVIPs: the host's address
@@ -184,7 +183,7 @@ func (l *lowering) loadBalancers(eps []*epPlan) error {
 	names := map[string]int{}
 	type fkey struct {
 		vip   netip.Addr
-		proto string
+		proto vfp.Proto
 		port  uint16
 	}
 	taken := map[fkey]string{}
@@ -291,15 +290,10 @@ func (l *lowering) loadBalancers(eps []*epPlan) error {
 		for j := range c.PortMappings {
 			pm := &c.PortMappings[j]
 			pat := fmt.Sprintf("%s.PortMappings[%d]", at, j)
-			var proto string
-			switch pm.Protocol {
-			case dataplane.ProtoTCP:
-				proto = "tcp"
-			case dataplane.ProtoUDP:
-				proto = "udp"
-			default:
+			if pm.Protocol != dataplane.ProtoTCP && pm.Protocol != dataplane.ProtoUDP {
 				return fmt.Errorf("%s.Protocol: %d is not 6 (TCP) or 17 (UDP)", pat, pm.Protocol)
 			}
+			proto := vfp.Proto(pm.Protocol)
 			if pm.ExternalPort == 0 {
 				return fmt.Errorf("%s.ExternalPort: a port mapping needs the Service's port", pat)
 			}
@@ -321,7 +315,7 @@ func (l *lowering) loadBalancers(eps []*epPlan) error {
 				// the host's, or one the switch answers ARP and
 				// neighbour discovery for) cannot use it.
 				host := f == l.hostIPs[f.Is4()]
-				if vx := cmp.Or(l.vxlanPort, dataplane.VXLANPort); proto == "udp" && pm.ExternalPort == vx &&
+				if vx := cmp.Or(l.vxlanPort, dataplane.VXLANPort); proto == vfp.UDP && pm.ExternalPort == vx &&
 					pm.Flags&LBPortILB == 0 && (host || pm.Flags&LBPortVipExternalIP != 0) {
 					where := "the host"
 					if !host {
@@ -337,10 +331,10 @@ func (l *lowering) loadBalancers(eps []*epPlan) error {
 				if nodePort || pm.Flags&LBPortVipExternalIP != 0 || host {
 					// The host's port: source NAT must never hand it out.
 					p := l.pool(f)
-					p.reserved = append(p.reserved, proto+"/"+strconv.Itoa(int(pm.ExternalPort)))
+					p.reserved = append(p.reserved, vfp.Reservation{Proto: proto, Port: pm.ExternalPort})
 				}
 			}
-			dist := [...]string{"connection", "source-ip-protocol", "source-ip"}[pm.DistributionType]
+			dist := [...]vfp.Distribution{vfp.PerConnection, vfp.SourceIPProtocol, vfp.SourceIP}[pm.DistributionType]
 			cfg := vfp.BalancerConfig{
 				Name:         fmt.Sprintf("%s/%s/%d", c.Name, proto, pm.ExternalPort),
 				Backends:     backends,
@@ -348,9 +342,7 @@ func (l *lowering) loadBalancers(eps []*epPlan) error {
 				PreserveDst:  pm.Flags&LBPortPreserveDIP != 0,
 				Distribution: dist,
 				DSR:          c.Flags&LBFlagDSR != 0,
-			}
-			if sourceVIP.IsValid() {
-				cfg.SourceVIP = sourceVIP.String()
+				SourceVIP:    sourceVIP,
 			}
 			if pm.AffinityTimeoutSeconds > 0 {
 				cfg.AffinityTimeout = vfp.Duration(time.Duration(pm.AffinityTimeoutSeconds) * time.Second)
@@ -409,11 +401,9 @@ func (l *lowering) backend(at, name string, ep *epPlan, v4 bool) (vfp.BackendCon
 		if err != nil {
 			return vfp.BackendConfig{}, err
 		}
-		mod := &vfp.ModifyConfig{DstMAC: ep.mac.String()}
-		if r := l.routerMAC(ep.net); !r.IsZero() {
-			mod.SrcMAC = r.String()
-		}
-		return vfp.BackendConfig{IP: ip.String(), Unhealthy: ep.cfg.Unhealthy, Modify: mod}, nil
+		// The zero MAC when there is no router leaves the source MAC.
+		mod := &vfp.ModifyConfig{DstMAC: ep.mac, SrcMAC: l.routerMAC(ep.net)}
+		return vfp.BackendConfig{IP: ip, Unhealthy: ep.cfg.Unhealthy, Modify: mod}, nil
 	}
 	r := l.remotes[name]
 	if r == nil {
@@ -423,15 +413,12 @@ func (l *lowering) backend(at, name string, ep *epPlan, v4 bool) (vfp.BackendCon
 	if err != nil {
 		return vfp.BackendConfig{}, err
 	}
-	be := vfp.BackendConfig{IP: ip.String(), Remote: true}
+	be := vfp.BackendConfig{IP: ip, Remote: true}
 	n := r.net
 	switch n.cfg.Type {
 	case TypeOverlay:
 		rt := n.routeFor(ip)
-		be.Modify = &vfp.ModifyConfig{DstMAC: rt.drMAC.String()}
-		if !n.drMAC.IsZero() {
-			be.Modify.SrcMAC = n.drMAC.String()
-		}
+		be.Modify = &vfp.ModifyConfig{DstMAC: rt.drMAC, SrcMAC: n.drMAC}
 		be.Push = l.vtep(n).Push(rt.pa, l.neighbors[rt.pa], rt.vni)
 	default:
 		// On the underlay: to the endpoint's MAC (its host's), else to
@@ -448,7 +435,7 @@ func (l *lowering) backend(at, name string, ep *epPlan, v4 bool) (vfp.BackendCon
 		if mac.IsZero() {
 			return be, fmt.Errorf("%s: remote endpoint %q has no MacAddress, and no router of network %q is in Uplink.Neighbors to send to", at, name, n.cfg.Name)
 		}
-		be.Modify = &vfp.ModifyConfig{SrcMAC: l.hostMAC.String(), DstMAC: mac.String()}
+		be.Modify = &vfp.ModifyConfig{SrcMAC: l.hostMAC, DstMAC: mac}
 	}
 	return be, nil
 }
@@ -457,7 +444,7 @@ func (l *lowering) backend(at, name string, ep *epPlan, v4 bool) (vfp.BackendCon
 // endpoint (uplink false), every frontend pods reach; for the uplink,
 // every frontend the network reaches.
 func (l *lowering) lbGroup(ep *epPlan, uplink bool) *vfp.GroupConfig {
-	g := vfp.GroupConfig{Name: "load-balancers", Match: &vfp.MatchConfig{Direction: "out"}}
+	g := vfp.GroupConfig{Name: "load-balancers", Match: &vfp.MatchConfig{Direction: vfp.Out}}
 	for _, b := range l.lbs {
 		switch {
 		case uplink && b.flags&LBPortILB != 0:
@@ -470,9 +457,9 @@ func (l *lowering) lbGroup(ep *epPlan, uplink bool) *vfp.GroupConfig {
 			g.Rules = append(g.Rules, vfp.RuleConfig{
 				Name:     fmt.Sprintf("lb-%s-%s-%d", f, b.proto, b.external),
 				Priority: vfp.Priority(uint32(100 + len(g.Rules))),
-				Match: &vfp.MatchConfig{Protocols: []string{b.proto}, DstIPs: []string{f.String()},
-					DstPorts: []string{strconv.Itoa(int(b.external))}},
-				Action:      vfp.ActionConfig{Type: "allow", LB: b.name, LBRoute: route},
+				Match: &vfp.MatchConfig{Protocols: []vfp.Proto{b.proto}, DstIPs: vfp.Hosts(f),
+					DstPorts: []vfp.PortRange{vfp.Port(b.external)}},
+				Action:      vfp.ActionConfig{Type: vfp.Allow, LB: b.name, LBRoute: route},
 				Terminating: true, Stateful: true,
 			})
 		}

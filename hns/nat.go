@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"strconv"
 
 	"github.com/ufp-dev/ufp/dataplane"
 	"github.com/ufp-dev/ufp/nat"
@@ -63,9 +62,9 @@ type natPlan struct {
 
 type poolPlan struct {
 	ip       netip.Addr
-	ports    string
+	ports    nat.PortRange // zero: not set
 	portsAt  string
-	reserved []string
+	reserved []vfp.Reservation
 }
 
 type outNATPlan struct {
@@ -79,7 +78,7 @@ type outNATPlan struct {
 type portMap struct {
 	at                 string
 	ep                 *epPlan
-	proto              string
+	proto              vfp.Proto
 	internal, external uint16
 	vip, target        netip.Addr
 }
@@ -141,11 +140,11 @@ func (l *lowering) hostAddr(n *netPlan, v4 bool) (netip.Addr, bool) {
 
 // hostAddrs lists the uplink's addresses: the host's, every provider
 // address, then every NAT address.
-func (l *lowering) hostAddrs() []string {
-	var as []string
+func (l *lowering) hostAddrs() []netip.Addr {
+	var as []netip.Addr
 	add := func(a netip.Addr) {
-		if s := a.String(); a.IsValid() && !slices.Contains(as, s) {
-			as = append(as, s)
+		if a.IsValid() && !slices.Contains(as, a) {
+			as = append(as, a)
 		}
 	}
 	add(l.hostIPs[true])
@@ -243,10 +242,10 @@ func (l *lowering) outboundNAT(ep *epPlan, at string, pc *PolicyConfig) error {
 			if err != nil {
 				return fmt.Errorf("%s.PortRange: %w", sat, err)
 			}
-			if p.ports != "" && p.ports != r.String() {
+			if p.ports != (nat.PortRange{}) && p.ports != r {
 				return fmt.Errorf("%s.PortRange: %s, but %s gives %s the range %s", sat, r, p.portsAt, a, p.ports)
 			}
-			p.ports, p.portsAt = r.String(), sat+".PortRange"
+			p.ports, p.portsAt = r, sat+".PortRange"
 		}
 	}
 	for _, f := range []struct {
@@ -276,22 +275,17 @@ func (l *lowering) portMapping(ep *epPlan, at string, pc *PolicyConfig) error {
 	if err := decodeSettings(sat, pc.Settings, &s); err != nil {
 		return err
 	}
-	var proto string
-	switch s.Protocol {
-	case dataplane.ProtoTCP:
-		proto = "tcp"
-	case dataplane.ProtoUDP:
-		proto = "udp"
-	default:
+	if s.Protocol != dataplane.ProtoTCP && s.Protocol != dataplane.ProtoUDP {
 		return fmt.Errorf("%s.Protocol: %d is not 6 (TCP) or 17 (UDP)", sat, s.Protocol)
 	}
+	proto := vfp.Proto(s.Protocol)
 	if s.InternalPort == 0 {
 		return fmt.Errorf("%s.InternalPort: a port mapping needs the endpoint's port", sat)
 	}
 	if s.ExternalPort == 0 {
 		return fmt.Errorf("%s.ExternalPort: a port mapping needs the host's port", sat)
 	}
-	if vx := cmp.Or(l.vxlanPort, dataplane.VXLANPort); proto == "udp" && s.ExternalPort == vx {
+	if vx := cmp.Or(l.vxlanPort, dataplane.VXLANPort); proto == vfp.UDP && s.ExternalPort == vx {
 		return fmt.Errorf("%s.ExternalPort: udp/%d is the VXLAN port: the uplink decapsulates what arrives there", sat, vx)
 	}
 	var vips []netip.Addr
@@ -330,7 +324,7 @@ func (l *lowering) portMapping(ep *epPlan, at string, pc *PolicyConfig) error {
 		}
 		l.nat.maps = append(l.nat.maps, m)
 		p := l.pool(vip)
-		p.reserved = append(p.reserved, proto+"/"+strconv.Itoa(int(m.external)))
+		p.reserved = append(p.reserved, vfp.Reservation{Proto: proto, Port: m.external})
 	}
 	return nil
 }
@@ -392,16 +386,13 @@ func (l *lowering) routerMAC(n *netPlan) dataplane.MAC {
 // dnat is the modify that forwards a port mapping to its endpoint.
 func (l *lowering) dnat(m *portMap) *vfp.ModifyConfig {
 	port := m.internal
-	mod := &vfp.ModifyConfig{DstIP: m.target.String(), DstPort: &port, DstMAC: m.ep.mac.String()}
-	if r := l.routerMAC(m.ep.net); !r.IsZero() {
-		mod.SrcMAC = r.String()
-	}
-	return mod
+	// The zero MAC when there is no router leaves the source MAC.
+	return &vfp.ModifyConfig{DstIP: m.target, DstPort: &port, DstMAC: m.ep.mac, SrcMAC: l.routerMAC(m.ep.net)}
 }
 
-func (m *portMap) match(dir string) *vfp.MatchConfig {
-	return &vfp.MatchConfig{Direction: dir, Protocols: []string{m.proto}, DstIPs: []string{m.vip.String()},
-		DstPorts: []string{strconv.Itoa(int(m.external))}}
+func (m *portMap) match(dir vfp.Direction) *vfp.MatchConfig {
+	return &vfp.MatchConfig{Direction: dir, Protocols: []vfp.Proto{m.proto}, DstIPs: vfp.Hosts(m.vip),
+		DstPorts: []vfp.PortRange{vfp.Port(m.external)}}
 }
 
 func (m *portMap) name() string {
@@ -422,18 +413,18 @@ func (l *lowering) natLayer(ep *epPlan) *vfp.LayerConfig {
 		if m.ep.net != ep.net {
 			continue
 		}
-		a := vfp.ActionConfig{Type: "allow", Modify: l.dnat(m)}
+		a := vfp.ActionConfig{Type: vfp.Allow, Modify: l.dnat(m)}
 		if m.ep == ep {
-			a.SNAT = m.vip.String()
+			a.SNAT = m.vip
 		}
 		hair.Rules = append(hair.Rules, vfp.RuleConfig{Name: m.name(), Priority: vfp.Priority(uint32(100 + len(hair.Rules))),
-			Match: m.match("out"), Action: a, Terminating: true, Stateful: true})
+			Match: m.match(vfp.Out), Action: a, Terminating: true, Stateful: true})
 	}
 	if len(hair.Rules) > 0 {
 		groups = append(groups, hair)
 	}
 	for _, o := range ep.outNAT {
-		g := vfp.GroupConfig{Name: "outbound-nat-" + familyName(o), Match: &vfp.MatchConfig{Direction: "out"}}
+		g := vfp.GroupConfig{Name: "outbound-nat-" + familyName(o), Match: &vfp.MatchConfig{Direction: vfp.Out}}
 		switch familyName(o) {
 		case "ipv4":
 			g.Match.IPVersion = 4
@@ -443,7 +434,7 @@ func (l *lowering) natLayer(ep *epPlan) *vfp.LayerConfig {
 		exc := append(slices.Clone(o.exceptions), ep.net.subnets...)
 		exc = append(exc, l.hostVNICAddrs()...) // the host's own stack is not outside
 		g.Rules = append(g.Rules, vfp.RuleConfig{Name: "exceptions", Priority: vfp.Priority(1000), Terminating: true,
-			Match: &vfp.MatchConfig{DstIPs: vfp.PrefixList(exc)}, Action: vfp.ActionConfig{Type: "allow"}})
+			Match: &vfp.MatchConfig{DstIPs: vfp.Prefixes(exc...)}, Action: vfp.ActionConfig{Type: vfp.Allow}})
 		for i, v4 := range []bool{true, false} {
 			vip, ok := o.vip[v4]
 			if !ok {
@@ -456,17 +447,17 @@ func (l *lowering) natLayer(ep *epPlan) *vfp.LayerConfig {
 			if o.hasDests {
 				for _, p := range o.dests {
 					if p.Addr().Is4() == v4 {
-						mc.DstIPs = append(mc.DstIPs, p.String())
+						mc.DstIPs = append(mc.DstIPs, vfp.Prefix(p))
 					}
 				}
 				if len(mc.DstIPs) == 0 {
 					continue
 				}
 			}
-			a := vfp.ActionConfig{Type: "allow", SNAT: vip.String()}
+			a := vfp.ActionConfig{Type: vfp.Allow, SNAT: vip}
 			if ep.net.cfg.Type == TypeOverlay {
 				// Out of the overlay onto the underlay, from the host.
-				a.Modify = &vfp.ModifyConfig{SrcMAC: l.hostMAC.String(), DstMAC: l.neighbors[l.defaultGW[v4]].String()}
+				a.Modify = &vfp.ModifyConfig{SrcMAC: l.hostMAC, DstMAC: l.neighbors[l.defaultGW[v4]]}
 			}
 			g.Rules = append(g.Rules, vfp.RuleConfig{Name: "snat-to-" + vip.String(), Priority: vfp.Priority(uint32(1100 + i)),
 				Match: mc, Action: a, Terminating: true, Stateful: true})
@@ -502,10 +493,10 @@ func (l *lowering) portMapLayer() *vfp.LayerConfig {
 		groups = append(groups, *g)
 	}
 	if len(l.nat.maps) > 0 {
-		g := vfp.GroupConfig{Name: "port-mappings", Match: &vfp.MatchConfig{Direction: "out"}}
+		g := vfp.GroupConfig{Name: "port-mappings", Match: &vfp.MatchConfig{Direction: vfp.Out}}
 		for _, m := range l.nat.maps {
 			g.Rules = append(g.Rules, vfp.RuleConfig{Name: m.name(), Priority: vfp.Priority(uint32(100 + len(g.Rules))),
-				Match: m.match(""), Action: vfp.ActionConfig{Type: "allow", Modify: l.dnat(m)}, Terminating: true, Stateful: true})
+				Match: m.match(""), Action: vfp.ActionConfig{Type: vfp.Allow, Modify: l.dnat(m)}, Terminating: true, Stateful: true})
 		}
 		groups = append(groups, g)
 	}
@@ -520,10 +511,10 @@ func (l *lowering) natPools() []vfp.NATPoolConfig {
 	var ps []vfp.NATPoolConfig
 	for _, p := range l.nat.pools {
 		ports := p.ports
-		if ports == "" && l.c.Uplink.HostPort != "" && l.hostIPs[p.ip.Is4()] == p.ip {
-			ports = HostNATPorts
+		if ports == (nat.PortRange{}) && l.c.Uplink.HostPort != "" && l.hostIPs[p.ip.Is4()] == p.ip {
+			ports = HostNATPorts()
 		}
-		ps = append(ps, vfp.NATPoolConfig{IP: p.ip.String(), Ports: ports, Reserved: p.reserved})
+		ps = append(ps, vfp.NATPoolConfig{IP: p.ip, Ports: ports, Reserved: p.reserved})
 	}
 	return ps
 }

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/ufp-dev/ufp/dataplane"
@@ -19,13 +17,9 @@ func (f *FlowTableConfig) Compile() (dataplane.FlowTableConfig, error) {
 	if d.MaxFlows == 0 {
 		d.MaxFlows = DefaultMaxFlows
 	}
-	switch f.OnFull {
-	case "", "refuse-new":
-		d.OnFull = dataplane.RefuseNew
-	case "evict-oldest":
-		d.OnFull = dataplane.EvictOldest
-	default:
-		return d, fmt.Errorf("switch.flowTable.onFull: unknown policy %q (want refuse-new or evict-oldest)", f.OnFull)
+	var err error
+	if d.OnFull, err = f.OnFull.compile(); err != nil {
+		return d, fmt.Errorf("switch.flowTable.onFull: %w", err)
 	}
 	if t := f.Timeouts; t != nil {
 		d.Timeouts = dataplane.Timeouts{
@@ -47,11 +41,11 @@ func (lc *LayerConfig) Compile(at string, st *Stateful, uplink bool) (*rules.Lay
 	l := &rules.Layer{Name: lc.Name}
 	if d := lc.Default; d != nil {
 		var err error
-		if l.DefaultOut, err = parseVerb(at+".default.out", d.Out); err != nil {
-			return nil, err
+		if l.DefaultOut, err = d.Out.compile(); err != nil {
+			return nil, fmt.Errorf("%s.default.out: %w", at, err)
 		}
-		if l.DefaultIn, err = parseVerb(at+".default.in", d.In); err != nil {
-			return nil, err
+		if l.DefaultIn, err = d.In.compile(); err != nil {
+			return nil, fmt.Errorf("%s.default.in: %w", at, err)
 		}
 		l.DefaultStateful = d.Stateful
 	}
@@ -86,7 +80,7 @@ func (lc *LayerConfig) Compile(at string, st *Stateful, uplink bool) (*rules.Lay
 			}
 			switch {
 			case rc.Stateful:
-			case rc.Action.SNAT != "":
+			case rc.Action.SNAT.IsValid():
 				return nil, fmt.Errorf("%s.stateful: a rule that translates the source (snat) must be stateful, or replies could not be translated back", rat)
 			case rc.Action.LB != "":
 				return nil, fmt.Errorf("%s.stateful: a rule that load-balances (lb) must be stateful, or connections could not keep their backend", rat)
@@ -102,89 +96,99 @@ func (lc *LayerConfig) Compile(at string, st *Stateful, uplink bool) (*rules.Lay
 	return l, nil
 }
 
-func parseVerb(at, s string) (rules.Action, error) {
-	switch s {
-	case "", "allow":
+// compile returns the action of verb v; empty is allow.
+func (v Verb) compile() (rules.Action, error) {
+	switch v {
+	case "", Allow:
 		return rules.Action{Verb: rules.Allow}, nil
-	case "block":
+	case Block:
 		return rules.Action{Verb: rules.Block}, nil
 	}
-	return rules.Action{}, fmt.Errorf("%s: unknown action %q (want allow or block)", at, s)
+	return rules.Action{}, fmt.Errorf("unknown action %q (want allow or block)", string(v))
+}
+
+// compile returns the outer header operation of o; empty leaves it.
+func (o Outer) compile() (dataplane.OuterOp, error) {
+	switch o {
+	case "":
+		return dataplane.OuterIgnore, nil
+	case Pop:
+		return dataplane.OuterPop, nil
+	case NotPresent:
+		return dataplane.OuterNotPresent, nil
+	}
+	return 0, fmt.Errorf("unknown operation %q (want pop or not-present)", string(o))
+}
+
+// compile returns the direction of d (the engine's names); empty is both.
+func (d Direction) compile() (rules.Direction, error) { return rules.ParseDirection(string(d)) }
+
+// compile returns the flow table policy of o; empty is refuse-new.
+func (o OnFull) compile() (dataplane.FullPolicy, error) {
+	switch o {
+	case "", RefuseNew:
+		return dataplane.RefuseNew, nil
+	case EvictOldest:
+		return dataplane.EvictOldest, nil
+	}
+	return 0, fmt.Errorf("unknown policy %q (want refuse-new or evict-oldest)", string(o))
 }
 
 func (mc *MatchConfig) Compile(at string) (rules.Condition, error) {
 	var c rules.Condition
 	var err error
-	if c.Direction, err = rules.ParseDirection(mc.Direction); err != nil {
+	if c.Direction, err = mc.Direction.compile(); err != nil {
 		return c, fmt.Errorf("%s.direction: %w", at, err)
 	}
 	c.IPVersion = mc.IPVersion
-	for i, s := range mc.SrcMACs {
-		m, err := ParseMAC(fmt.Sprintf("%s.srcMACs[%d]", at, i), s)
-		if err != nil {
-			return c, err
-		}
-		c.SrcMACs = append(c.SrcMACs, m)
+	c.SrcMACs, c.DstMACs = slices.Clone(mc.SrcMACs), slices.Clone(mc.DstMACs)
+	c.SrcIPs, c.DstIPs = netPrefixes(mc.SrcIPs), netPrefixes(mc.DstIPs)
+	for _, p := range mc.Protocols {
+		c.Protocols = append(c.Protocols, uint8(p))
 	}
-	for i, s := range mc.DstMACs {
-		m, err := ParseMAC(fmt.Sprintf("%s.dstMACs[%d]", at, i), s)
-		if err != nil {
-			return c, err
-		}
-		c.DstMACs = append(c.DstMACs, m)
-	}
-	if c.SrcIPs, err = ParsePrefixes(at+".srcIPs", mc.SrcIPs); err != nil {
-		return c, err
-	}
-	if c.DstIPs, err = ParsePrefixes(at+".dstIPs", mc.DstIPs); err != nil {
-		return c, err
-	}
-	for i, s := range mc.Protocols {
-		p, err := ParseProto(s)
-		if err != nil {
-			return c, fmt.Errorf("%s.protocols[%d]: %w", at, i, err)
-		}
-		c.Protocols = append(c.Protocols, p)
-	}
-	if c.SrcPorts, err = ParseRanges(at+".srcPorts", mc.SrcPorts); err != nil {
-		return c, err
-	}
-	if c.DstPorts, err = ParseRanges(at+".dstPorts", mc.DstPorts); err != nil {
-		return c, err
-	}
-	c.VNIs = mc.VNIs
+	c.SrcPorts, c.DstPorts = portRanges(mc.SrcPorts), portRanges(mc.DstPorts)
+	c.VNIs = slices.Clone(mc.VNIs)
 	c.Encapsulated = mc.Encapsulated
-	if c.OuterSrcIPs, err = ParsePrefixes(at+".outerSrcIPs", mc.OuterSrcIPs); err != nil {
-		return c, err
-	}
-	if c.OuterDstIPs, err = ParsePrefixes(at+".outerDstIPs", mc.OuterDstIPs); err != nil {
-		return c, err
-	}
+	c.OuterSrcIPs, c.OuterDstIPs = netPrefixes(mc.OuterSrcIPs), netPrefixes(mc.OuterDstIPs)
+	// Validate refuses what a list's values may hold that no condition
+	// can: invalid prefixes, host bits, empty port ranges.
 	if err := c.Validate(); err != nil {
 		return c, fmt.Errorf("%s.%w", at, err)
 	}
 	return c, nil
 }
 
+// netPrefixes returns a match's prefixes as a condition takes them.
+func netPrefixes(ps []Prefix) []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range ps {
+		out = append(out, netip.Prefix(p))
+	}
+	return out
+}
+
+// portRanges returns a match's port ranges as a condition takes them.
+func portRanges(rs []PortRange) []rules.PortRange {
+	var out []rules.PortRange
+	for _, r := range rs {
+		out = append(out, rules.PortRange(r))
+	}
+	return out
+}
+
 // Compile compiles the action at path at of a rule on a port, the uplink
 // if uplink, whose stateful part st makes.
 func (ac *ActionConfig) Compile(at string, st *Stateful, uplink bool) (rules.Action, error) {
-	a, err := parseVerb(at+".type", ac.Type)
+	a, err := ac.Type.compile()
 	if err != nil {
-		return a, err
+		return a, fmt.Errorf("%s.type: %w", at, err)
 	}
 	if ac.Type == "" {
 		return a, fmt.Errorf("%s.type: every action needs a type (allow or block)", at)
 	}
 	t := &a.HT
-	switch ac.Outer {
-	case "":
-	case "pop":
-		t.Outer = dataplane.OuterPop
-	case "not-present":
-		t.Outer = dataplane.OuterNotPresent
-	default:
-		return a, fmt.Errorf("%s.outer: unknown operation %q (want pop or not-present)", at, ac.Outer)
+	if t.Outer, err = ac.Outer.compile(); err != nil {
+		return a, fmt.Errorf("%s.outer: %w", at, err)
 	}
 	if err := CompileHT(at, ac.Modify, ac.Push, t); err != nil {
 		return a, err
@@ -192,22 +196,21 @@ func (ac *ActionConfig) Compile(at string, st *Stateful, uplink bool) (rules.Act
 	if a.Verb == rules.Block && (!t.IsIdentity() || t.Outer != dataplane.OuterIgnore) {
 		return a, fmt.Errorf("%s: a block action cannot modify, pop or push headers", at)
 	}
-	if ac.Reason != "" {
-		r, ok := dataplane.ParseDropReason(ac.Reason)
-		if !ok || !policyReasons[r] {
-			return a, fmt.Errorf("%s.reason: %q is not a drop reason a policy can give (%s)", at, ac.Reason, policyReasonNames())
+	if r := ac.Reason; r != dataplane.NotDropped {
+		if !policyReasons[r] {
+			return a, fmt.Errorf("%s.reason: %q is not a drop reason a policy can give (%s)", at, r.String(), policyReasonNames())
 		}
 		if a.Verb != rules.Block {
 			return a, fmt.Errorf("%s.reason: only a block action has a drop reason", at)
 		}
 		a.Reason = r
 	}
-	var snat netip.Addr
-	if ac.SNAT != "" {
+	snat := ac.SNAT
+	if snat.IsValid() {
 		if a.Verb == rules.Block {
 			return a, fmt.Errorf("%s.snat: a block action does not translate", at)
 		}
-		if snat, err = ParseAddr(at+".snat", ac.SNAT); err != nil {
+		if err := CheckAddr(at+".snat", snat); err != nil {
 			return a, err
 		}
 		if t.Set&dataplane.FieldSrcIP != 0 {
@@ -242,31 +245,21 @@ func (ac *ActionConfig) Compile(at string, st *Stateful, uplink bool) (rules.Act
 // CompileHT compiles the modify and push of an action (or of a backend's
 // route) at path at into t.
 func CompileHT(at string, modify *ModifyConfig, push *PushConfig, t *dataplane.Transposition) error {
-	var err error
 	if m := modify; m != nil {
-		if m.SrcMAC != "" {
-			if t.SrcMAC, err = ParseMAC(at+".modify.srcMAC", m.SrcMAC); err != nil {
-				return err
-			}
-			t.Set |= dataplane.FieldSrcMAC
+		if !m.SrcMAC.IsZero() {
+			t.SrcMAC, t.Set = m.SrcMAC, t.Set|dataplane.FieldSrcMAC
 		}
-		if m.DstMAC != "" {
-			if t.DstMAC, err = ParseMAC(at+".modify.dstMAC", m.DstMAC); err != nil {
-				return err
-			}
-			t.Set |= dataplane.FieldDstMAC
+		if !m.DstMAC.IsZero() {
+			t.DstMAC, t.Set = m.DstMAC, t.Set|dataplane.FieldDstMAC
 		}
-		if m.SrcIP != "" {
-			if t.SrcIP, err = ParseAddr(at+".modify.srcIP", m.SrcIP); err != nil {
-				return err
-			}
-			t.Set |= dataplane.FieldSrcIP
+		if err := cmp.Or(checkOptAddr(at+".modify.srcIP", m.SrcIP), checkOptAddr(at+".modify.dstIP", m.DstIP)); err != nil {
+			return err
 		}
-		if m.DstIP != "" {
-			if t.DstIP, err = ParseAddr(at+".modify.dstIP", m.DstIP); err != nil {
-				return err
-			}
-			t.Set |= dataplane.FieldDstIP
+		if m.SrcIP.IsValid() {
+			t.SrcIP, t.Set = m.SrcIP, t.Set|dataplane.FieldSrcIP
+		}
+		if m.DstIP.IsValid() {
+			t.DstIP, t.Set = m.DstIP, t.Set|dataplane.FieldDstIP
 		}
 		if m.SrcPort != nil {
 			t.SrcPort, t.Set = *m.SrcPort, t.Set|dataplane.FieldSrcPort
@@ -279,17 +272,10 @@ func CompileHT(at string, modify *ModifyConfig, push *PushConfig, t *dataplane.T
 		}
 	}
 	if pc := push; pc != nil {
-		o := &dataplane.Outer{VNI: pc.VNI, DstPort: pc.DstPort, TTL: pc.TTL, DontFragment: pc.DontFragment, ZeroUDPChecksum: pc.ZeroUDPChecksum}
-		if o.SrcMAC, err = ParseMAC(at+".push.srcMAC", pc.SrcMAC); err != nil {
-			return err
-		}
-		if o.DstMAC, err = ParseMAC(at+".push.dstMAC", pc.DstMAC); err != nil {
-			return err
-		}
-		if o.Src, err = ParseAddr(at+".push.srcIP", pc.SrcIP); err != nil {
-			return err
-		}
-		if o.Dst, err = ParseAddr(at+".push.dstIP", pc.DstIP); err != nil {
+		o := &dataplane.Outer{VNI: pc.VNI, SrcMAC: pc.SrcMAC, DstMAC: pc.DstMAC, Src: pc.SrcIP, Dst: pc.DstIP,
+			DstPort: pc.DstPort, TTL: pc.TTL, DontFragment: pc.DontFragment, ZeroUDPChecksum: pc.ZeroUDPChecksum}
+		if err := cmp.Or(CheckMAC(at+".push.srcMAC", pc.SrcMAC), CheckMAC(at+".push.dstMAC", pc.DstMAC),
+			CheckAddr(at+".push.srcIP", pc.SrcIP), CheckAddr(at+".push.dstIP", pc.DstIP)); err != nil {
 			return err
 		}
 		if err := o.Validate(); err != nil {
@@ -307,28 +293,20 @@ func (s *SwitchConfig) CompilePools() ([]nat.PoolConfig, error) {
 	seen := map[netip.Addr]int{}
 	for i, pc := range s.NATPools {
 		at := fmt.Sprintf("switch.natPools[%d]", i)
-		ip, err := ParseAddr(at+".ip", pc.IP)
-		if err != nil {
+		ip := pc.IP
+		if err := CheckAddr(at+".ip", ip); err != nil {
 			return nil, err
 		}
 		if j, dup := seen[ip]; dup {
 			return nil, fmt.Errorf("%s.ip: %s is also the address of natPools[%d]", at, ip, j)
 		}
 		seen[ip] = i
-		cfg := nat.PoolConfig{IP: ip}
-		if pc.Ports != "" {
-			if cfg.Ports, err = nat.ParsePortRange(pc.Ports); err != nil {
-				return nil, fmt.Errorf("%s.ports: %w", at, err)
-			}
-		}
+		cfg := nat.PoolConfig{IP: ip, Ports: pc.Ports}
 		for j, r := range pc.Reserved {
-			proto, port, ok := strings.Cut(r, "/")
-			n, perr := strconv.ParseUint(port, 10, 16)
-			if !ok || perr != nil || proto != "tcp" && proto != "udp" {
-				return nil, fmt.Errorf("%s.reserved[%d]: %q is not tcp/PORT or udp/PORT", at, j, r)
+			if r.Proto != TCP && r.Proto != UDP {
+				return nil, fmt.Errorf("%s.reserved[%d]: %s is not tcp/PORT or udp/PORT", at, j, r)
 			}
-			pn, _ := ParseProto(proto)
-			cfg.Reserved = append(cfg.Reserved, nat.Reservation{Proto: pn, Port: uint16(n)})
+			cfg.Reserved = append(cfg.Reserved, nat.Reservation{Proto: uint8(r.Proto), Port: r.Port})
 		}
 		// The uplink decodes every datagram to the VXLAN port as VXLAN:
 		// a mapping there would never get its replies.

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"net/netip"
 	"time"
+
+	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/nat"
 )
 
 // SwitchConfig holds switch-wide settings.
@@ -32,19 +35,19 @@ type SwitchConfig struct {
 
 // NATPoolConfig is one source NAT address and the ports it hands out.
 type NATPoolConfig struct {
-	IP string `json:"ip"`
+	IP netip.Addr `json:"ip"`
 	// Ports is the range of TCP and UDP ports mappings get, "lo-hi"
-	// (default 1024-65535). ICMP echo identifiers use all 65536.
-	Ports string `json:"ports,omitempty"`
+	// (zero: 1024-65535). ICMP echo identifiers use all 65536.
+	Ports nat.PortRange `json:"ports,omitzero"`
 	// Reserved are ports never handed out, "tcp/8080" or "udp/53":
 	// those of static port mappings.
-	Reserved []string `json:"reserved,omitempty"`
+	Reserved []Reservation `json:"reserved,omitempty"`
 }
 
 // GatewayConfig is the switch's own router identity.
 type GatewayConfig struct {
-	MAC string   `json:"mac"`
-	IPs []string `json:"ips"`
+	MAC dataplane.MAC `json:"mac"`
+	IPs []netip.Addr  `json:"ips"`
 	// Ports are the ports the gateway serves (default: all): only they
 	// get its ARP/ND answers, and it routes only between them.
 	Ports []string `json:"ports,omitempty"`
@@ -54,7 +57,7 @@ type GatewayConfig struct {
 type FlowTableConfig struct {
 	MaxFlows int             `json:"maxFlows,omitempty"`
 	Shards   int             `json:"shards,omitempty"`
-	OnFull   string          `json:"onFull,omitempty"` // "refuse-new" (default) or "evict-oldest"
+	OnFull   OnFull          `json:"onFull,omitempty"` // "refuse-new" (default) or "evict-oldest"
 	Timeouts *TimeoutsConfig `json:"timeouts,omitempty"`
 }
 
@@ -96,13 +99,13 @@ const DefaultMaxFlows = 1 << 20
 
 // PortConfig is one switch port: a pod's vNIC or the uplink.
 type PortConfig struct {
-	Name string `json:"name"`
-	MAC  string `json:"mac"`
+	Name string        `json:"name"`
+	MAC  dataplane.MAC `json:"mac"`
 	// IPs are the endpoint's addresses; packets a vNIC sends from other
 	// addresses are dropped as spoofed. An uplink's are the host's own
 	// addresses on the underlay (NAT and provider addresses): the switch
 	// answers ARP and neighbour solicitations for them there.
-	IPs []string `json:"ips,omitempty"`
+	IPs []netip.Addr `json:"ips,omitempty"`
 	// Uplink marks the port that leads out of the switch: frames for
 	// unknown unicast MACs go there. At most one port is the uplink.
 	Uplink bool `json:"uplink,omitempty"`
@@ -115,7 +118,7 @@ type PortConfig struct {
 	// the uplink's MAC, and the switch answers for it toward the uplink
 	// with the uplink's MAC) or "none" (overlay: it is not on the underlay
 	// at all; ARP and ND the switch cannot answer are dropped).
-	Underlay string `json:"underlay,omitempty"`
+	Underlay Underlay `json:"underlay,omitempty"`
 	// Segment isolates vNICs: frames are switched between two vNICs only
 	// if their segments are the same or either is unset (an HNS network
 	// is a segment). The uplink reaches every segment.
@@ -139,20 +142,20 @@ type PortConfig struct {
 type LinkConfig struct {
 	// Addresses are the interface's addresses with prefix lengths
 	// ("10.0.0.10/24"), each one of the port's ips.
-	Addresses []string `json:"addresses,omitempty"`
+	Addresses []netip.Prefix `json:"addresses,omitempty"`
 	// Routes are installed through the interface.
 	Routes []LinkRouteConfig `json:"routes,omitempty"`
 	// GatewayMAC is the MAC an L3 port's frames are sent to (the router
 	// the switch answers for); an Ethernet port learns it by ARP.
-	GatewayMAC string `json:"gatewayMac,omitempty"`
+	GatewayMAC dataplane.MAC `json:"gatewayMac,omitzero"`
 }
 
 // LinkRouteConfig is one route through a port's interface.
 type LinkRouteConfig struct {
 	// Destination is a prefix ("0.0.0.0/0" for a default route).
-	Destination string `json:"destination"`
-	// NextHop is the router (empty: the destination is on the link).
-	NextHop string `json:"nextHop,omitempty"`
+	Destination netip.Prefix `json:"destination"`
+	// NextHop is the router (none: the destination is on the link).
+	NextHop netip.Addr `json:"nextHop,omitzero"`
 	// OnLink: the next hop is on the link though no address covers it.
 	OnLink bool `json:"onLink,omitempty"`
 }
@@ -168,9 +171,9 @@ type LayerConfig struct {
 // matches: "allow" (the default) or "block". Stateful makes a connection
 // the default allows stateful, as a stateful rule would.
 type DefaultsConfig struct {
-	Out      string `json:"out,omitempty"`
-	In       string `json:"in,omitempty"`
-	Stateful bool   `json:"stateful,omitempty"`
+	Out      Verb `json:"out,omitempty"`
+	In       Verb `json:"in,omitempty"`
+	Stateful bool `json:"stateful,omitempty"`
 }
 
 // GroupConfig is a group of rules with optional conditions of its own.
@@ -193,37 +196,37 @@ type RuleConfig struct {
 // MatchConfig is a condition; every list given must match (any of its
 // entries), and an absent list matches anything.
 type MatchConfig struct {
-	Direction string   `json:"direction,omitempty"` // "out", "in" or "both"
-	IPVersion uint8    `json:"ipVersion,omitempty"`
-	SrcMACs   []string `json:"srcMACs,omitempty"`
-	DstMACs   []string `json:"dstMACs,omitempty"`
-	SrcIPs    []string `json:"srcIPs,omitempty"` // prefixes or addresses
-	DstIPs    []string `json:"dstIPs,omitempty"`
-	Protocols []string `json:"protocols,omitempty"` // tcp, udp, icmp, icmpv6 or a number
-	SrcPorts  []string `json:"srcPorts,omitempty"`  // "80" or "1000-2000"
-	DstPorts  []string `json:"dstPorts,omitempty"`
-	VNIs      []uint32 `json:"vnis,omitempty"`
+	Direction Direction       `json:"direction,omitempty"` // "out", "in" or "both"
+	IPVersion uint8           `json:"ipVersion,omitempty"`
+	SrcMACs   []dataplane.MAC `json:"srcMACs,omitempty"`
+	DstMACs   []dataplane.MAC `json:"dstMACs,omitempty"`
+	SrcIPs    []Prefix        `json:"srcIPs,omitempty"` // prefixes or addresses
+	DstIPs    []Prefix        `json:"dstIPs,omitempty"`
+	Protocols []Proto         `json:"protocols,omitempty"` // tcp, udp, icmp, icmpv6 or a number
+	SrcPorts  []PortRange     `json:"srcPorts,omitempty"`  // "80" or "1000-2000"
+	DstPorts  []PortRange     `json:"dstPorts,omitempty"`
+	VNIs      []uint32        `json:"vnis,omitempty"`
 	// Encapsulated matches only packets still in a VXLAN tunnel.
 	Encapsulated bool     `json:"encapsulated,omitempty"`
-	OuterSrcIPs  []string `json:"outerSrcIPs,omitempty"`
-	OuterDstIPs  []string `json:"outerDstIPs,omitempty"`
+	OuterSrcIPs  []Prefix `json:"outerSrcIPs,omitempty"`
+	OuterDstIPs  []Prefix `json:"outerDstIPs,omitempty"`
 }
 
 // ActionConfig is "allow" or "block"; an allow may transpose headers.
 type ActionConfig struct {
-	Type   string        `json:"type"`
+	Type   Verb          `json:"type"`
 	Modify *ModifyConfig `json:"modify,omitempty"`
 	// Outer is "pop" (decapsulate) or "not-present" (require no outer
 	// header set).
-	Outer string      `json:"outer,omitempty"`
+	Outer Outer       `json:"outer,omitempty"`
 	Push  *PushConfig `json:"push,omitempty"`
 	// Reason is the drop reason a block counts its packets under
 	// (default blocked-by-policy), e.g. unknown-vni.
-	Reason string `json:"reason,omitempty"`
+	Reason dataplane.DropReason `json:"reason,omitzero"`
 	// SNAT translates the source address to this one, one of
 	// switch.natPools, with a port (or ICMP echo identifier) from its
 	// pool; the rule must be stateful.
-	SNAT string `json:"snat,omitempty"`
+	SNAT netip.Addr `json:"snat,omitzero"`
 	// LB names a load balancer of switch.loadBalancers: it chooses the
 	// connection's backend and translates the destination to it. The
 	// rule must be stateful. LBRoute also sets the frame's MACs (and
@@ -235,25 +238,25 @@ type ActionConfig struct {
 
 // ModifyConfig rewrites tenant header fields.
 type ModifyConfig struct {
-	SrcMAC  string  `json:"srcMAC,omitempty"`
-	DstMAC  string  `json:"dstMAC,omitempty"`
-	SrcIP   string  `json:"srcIP,omitempty"`
-	DstIP   string  `json:"dstIP,omitempty"`
-	SrcPort *uint16 `json:"srcPort,omitempty"`
-	DstPort *uint16 `json:"dstPort,omitempty"`
+	SrcMAC  dataplane.MAC `json:"srcMAC,omitzero"`
+	DstMAC  dataplane.MAC `json:"dstMAC,omitzero"`
+	SrcIP   netip.Addr    `json:"srcIP,omitzero"`
+	DstIP   netip.Addr    `json:"dstIP,omitzero"`
+	SrcPort *uint16       `json:"srcPort,omitempty"`
+	DstPort *uint16       `json:"dstPort,omitempty"`
 }
 
 // PushConfig is a VXLAN outer header set to push.
 type PushConfig struct {
-	VNI             uint32 `json:"vni"`
-	SrcMAC          string `json:"srcMAC"`
-	DstMAC          string `json:"dstMAC"`
-	SrcIP           string `json:"srcIP"`
-	DstIP           string `json:"dstIP"`
-	DstPort         uint16 `json:"dstPort,omitempty"`
-	TTL             uint8  `json:"ttl,omitempty"`
-	DontFragment    bool   `json:"dontFragment,omitempty"`
-	ZeroUDPChecksum bool   `json:"zeroUDPChecksum,omitempty"`
+	VNI             uint32        `json:"vni"`
+	SrcMAC          dataplane.MAC `json:"srcMAC"`
+	DstMAC          dataplane.MAC `json:"dstMAC"`
+	SrcIP           netip.Addr    `json:"srcIP"`
+	DstIP           netip.Addr    `json:"dstIP"`
+	DstPort         uint16        `json:"dstPort,omitempty"`
+	TTL             uint8         `json:"ttl,omitempty"`
+	DontFragment    bool          `json:"dontFragment,omitempty"`
+	ZeroUDPChecksum bool          `json:"zeroUDPChecksum,omitempty"`
 }
 
 // Load balancing at the VFP level: switch.loadBalancers, which the lb
@@ -272,7 +275,7 @@ type BalancerConfig struct {
 	PreserveDst bool `json:"preserveDst,omitempty"`
 	// Distribution is what chooses a backend: "connection" (the
 	// 5-tuple, the default), "source-ip-protocol" or "source-ip".
-	Distribution string `json:"distribution,omitempty"`
+	Distribution Distribution `json:"distribution,omitempty"`
 	// AffinityTimeout, when set, remembers each client's backend for this
 	// long after its last new connection: later connections from the
 	// client go there while it stays healthy, even when backends are
@@ -282,7 +285,7 @@ type BalancerConfig struct {
 	// translated to it (with a port of its pool) when their backend is
 	// the client itself, and when the backend is remote, unless DSR is on
 	// and the client is behind the port that balanced the connection.
-	SourceVIP string `json:"sourceVIP,omitempty"`
+	SourceVIP netip.Addr `json:"sourceVIP,omitzero"`
 	// DSR: remote backends reply straight to the client, whose own port
 	// translates the replies back; no SourceVIP for them.
 	DSR bool `json:"dsr,omitempty"`
@@ -290,7 +293,7 @@ type BalancerConfig struct {
 
 // BackendConfig is one backend of a load balancer.
 type BackendConfig struct {
-	IP string `json:"ip"`
+	IP netip.Addr `json:"ip"`
 	// Remote backends are on another host.
 	Remote bool `json:"remote,omitempty"`
 	// Unhealthy backends get no new connections; established ones stay.
@@ -311,12 +314,3 @@ type Document struct {
 
 // Priority returns a rule priority to set RuleConfig.Priority to.
 func Priority(p uint32) *uint32 { return &p }
-
-// PrefixList returns ps as a match's list of prefixes.
-func PrefixList(ps []netip.Prefix) []string {
-	s := make([]string, len(ps))
-	for i, p := range ps {
-		s[i] = p.String()
-	}
-	return s
-}

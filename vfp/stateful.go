@@ -80,6 +80,10 @@ func (st *Stateful) balance(at, name string, route, uplink bool) (rules.Stateful
 	return lb.NewAction(b, route), nil
 }
 
+// compile returns the distribution of d (the balancer's names); empty is
+// per connection.
+func (d Distribution) compile() (lb.Distribution, error) { return lb.ParseDistribution(string(d)) }
+
 // compile validates the load balancer at path at, whose sourceVIP must be
 // one of pools.
 func (c *BalancerConfig) compile(at string, pools map[netip.Addr]bool) (lb.Config, error) {
@@ -89,11 +93,12 @@ func (c *BalancerConfig) compile(at string, pools map[netip.Addr]bool) (lb.Confi
 	b := lb.Config{Name: c.Name, TargetPort: c.TargetPort, PreserveDst: c.PreserveDst,
 		AffinityTimeout: time.Duration(c.AffinityTimeout), DSR: c.DSR}
 	var err error
-	if b.Distribution, err = lb.ParseDistribution(c.Distribution); err != nil {
+	if b.Distribution, err = c.Distribution.compile(); err != nil {
 		return b, fmt.Errorf("%s.distribution: %w", at, err)
 	}
-	if c.SourceVIP != "" {
-		if b.SourceVIP, err = ParseAddr(at+".sourceVIP", c.SourceVIP); err != nil {
+	if c.SourceVIP.IsValid() {
+		b.SourceVIP = c.SourceVIP
+		if err := CheckAddr(at+".sourceVIP", b.SourceVIP); err != nil {
 			return b, err
 		}
 		if !pools[b.SourceVIP] {
@@ -105,8 +110,8 @@ func (c *BalancerConfig) compile(at string, pools map[netip.Addr]bool) (lb.Confi
 	for i := range c.Backends {
 		bc := &c.Backends[i]
 		bat := fmt.Sprintf("%s.backends[%d]", at, i)
-		be := lb.BackendConfig{Remote: bc.Remote, Unhealthy: bc.Unhealthy}
-		if be.IP, err = ParseAddr(bat+".ip", bc.IP); err != nil {
+		be := lb.BackendConfig{IP: bc.IP, Remote: bc.Remote, Unhealthy: bc.Unhealthy}
+		if err := CheckAddr(bat+".ip", be.IP); err != nil {
 			return b, err
 		}
 		if !be.IP.IsGlobalUnicast() {
@@ -124,7 +129,7 @@ func (c *BalancerConfig) compile(at string, pools map[netip.Addr]bool) (lb.Confi
 			return b, fmt.Errorf("%s.ip: %s is listed twice", bat, be.IP)
 		}
 		seen[be.IP] = true
-		if m := bc.Modify; m != nil && (m.SrcIP != "" || m.DstIP != "" || m.SrcPort != nil || m.DstPort != nil) {
+		if m := bc.Modify; m != nil && (m.SrcIP.IsValid() || m.DstIP.IsValid() || m.SrcPort != nil || m.DstPort != nil) {
 			return b, fmt.Errorf("%s.modify: a backend's route sets MACs only", bat)
 		}
 		if err := CompileHT(bat, bc.Modify, bc.Push, &be.Route); err != nil {

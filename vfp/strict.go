@@ -2,11 +2,13 @@ package vfp
 
 import (
 	"bytes"
+	"encoding"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"maps"
+	"net/netip"
 	"reflect"
 	"slices"
 	"strconv"
@@ -30,19 +32,43 @@ func JSONError(b []byte, err error) error {
 	return fmt.Errorf("policy: %w", err)
 }
 
-var unmarshalerType = reflect.TypeFor[json.Unmarshaler]()
+var (
+	unmarshalerType     = reflect.TypeFor[json.Unmarshaler]()
+	textUnmarshalerType = reflect.TypeFor[encoding.TextUnmarshaler]()
+)
 
-// checkFields walks the generic JSON value v (decoded with UseNumber)
+// textParsers check the text of the types whose own UnmarshalText words
+// its errors otherwise than a policy does, or accepts what a policy
+// refuses (zones, IPv4-mapped IPv6 forms). Each accepts only text the
+// type's UnmarshalText reads too, so that encoding/json decodes whatever
+// CheckFields passed.
+var textParsers = map[reflect.Type]func(string) error{
+	reflect.TypeFor[netip.Addr]():   func(s string) error { _, err := parseDocAddr(s); return err },
+	reflect.TypeFor[netip.Prefix](): func(s string) error { _, err := parseDocPrefix(s); return err },
+}
+
+// CheckFields walks the generic JSON value v (decoded with UseNumber)
 // against type t and reports the first object key that names no field, or
-// the first value of the wrong type or out of range, with its path. Keys
-// are visited in sorted order so that the error is deterministic. A null
-// leaves a field at its zero value, as encoding/json does.
+// the first value of the wrong type or out of range, with its path. A
+// value written as text (an encoding.TextUnmarshaler: addresses, MACs,
+// prefixes, protocols, port ranges, the enums) must be a string its type
+// reads; the error is "<path>: <why>". Keys are visited in sorted order so
+// that the error is deterministic. A null leaves a field at its zero
+// value, as encoding/json does.
 func CheckFields(v any, t reflect.Type, path string) error {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
 	if v == nil {
 		return nil
+	}
+	if parse, ok := textParsers[t]; ok {
+		return checkText(v, path, parse)
+	}
+	if reflect.PointerTo(t).Implements(textUnmarshalerType) && !reflect.PointerTo(t).Implements(unmarshalerType) {
+		return checkText(v, path, func(s string) error {
+			return reflect.New(t).Interface().(encoding.TextUnmarshaler).UnmarshalText([]byte(s))
+		})
 	}
 	if reflect.PointerTo(t).Implements(unmarshalerType) {
 		// Run the field's own decoder here, where the path is known:
@@ -113,6 +139,19 @@ func CheckFields(v any, t reflect.Type, path string) error {
 		if _, err := strconv.ParseInt(n.String(), 10, t.Bits()); err != nil {
 			return fmt.Errorf("%s: want an integer of %d bits, got %s", orRoot(path), t.Bits(), n)
 		}
+	}
+	return nil
+}
+
+// checkText checks that the JSON value v at path is a string that parse
+// reads.
+func checkText(v any, path string, parse func(string) error) error {
+	s, ok := v.(string)
+	if !ok {
+		return wantError(path, "a string", v)
+	}
+	if err := parse(s); err != nil {
+		return fmt.Errorf("%s: %w", orRoot(path), err)
 	}
 	return nil
 }

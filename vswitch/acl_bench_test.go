@@ -40,7 +40,7 @@ const (
 // block, with priorities 100, 110, ... in shuffled order.
 func aclbConfig(n int, ft vfp.FlowTableConfig) *Config {
 	r := rand.New(rand.NewPCG(uint64(n), 7))
-	cidr := func() string {
+	cidr := func() vfp.Prefix {
 		var a netip.Addr
 		var lmin int
 		switch r.IntN(3) {
@@ -58,36 +58,36 @@ func aclbConfig(n int, ft vfp.FlowTableConfig) *Config {
 		case x < 5:
 			l = lmin + r.IntN(33-lmin)
 		}
-		return netip.PrefixFrom(a, l).Masked().String()
+		return vfp.Prefix(netip.PrefixFrom(a, l).Masked())
 	}
-	port := func() string {
+	port := func() vfp.PortRange {
 		if r.IntN(10) < 6 {
-			return fmt.Sprint([]int{53, 80, 443, 8080, 8443, 5432, 6379, 9090, 3306, 27017}[r.IntN(10)])
+			return vfp.Port([]uint16{53, 80, 443, 8080, 8443, 5432, 6379, 9090, 3306, 27017}[r.IntN(10)])
 		}
-		return fmt.Sprint(1 + r.IntN(65535))
+		return vfp.Port(uint16(1 + r.IntN(65535)))
 	}
 	rules := make([]vfp.RuleConfig, 0, n+1)
 	for i, p := range r.Perm(n) {
-		m := &vfp.MatchConfig{Direction: "out", SrcIPs: []string{aclbPodA.String() + "/32"}}
+		m := &vfp.MatchConfig{Direction: vfp.Out, SrcIPs: vfp.Hosts(aclbPodA)}
 		for range 1 + r.IntN(3) {
 			m.DstIPs = append(m.DstIPs, cidr())
 		}
 		switch x := r.IntN(10); {
 		case x < 5:
-			m.Protocols = []string{"tcp"}
+			m.Protocols = []vfp.Proto{vfp.TCP}
 		case x < 8:
-			m.Protocols = []string{"udp"}
+			m.Protocols = []vfp.Proto{vfp.UDP}
 		default:
-			m.Protocols = []string{"tcp", "udp"}
+			m.Protocols = []vfp.Proto{vfp.TCP, vfp.UDP}
 		}
 		switch x := r.IntN(10); {
 		case x < 2:
-			m.DstPorts = []string{port(), port(), port()}
+			m.DstPorts = []vfp.PortRange{port(), port(), port()}
 		case x < 3:
 			lo := 1024 + r.IntN(60000)
-			m.DstPorts = []string{fmt.Sprintf("%d-%d", lo, lo+r.IntN(500))}
+			m.DstPorts = []vfp.PortRange{{Lo: uint16(lo), Hi: uint16(lo + r.IntN(500))}}
 		default:
-			m.DstPorts = []string{port()}
+			m.DstPorts = []vfp.PortRange{port()}
 		}
 		prio := uint32(100 + 10*p)
 		ru := vfp.RuleConfig{Name: fmt.Sprintf("np-%d", i), Priority: &prio, Match: m, Action: vfp.ActionConfig{Type: "allow"}, Stateful: true}
@@ -99,20 +99,20 @@ func aclbConfig(n int, ft vfp.FlowTableConfig) *Config {
 	last := uint32(1 << 31)
 	rules = append(rules, vfp.RuleConfig{
 		Name: "allow-flow", Priority: &last, Stateful: true, Action: vfp.ActionConfig{Type: "allow"},
-		Match: &vfp.MatchConfig{Direction: "out", Protocols: []string{"udp"}, DstIPs: []string{aclbPodB.String() + "/32"}, DstPorts: []string{"5000-5999"}},
+		Match: &vfp.MatchConfig{Direction: vfp.Out, Protocols: []vfp.Proto{vfp.UDP}, DstIPs: vfp.Hosts(aclbPodB), DstPorts: []vfp.PortRange{{Lo: 5000, Hi: 5999}}},
 	})
 	return &Config{
 		Switch: vfp.SwitchConfig{
 			Name:      "sw-acl",
-			Gateway:   &vfp.GatewayConfig{MAC: "02:00:00:00:00:01", IPs: []string{"10.0.0.1"}},
+			Gateway:   &vfp.GatewayConfig{MAC: macAddr("02:00:00:00:00:01"), IPs: []netip.Addr{addr("10.0.0.1")}},
 			FlowTable: ft,
 		},
 		Ports: []vfp.PortConfig{
 			{
-				Name: "pod-a", MAC: "02:00:00:00:00:0a", IPs: []string{aclbPodA.String()},
+				Name: "pod-a", MAC: macAddr("02:00:00:00:00:0a"), IPs: []netip.Addr{aclbPodA},
 				Layers: []vfp.LayerConfig{{Name: "acl", Default: &vfp.DefaultsConfig{Out: "block"}, Groups: []vfp.GroupConfig{{Name: "netpol", Rules: rules}}}},
 			},
-			{Name: "pod-b", MAC: "02:00:00:00:00:0b", IPs: []string{aclbPodB.String()}},
+			{Name: "pod-b", MAC: macAddr("02:00:00:00:00:0b"), IPs: []netip.Addr{aclbPodB}},
 		},
 	}
 }

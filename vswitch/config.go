@@ -236,8 +236,8 @@ func (c *Config) compileVFP(env *vfp.Env) (*compiled, error) {
 				at = "switch.gateway"
 			}
 		}
-		mac, err := vfp.ParseUnicastMAC(at+".mac", g.MAC)
-		if err != nil {
+		mac := g.MAC
+		if err := vfp.CheckUnicastMAC(at+".mac", mac); err != nil {
 			return nil, err
 		}
 		gw := p.gwMACs[mac]
@@ -252,9 +252,8 @@ func (c *Config) compileVFP(env *vfp.Env) (*compiled, error) {
 		for _, name := range g.Ports {
 			gw.ports[name] = true
 		}
-		for j, s := range g.IPs {
-			a, err := vfp.ParseAddr(fmt.Sprintf("%s.ips[%d]", at, j), s)
-			if err != nil {
+		for j, a := range g.IPs {
+			if err := vfp.CheckAddr(fmt.Sprintf("%s.ips[%d]", at, j), a); err != nil {
 				return nil, err
 			}
 			if _, dup := p.gwIPs[a]; dup {
@@ -376,14 +375,14 @@ func compilePort(pc *vfp.PortConfig, at string, st *vfp.Stateful) (*Port, error)
 	if pc.Host && pc.Segment != "" {
 		return nil, fmt.Errorf("%s.segment: the host's vNIC reaches every segment", at)
 	}
+	if err := pc.Underlay.Validate(); err != nil {
+		return nil, fmt.Errorf("%s.underlay: %w", at, err)
+	}
 	switch pc.Underlay {
-	case "", "bridged":
-	case "rewrite":
+	case vfp.UnderlayRewrite:
 		port.Underlay = Rewritten
-	case "none":
+	case vfp.UnderlayNone:
 		port.Underlay = Isolated
-	default:
-		return nil, fmt.Errorf("%s.underlay: unknown mode %q (want bridged, rewrite or none)", at, pc.Underlay)
 	}
 	if pc.Uplink && port.Underlay != Bridged {
 		return nil, fmt.Errorf("%s.underlay: the uplink is the underlay; underlay applies to vNICs", at)
@@ -394,18 +393,17 @@ func compilePort(pc *vfp.PortConfig, at string, st *vfp.Stateful) (*Port, error)
 	if pc.MTU != 0 && pc.MTU < 576 {
 		return nil, fmt.Errorf("%s.mtu: %d is below 576, the smallest MTU IPv4 allows", at, pc.MTU)
 	}
-	mac, err := vfp.ParseUnicastMAC(at+".mac", pc.MAC)
-	if err != nil {
+	if err := vfp.CheckUnicastMAC(at+".mac", pc.MAC); err != nil {
 		return nil, err
 	}
-	port.MAC = mac
-	for i, s := range pc.IPs {
-		a, err := vfp.ParseAddr(fmt.Sprintf("%s.ips[%d]", at, i), s)
-		if err != nil {
+	port.MAC = pc.MAC
+	for i, a := range pc.IPs {
+		if err := vfp.CheckAddr(fmt.Sprintf("%s.ips[%d]", at, i), a); err != nil {
 			return nil, err
 		}
-		port.IPs = append(port.IPs, a)
 	}
+	port.IPs = slices.Clone(pc.IPs)
+	var err error
 	if pc.Link != nil {
 		if port.Link, err = compileLink(pc.Link, at+".link", port); err != nil {
 			return nil, err

@@ -3,6 +3,7 @@ package vswitch
 import (
 	"encoding/json"
 	"errors"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -236,8 +237,8 @@ func TestParseConfigErrors(t *testing.T) {
 			want: "ports[1].mac: 02:00:00:00:00:01 is already used by the gateway"},
 		{name: "duplicate port IPs", edit: func(d doc) { at(d, "ports", 1)["ips"] = []any{"fd00::10"} },
 			want: `ports[1].ips[0]: fd00::10 is already used by port "pod-a"`},
-		{name: "duplicate IP written differently", edit: func(d doc) { at(d, "ports", 1)["ips"] = []any{"::ffff:10.0.0.10"} },
-			want: `ports[1].ips[0]: 10.0.0.10 is already used by port "pod-a"`},
+		{name: "IPv4 address in IPv6 form", edit: func(d doc) { at(d, "ports", 1)["ips"] = []any{"::ffff:10.0.0.10"} },
+			want: `ports[1].ips[0]: "::ffff:10.0.0.10": write IPv4 addresses in IPv4 form`},
 		{name: "two uplinks", edit: func(d doc) { at(d, "ports", 1)["uplink"] = true },
 			want: `ports[2].uplink: port "pod-b" is the uplink already`},
 		{name: "gateway IP equal to a port IP", edit: func(d doc) { at(d, "switch", "gateway")["ips"] = []any{"10.0.0.11"} },
@@ -288,7 +289,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{name: "push with mixed address families", edit: func(d doc) { at(rule2(d), "action", "push")["dstIP"] = "fd00::20" },
 			want: rulePath + "[2].action.push: outer: src 192.168.1.10 and dst fd00::20 are not of one family"},
 		{name: "push without addresses", edit: func(d doc) { delete(at(rule2(d), "action", "push"), "srcIP") },
-			want: rulePath + `[2].action.push.srcIP: "" is not an IP address`},
+			want: rulePath + "[2].action.push.srcIP: an IP address is required"},
 		{name: "push without a MAC", edit: func(d doc) { delete(at(rule2(d), "action", "push"), "dstMAC") },
 			want: rulePath + "[2].action.push.dstMAC: a MAC address is required"},
 		{name: "push VNI beyond 24 bits", edit: func(d doc) { at(rule2(d), "action", "push")["vni"] = 1 << 24 },
@@ -519,7 +520,7 @@ func portsPolicy(t *testing.T, names ...string) *Config {
 		}
 		prio := uint32(1)
 		c.Ports = append(c.Ports, vfp.PortConfig{
-			Name: n, MAC: dataplane.MAC{2, 0, 0, 0, 1, k}.String(), IPs: []string{netipFrom(10, 0, 1, k)},
+			Name: n, MAC: dataplane.MAC{2, 0, 0, 0, 1, k}, IPs: []netip.Addr{netip.AddrFrom4([4]byte{10, 0, 1, k})},
 			Layers: []vfp.LayerConfig{{Name: "acl", Groups: []vfp.GroupConfig{{Name: "g", Rules: []vfp.RuleConfig{{
 				Name: "all", Priority: &prio, Action: vfp.ActionConfig{Type: "allow"}, Stateful: true,
 			}}}}}},

@@ -1,6 +1,7 @@
 package vswitch
 
 import (
+	"encoding"
 	"encoding/json"
 	"slices"
 	"strings"
@@ -494,6 +495,19 @@ func hnsWantRejected(t *testing.T, b []byte, want string) {
 	}
 }
 
+// texts writes vs as a policy file has them.
+func texts[T encoding.TextMarshaler](vs []T) []string {
+	var out []string
+	for _, v := range vs {
+		b, err := v.MarshalText()
+		if err != nil {
+			panic(err)
+		}
+		out = append(out, string(b))
+	}
+	return out
+}
+
 func hnsPortCount(c *Config) int {
 	low, err := c.Lower()
 	if err != nil {
@@ -640,7 +654,7 @@ func TestHNSLower(t *testing.T) {
 
 	// The uplink is last.
 	up := &low.Ports[len(low.Ports)-1]
-	if up.Name != "uplink" || !up.Uplink || up.MTU != hns.DefaultUplinkMTU || up.MAC != "02:00:00:00:00:fe" {
+	if up.Name != "uplink" || !up.Uplink || up.MTU != hns.DefaultUplinkMTU || up.MAC.String() != "02:00:00:00:00:fe" {
 		t.Errorf("last port = %q uplink=%v mtu=%d mac=%s, want the uplink with MTU 1500", up.Name, up.Uplink, up.MTU, up.MAC)
 	}
 	for _, p := range low.Ports[:len(low.Ports)-1] {
@@ -677,7 +691,7 @@ func TestHNSLower(t *testing.T) {
 	var dsts []string
 	var prios []uint32
 	for _, r := range g.Rules {
-		dsts = append(dsts, r.Match.DstIPs...)
+		dsts = append(dsts, texts(r.Match.DstIPs)...)
 		prios = append(prios, *r.Priority)
 	}
 	if want := []string{"10.244.1.0/24", "10.245.0.0/16"}; !slices.Equal(dsts, want) {
@@ -686,15 +700,15 @@ func TestHNSLower(t *testing.T) {
 	if !slices.IsSorted(prios) || len(slices.Compact(slices.Clone(prios))) != len(prios) {
 		t.Errorf("pod-a encap rule priorities %v are not strictly increasing", prios)
 	}
-	if r := g.Rules[0]; r.Action.Push == nil || r.Action.Push.DstIP != "192.168.1.20" || r.Action.Push.SrcIP != "192.168.1.10" ||
-		r.Action.Push.VNI != 4096 || r.Action.Push.DstPort != 4789 || r.Action.Push.DstMAC != "02:00:00:00:01:fe" ||
-		r.Action.Modify == nil || r.Action.Modify.DstMAC != "02:00:00:00:01:01" {
+	if r := g.Rules[0]; r.Action.Push == nil || r.Action.Push.DstIP != addr("192.168.1.20") || r.Action.Push.SrcIP != addr("192.168.1.10") ||
+		r.Action.Push.VNI != 4096 || r.Action.Push.DstPort != 4789 || r.Action.Push.DstMAC != macAddr("02:00:00:00:01:fe") ||
+		r.Action.Modify == nil || r.Action.Modify.DstMAC != macAddr("02:00:00:00:01:01") {
 		t.Errorf("pod-a rule for 10.244.1.0/24 = %+v push %+v", r.Action, r.Action.Push)
 	}
 	// SDN routes of the L2Bridge endpoint too.
 	dsts = nil
 	for _, r := range c.Layers[0].Groups[0].Rules {
-		dsts = append(dsts, r.Match.DstIPs...)
+		dsts = append(dsts, texts(r.Match.DstIPs)...)
 	}
 	if want := []string{"172.16.5.0/24", "172.16.0.0/16"}; !slices.Equal(dsts, want) {
 		t.Errorf("pod-c route rules match %v, want %v (longest prefix first)", dsts, want)
@@ -708,7 +722,7 @@ func TestHNSLower(t *testing.T) {
 	gws := map[string]string{}
 	for _, g := range low.Switch.Gateways {
 		for _, ip := range g.IPs {
-			gws[ip] = g.MAC
+			gws[ip.String()] = g.MAC.String()
 		}
 	}
 	if gws["10.244.0.1"] != "02:00:00:00:00:01" || gws["192.168.1.1"] != "02:00:00:00:00:99" || len(gws) != 2 {
@@ -876,7 +890,7 @@ func TestHNSDualStack(t *testing.T) {
 			b := editJSON(t, base, edit)
 			low := hnsLower(t, b)
 			for name, ips := range tt.ports {
-				if p := hnsPort(t, low, name); !slices.Equal(p.IPs, ips) {
+				if p := hnsPort(t, low, name); !slices.Equal(texts(p.IPs), ips) {
 					t.Errorf("%s: ips %v, want %v", name, p.IPs, ips)
 				}
 			}

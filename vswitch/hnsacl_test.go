@@ -291,7 +291,7 @@ func TestHNSACLLower(t *testing.T) {
 	}
 	network := []string{
 		"6553600 net-no-telnet dir=in proto=tcp dport=23 block",
-		"6553601 net-dns dir=out proto=udp dst=192.168.1.53/32 dport=53 allow stateful",
+		"6553601 net-dns dir=out proto=udp dst=192.168.1.53 dport=53 allow stateful",
 		"13107200 acl-1 dir=in allow stateful non-terminating",
 	}
 	want := map[string][]string{
@@ -300,9 +300,9 @@ func TestHNSACLLower(t *testing.T) {
 		"pod-c/ACL_LAYER/network-acls": network,
 		"pod-b/ACL_LAYER/endpoint-acls": {
 			"0 icmp dir=out proto=icmp,icmpv6,47 allow stateful",
-			"3276800 egress dir=out proto=tcp,udp src=192.168.1.101/32 dst=10.0.0.0/8 sport=5000-6000 dport=443 allow stateful",
-			"6553600 no-a dir=in src=192.168.1.100/32 block",
-			"6553601 web dir=in proto=tcp src=192.168.1.0/24,fd00:1::/64 dst=192.168.1.101/32,fd00:1::101/128 sport=1024-65535 dport=80,8080-8090 allow stateful",
+			"3276800 egress dir=out proto=tcp,udp src=192.168.1.101 dst=10.0.0.0/8 sport=5000-6000 dport=443 allow stateful",
+			"6553600 no-a dir=in src=192.168.1.100 block",
+			"6553601 web dir=in proto=tcp src=192.168.1.0/24,fd00:1::/64 dst=192.168.1.101,fd00:1::101 sport=1024-65535 dport=80,8080-8090 allow stateful",
 			"6553602 pass-web dir=in proto=tcp dport=80 allow stateful non-terminating",
 			"4294901760 acl-4 dir=in block",
 		},

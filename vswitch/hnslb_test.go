@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -429,7 +430,7 @@ func TestHNSLBLower(t *testing.T) {
 		lbs    []string            // switch.loadBalancers, or one of them by index (lb)
 		lb     int
 		pools  []vfp.NATPoolConfig
-		upIPs  []string
+		upIPs  []netip.Addr
 	}{
 		{
 			name: "lbDoc",
@@ -442,9 +443,9 @@ func TestHNSLBLower(t *testing.T) {
 			lbs: baseLBs, lb: -1,
 			// The SourceVIP's pool; the host's, with the NodePort
 			// reserved.
-			pools: []vfp.NATPoolConfig{{IP: "10.244.0.250"}, {IP: "192.168.1.10", Reserved: []string{"tcp/30080"}}},
+			pools: []vfp.NATPoolConfig{{IP: addr("10.244.0.250")}, {IP: addr("192.168.1.10"), Reserved: []vfp.Reservation{{Proto: vfp.TCP, Port: 30080}}}},
 			// The uplink answers for the SourceVIP.
-			upIPs: []string{"192.168.1.10", "fd00:1::10", "10.244.0.250"},
+			upIPs: addrs("192.168.1.10", "fd00:1::10", "10.244.0.250"),
 		},
 		{
 			name: "NodePort without LocalRoutedVIP: from the network only",
@@ -501,9 +502,9 @@ func TestHNSLBLower(t *testing.T) {
 		{
 			name: "VipExternalIP: the host answers for the frontend, whose port is reserved",
 			edit: func(t *testing.T, d doc) { hlbPM(d, 6, 0)["Flags"] = hns.LBPortVipExternalIP },
-			pools: []vfp.NATPoolConfig{{IP: "10.244.0.250"}, {IP: "192.168.1.10", Reserved: []string{"tcp/30080"}},
-				{IP: "10.96.0.40", Reserved: []string{"tcp/80"}}},
-			upIPs: []string{"192.168.1.10", "fd00:1::10", "10.244.0.250", "10.96.0.40"},
+			pools: []vfp.NATPoolConfig{{IP: addr("10.244.0.250")}, {IP: addr("192.168.1.10"), Reserved: []vfp.Reservation{{Proto: vfp.TCP, Port: 30080}}},
+				{IP: addr("10.96.0.40"), Reserved: []vfp.Reservation{{Proto: vfp.TCP, Port: 80}}}},
+			upIPs: addrs("192.168.1.10", "fd00:1::10", "10.244.0.250", "10.96.0.40"),
 		},
 		{
 			name: "unhealthy endpoint, affinity of a day",
@@ -534,8 +535,8 @@ func TestHNSLBLower(t *testing.T) {
 				},
 			},
 			lb: 2, lbs: []string{`{"name":"web6/tcp/80","backends":[` + toB6 + `,` + toC6 + `],"targetPort":8080,"distribution":"connection","sourceVIP":"fd00:244::250","dsr":true}`},
-			pools: []vfp.NATPoolConfig{{IP: "10.244.0.250"}, {IP: "fd00:244::250"}, {IP: "fd00:1::10", Reserved: []string{"tcp/80"}},
-				{IP: "192.168.1.10", Reserved: []string{"tcp/30080"}}},
+			pools: []vfp.NATPoolConfig{{IP: addr("10.244.0.250")}, {IP: addr("fd00:244::250")}, {IP: addr("fd00:1::10"), Reserved: []vfp.Reservation{{Proto: vfp.TCP, Port: 80}}},
+				{IP: addr("192.168.1.10"), Reserved: []vfp.Reservation{{Proto: vfp.TCP, Port: 30080}}}},
 		},
 		{
 			// A local backend gets the frame from the subnet's router,
@@ -670,7 +671,10 @@ func TestLBApplyKeepsPolicy(t *testing.T) {
 		name string
 		edit func(t *testing.T, d doc)
 		vfp  func(t *testing.T, d doc) // edits the lowered lbDoc instead
-		want string
+		// value edits the lowered lbDoc as a Go value, what JSON cannot
+		// carry.
+		value func(c *Config)
+		want  string
 	}{
 		{name: "duplicate load balancer name", edit: func(t *testing.T, d doc) { hlbLB(d, 6)["Name"] = "web" },
 			want: `LoadBalancers[6] "web".Name: LoadBalancers[0] has this name`},
@@ -693,20 +697,24 @@ func TestLBApplyKeepsPolicy(t *testing.T) {
 			b := at(d, "switch", "loadBalancers", 0)
 			b["backends"] = append(b["backends"].([]any), at(b, "backends", 0))
 		}, want: "switch.loadBalancers[0].backends[2].ip: 10.244.0.11 is listed twice"},
-		{name: "VFP level: bad distribution", vfp: func(t *testing.T, d doc) {
-			at(d, "switch", "loadBalancers", 8)["distribution"] = "sticky"
-		}, want: `switch.loadBalancers[8].distribution: distribution "sticky"`},
+		{name: "VFP level: bad distribution", value: func(c *Config) { c.Switch.LoadBalancers[8].Distribution = "sticky" },
+			want: `switch.loadBalancers[8].distribution: distribution "sticky"`},
 	}
 	for i, tt := range bad {
 		t.Run(tt.name, func(t *testing.T) {
 			var err error
-			if tt.vfp != nil {
+			if tt.vfp != nil || tt.value != nil {
 				d := lowered(t)
-				tt.vfp(t, d)
+				if tt.vfp != nil {
+					tt.vfp(t, d)
+				}
 				b, _ := json.Marshal(d)
 				var c Config
 				if err := json.Unmarshal(b, &c); err != nil {
 					t.Fatal(err)
+				}
+				if tt.value != nil {
+					tt.value(&c)
 				}
 				err = sw.Apply(&c)
 			} else {
@@ -846,10 +854,10 @@ func TestHNSLBHostFrontendReservesPort(t *testing.T) {
 	})
 	low := hnsLower(t, b)
 	for _, p := range low.Switch.NATPools {
-		if p.IP != "192.168.1.10" {
+		if p.IP != addr("192.168.1.10") {
 			continue
 		}
-		if !slices.Contains(p.Reserved, "tcp/80") {
+		if !slices.Contains(p.Reserved, vfp.Reservation{Proto: vfp.TCP, Port: 80}) {
 			t.Errorf("the host's pool reserves %v, not tcp/80 of sticky's frontend 192.168.1.10", p.Reserved)
 		}
 		return

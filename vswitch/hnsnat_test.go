@@ -252,7 +252,7 @@ func TestHNSNATErrors(t *testing.T) {
 		{name: "pool ip not an address", base: natVFPDoc, edit: func(t *testing.T, d doc) { natVFPPool(d, 0)["ip"] = "192.0.2" },
 			want: `switch.natPools[0].ip: "192.0.2" is not an IP address`},
 		{name: "pool ip missing", base: natVFPDoc, edit: func(t *testing.T, d doc) { delete(natVFPPool(d, 0), "ip") },
-			want: `switch.natPools[0].ip: "" is not an IP address`},
+			want: "switch.natPools[0].ip: an IP address is required"},
 		{name: "pool ip with a zone", base: natVFPDoc, edit: func(t *testing.T, d doc) { natVFPPool(d, 0)["ip"] = "fe80::1%eth0" },
 			want: `switch.natPools[0].ip: "fe80::1%eth0": zones are not allowed`},
 		{name: "pool ip unspecified", base: natVFPDoc, edit: func(t *testing.T, d doc) { natVFPPool(d, 0)["ip"] = "::" },
@@ -317,19 +317,23 @@ func ruleLine(r vfp.RuleConfig) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d %s", *r.Priority, r.Name)
 	natMatchLine(&b, r.Match)
-	b.WriteString(" " + r.Action.Type)
+	b.WriteString(" " + string(r.Action.Type))
 	if r.Action.LB != "" {
 		b.WriteString(" lb=" + r.Action.LB)
 	}
 	if r.Action.LBRoute {
 		b.WriteString(" route")
 	}
-	if r.Action.SNAT != "" {
-		b.WriteString(" snat=" + r.Action.SNAT)
+	if r.Action.SNAT.IsValid() {
+		b.WriteString(" snat=" + r.Action.SNAT.String())
 	}
 	if m := r.Action.Modify; m != nil {
-		for _, f := range []struct{ k, v string }{{"srcMAC", m.SrcMAC}, {"dstMAC", m.DstMAC}, {"srcIP", m.SrcIP}, {"dstIP", m.DstIP}} {
-			if f.v != "" {
+		for _, f := range []struct {
+			k   string
+			v   fmt.Stringer
+			set bool
+		}{{"srcMAC", m.SrcMAC, !m.SrcMAC.IsZero()}, {"dstMAC", m.DstMAC, !m.DstMAC.IsZero()}, {"srcIP", m.SrcIP, m.SrcIP.IsValid()}, {"dstIP", m.DstIP, m.DstIP.IsValid()}} {
+			if f.set {
 				fmt.Fprintf(&b, " %s=%s", f.k, f.v)
 			}
 		}
@@ -357,7 +361,7 @@ func natMatchLine(b *strings.Builder, m *vfp.MatchConfig) {
 		return
 	}
 	if m.Direction != "" {
-		b.WriteString(" dir=" + m.Direction)
+		b.WriteString(" dir=" + string(m.Direction))
 	}
 	if m.IPVersion != 0 {
 		fmt.Fprintf(b, " v%d", m.IPVersion)
@@ -365,7 +369,7 @@ func natMatchLine(b *strings.Builder, m *vfp.MatchConfig) {
 	for _, f := range []struct {
 		k  string
 		vs []string
-	}{{"proto", m.Protocols}, {"src", m.SrcIPs}, {"dst", m.DstIPs}, {"sport", m.SrcPorts}, {"dport", m.DstPorts}} {
+	}{{"proto", texts(m.Protocols)}, {"src", texts(m.SrcIPs)}, {"dst", texts(m.DstIPs)}, {"sport", texts(m.SrcPorts)}, {"dport", texts(m.DstPorts)}} {
 		if len(f.vs) > 0 {
 			fmt.Fprintf(b, " %s=%s", f.k, strings.Join(f.vs, ","))
 		}
@@ -427,7 +431,7 @@ func TestHNSNATLower(t *testing.T) {
 		groups map[string][]string // "port/layer": its groups in order
 		rules  map[string][]string // "port/layer/group": its rules in order
 		pools  []vfp.NATPoolConfig
-		upIPs  []string // the uplink's addresses
+		upIPs  []netip.Addr // the uplink's addresses
 	}{
 		{
 			name:   "overlay, dual stack with a port mapping",
@@ -445,8 +449,8 @@ func TestHNSNATLower(t *testing.T) {
 				"ov-b/NAT_LAYER/outbound-nat-ipv4":       ovB,
 				"uplink/NAT_LAYER/port-mappings":         upMappings,
 			},
-			pools: []vfp.NATPoolConfig{{IP: "192.168.1.10", Reserved: []string{"tcp/8080"}}, {IP: "fd00:1::10", Reserved: []string{"tcp/8080"}}},
-			upIPs: []string{"192.168.1.10", "fd00:1::10"},
+			pools: []vfp.NATPoolConfig{{IP: addr("192.168.1.10"), Reserved: reserved("tcp/8080")}, {IP: addr("fd00:1::10"), Reserved: reserved("tcp/8080")}},
+			upIPs: addrs("192.168.1.10", "fd00:1::10"),
 		},
 		{
 			name: "Exceptions and ExceptionList merged, Destinations per family",
@@ -459,7 +463,7 @@ func TestHNSNATLower(t *testing.T) {
 			rules: map[string][]string{
 				"ov-a/NAT_LAYER/outbound-nat-dual-stack": {
 					"1000 exceptions dst=10.96.0.0/12,10.0.0.0/8,fd00:96::/108,10.244.0.0/24,fd00:244::/64 allow",
-					"1100 snat-to-192.168.1.10 v4 dst=203.0.113.0/24,198.51.100.7/32 allow snat=192.168.1.10 srcMAC=" + host + " dstMAC=" + gw + " stateful",
+					"1100 snat-to-192.168.1.10 v4 dst=203.0.113.0/24,198.51.100.7 allow snat=192.168.1.10 srcMAC=" + host + " dstMAC=" + gw + " stateful",
 					"1101 snat-to-fd00:1::10 v6 dst=2001:db8::/32 allow snat=fd00:1::10 srcMAC=" + host + " dstMAC=" + gw + " stateful",
 				},
 				"ov-b/NAT_LAYER/outbound-nat-ipv4": ovB,
@@ -487,7 +491,7 @@ func TestHNSNATLower(t *testing.T) {
 			rules: map[string][]string{
 				"ov-a/NAT_LAYER/outbound-nat-ipv4": {"1000 exceptions dst=10.244.0.0/16,10.96.0.0/12,10.244.0.0/24,fd00:244::/64 allow", snat4},
 			},
-			pools: []vfp.NATPoolConfig{{IP: "192.168.1.10"}},
+			pools: []vfp.NATPoolConfig{{IP: addr("192.168.1.10")}},
 		},
 		{
 			name: "VirtualIP and PortRange: the range applies to the policy's pools",
@@ -504,12 +508,12 @@ func TestHNSNATLower(t *testing.T) {
 			},
 			// Pools in order of first use.
 			pools: []vfp.NATPoolConfig{
-				{IP: "192.168.1.50", Ports: "20000-29999"},
-				{IP: "fd00:1::10", Ports: "20000-29999", Reserved: []string{"tcp/8080"}},
-				{IP: "192.168.1.10", Reserved: []string{"tcp/8080"}},
+				{IP: addr("192.168.1.50"), Ports: nat.PortRange{Lo: 20000, Hi: 29999}},
+				{IP: addr("fd00:1::10"), Ports: nat.PortRange{Lo: 20000, Hi: 29999}, Reserved: reserved("tcp/8080")},
+				{IP: addr("192.168.1.10"), Reserved: reserved("tcp/8080")},
 			},
 			// The uplink answers for every NAT address.
-			upIPs: []string{"192.168.1.10", "fd00:1::10", "192.168.1.50"},
+			upIPs: addrs("192.168.1.10", "fd00:1::10", "192.168.1.50"),
 		},
 		{
 			name:   "IPv6 VirtualIP with Nat66: IPv6 only",
@@ -521,7 +525,7 @@ func TestHNSNATLower(t *testing.T) {
 					"1101 snat-to-fd00:1::50 v6 allow snat=fd00:1::50 srcMAC=" + host + " dstMAC=" + gw + " stateful",
 				},
 			},
-			pools: []vfp.NATPoolConfig{{IP: "fd00:1::50"}, {IP: "192.168.1.10", Reserved: []string{"tcp/8080"}}, {IP: "fd00:1::10", Reserved: []string{"tcp/8080"}}},
+			pools: []vfp.NATPoolConfig{{IP: addr("fd00:1::50")}, {IP: addr("192.168.1.10"), Reserved: reserved("tcp/8080")}, {IP: addr("fd00:1::10"), Reserved: reserved("tcp/8080")}},
 		},
 		{
 			name: "one OutBoundNAT per family: each group sees its family only",
@@ -537,7 +541,7 @@ func TestHNSNATLower(t *testing.T) {
 					"1101 snat-to-fd00:1::50 v6 allow snat=fd00:1::50 srcMAC=" + host + " dstMAC=" + gw + " stateful",
 				},
 			},
-			pools: []vfp.NATPoolConfig{{IP: "192.168.1.10", Reserved: []string{"tcp/8080"}}, {IP: "fd00:1::10", Reserved: []string{"tcp/8080"}}, {IP: "fd00:1::50"}},
+			pools: []vfp.NATPoolConfig{{IP: addr("192.168.1.10"), Reserved: reserved("tcp/8080")}, {IP: addr("fd00:1::10"), Reserved: reserved("tcp/8080")}, {IP: addr("fd00:1::50")}},
 		},
 		{
 			name: "UDP port mapping with a VIP: reserved beside the TCP one",
@@ -550,7 +554,7 @@ func TestHNSNATLower(t *testing.T) {
 				"uplink/NAT_LAYER/port-mappings": append(slices.Clone(upMappings),
 					"102 port-mapping-192.168.1.10-udp-5353 proto=udp dst=192.168.1.10 dport=5353 allow srcMAC="+dr+" dstMAC=02:00:00:00:00:1b dstIP=10.244.0.11 dstPort=53 stateful"),
 			},
-			pools: []vfp.NATPoolConfig{{IP: "192.168.1.10", Reserved: []string{"tcp/8080", "udp/5353"}}, {IP: "fd00:1::10", Reserved: []string{"tcp/8080"}}},
+			pools: []vfp.NATPoolConfig{{IP: addr("192.168.1.10"), Reserved: reserved("tcp/8080", "udp/5353")}, {IP: addr("fd00:1::10"), Reserved: reserved("tcp/8080")}},
 		},
 		{
 			name: "overlay with a remote subnet: NAT before encapsulation",
@@ -588,8 +592,8 @@ func TestHNSNATLower(t *testing.T) {
 					"100 port-mapping-192.168.1.10-udp-5353 proto=udp dst=192.168.1.10 dport=5353 allow srcMAC=" + gw + " dstMAC=02:00:00:00:00:2a dstIP=192.168.1.100 dstPort=53 stateful",
 				},
 			},
-			pools: []vfp.NATPoolConfig{{IP: "192.168.1.10", Reserved: []string{"udp/5353"}}, {IP: "fd00:1::10"}},
-			upIPs: []string{"192.168.1.10", "fd00:1::10"},
+			pools: []vfp.NATPoolConfig{{IP: addr("192.168.1.10"), Reserved: reserved("udp/5353")}, {IP: addr("fd00:1::10")}},
+			upIPs: addrs("192.168.1.10", "fd00:1::10"),
 		},
 	}
 	for _, tt := range tests {
@@ -791,6 +795,7 @@ func TestNATApplyKeepsPolicy(t *testing.T) {
 		name    string
 		edit    func(t *testing.T, d doc)
 		vfp     func(t *testing.T) doc // a VFP-level document instead of natDoc
+		value   func(c *Config)        // edits vfp's document as a Go value, what JSON cannot carry
 		want    string
 		restart bool // the error wraps ErrRestartNeeded
 	}{
@@ -814,11 +819,8 @@ func TestNATApplyKeepsPolicy(t *testing.T) {
 			natEPPolicy(d, 0, 0)["PortRange"] = "40000-40009"
 			at(d, "switch")["flowTable"] = doc{"maxFlows": 1000}
 		}, want: "switch.flowTable: the change needs a restart", restart: true},
-		{name: "VFP level: bad pool range", vfp: func(t *testing.T) doc {
-			d := lowered(t)
-			natVFPPool(d, 0)["ports"] = "9-1"
-			return d
-		}, want: `switch.natPools[0].ports: port range "9-1"`},
+		{name: "VFP level: bad pool range", vfp: lowered, value: func(c *Config) { c.Switch.NATPools[0].Ports = nat.PortRange{Lo: 9, Hi: 1} },
+			want: `switch.natPools[0].ports: 9-1 is empty`},
 		{name: "VFP level: snat without its pool", vfp: func(t *testing.T) doc {
 			d := lowered(t)
 			at(d, "switch")["natPools"] = []any{natVFPPool(d, 1)}
@@ -833,6 +835,9 @@ func TestNATApplyKeepsPolicy(t *testing.T) {
 				b, _ := json.Marshal(tt.vfp(t))
 				if err := json.Unmarshal(b, &c); err != nil {
 					t.Fatal(err)
+				}
+				if tt.value != nil {
+					tt.value(&c)
 				}
 				err = sw.Apply(&c)
 			} else {

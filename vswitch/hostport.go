@@ -2,7 +2,6 @@ package vswitch
 
 import (
 	"fmt"
-	"net/netip"
 
 	"github.com/ufp-dev/ufp/device"
 	"github.com/ufp-dev/ufp/vfp"
@@ -42,11 +41,10 @@ func (p *compiled) compileHost(at string) error {
 // compile checks a port's link set-up against the port.
 func compileLink(lc *vfp.LinkConfig, at string, port *Port) (device.Link, error) {
 	var l device.Link
-	for i, s := range lc.Addresses {
+	for i, pf := range lc.Addresses {
 		pat := fmt.Sprintf("%s.addresses[%d]", at, i)
-		pf, err := netip.ParsePrefix(s)
-		if err != nil {
-			return l, fmt.Errorf("%s: %q is not an address with a prefix length (10.0.0.10/24)", pat, s)
+		if !pf.IsValid() {
+			return l, fmt.Errorf("%s: an address with a prefix length is required", pat)
 		}
 		if !port.HasIP(pf.Addr()) {
 			return l, fmt.Errorf("%s: %s is not one of the port's ips", pat, pf.Addr())
@@ -55,16 +53,18 @@ func compileLink(lc *vfp.LinkConfig, at string, port *Port) (device.Link, error)
 	}
 	for i, r := range lc.Routes {
 		rat := fmt.Sprintf("%s.routes[%d]", at, i)
-		dst, err := netip.ParsePrefix(r.Destination)
-		if err != nil {
-			return l, fmt.Errorf("%s.destination: %q is not a prefix", rat, r.Destination)
-		}
-		if dst != dst.Masked() {
+		dst := r.Destination
+		switch {
+		case !dst.IsValid():
+			return l, fmt.Errorf("%s.destination: a prefix is required", rat)
+		case dst.Addr().Is4In6():
+			return l, fmt.Errorf("%s.destination: %s: write IPv4 prefixes in IPv4 form", rat, dst)
+		case dst != dst.Masked():
 			return l, fmt.Errorf("%s.destination: %s has host bits set (did you mean %s?)", rat, dst, dst.Masked())
 		}
-		rt := device.Route{Dst: dst, OnLink: r.OnLink}
-		if r.NextHop != "" {
-			if rt.Via, err = vfp.ParseAddr(rat+".nextHop", r.NextHop); err != nil {
+		rt := device.Route{Dst: dst, Via: r.NextHop, OnLink: r.OnLink}
+		if rt.Via.IsValid() {
+			if err := vfp.CheckAddr(rat+".nextHop", rt.Via); err != nil {
 				return l, err
 			}
 			if rt.Via.Is4() != dst.Addr().Is4() {
@@ -75,9 +75,8 @@ func compileLink(lc *vfp.LinkConfig, at string, port *Port) (device.Link, error)
 		}
 		l.Routes = append(l.Routes, rt)
 	}
-	if lc.GatewayMAC != "" {
-		m, err := vfp.ParseUnicastMAC(at+".gatewayMac", lc.GatewayMAC)
-		if err != nil {
+	if m := lc.GatewayMAC; !m.IsZero() {
+		if err := vfp.CheckUnicastMAC(at+".gatewayMac", m); err != nil {
 			return l, err
 		}
 		l.GatewayMAC = m

@@ -74,8 +74,8 @@ func TestHostPortLowering(t *testing.T) {
 		}
 	}
 	for _, p := range low.Switch.NATPools {
-		if p.IP == "192.168.50.1" && p.Ports != hns.HostNATPorts {
-			t.Errorf("NAT pool on the host's address: ports %q, want %q", p.Ports, hns.HostNATPorts)
+		if p.IP == addr("192.168.50.1") && p.Ports != hns.HostNATPorts() {
+			t.Errorf("NAT pool on the host's address: ports %s, want %s", p.Ports, hns.HostNATPorts())
 		}
 	}
 	sw, err := New(cfg)
@@ -161,7 +161,7 @@ func TestHostPortTraffic(t *testing.T) {
 		t.Errorf("pod to outside: %s", got)
 	}
 	if n := natPort(t, got); n < 1024 || n > 32767 {
-		t.Errorf("pod to outside: NAT port %d is outside %s", n, hns.HostNATPorts)
+		t.Errorf("pod to outside: NAT port %d is outside %s", n, hns.HostNATPorts())
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/gopacket/gopacket/layers"
 
 	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/vfp"
 )
 
 // Frame builders (gopacket, tests only).
@@ -29,6 +30,37 @@ var (
 func hw(m dataplane.MAC) net.HardwareAddr { return net.HardwareAddr(m[:]) }
 
 func addr(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+// addrs parses the address literals ss of a test.
+func addrs(ss ...string) []netip.Addr {
+	var as []netip.Addr
+	for _, s := range ss {
+		as = append(as, addr(s))
+	}
+	return as
+}
+
+// reserved parses the NAT reservation literals ss of a test ("tcp/8080").
+func reserved(ss ...string) []vfp.Reservation {
+	var rs []vfp.Reservation
+	for _, s := range ss {
+		var r vfp.Reservation
+		if err := r.UnmarshalText([]byte(s)); err != nil {
+			panic(err)
+		}
+		rs = append(rs, r)
+	}
+	return rs
+}
+
+// macAddr parses the MAC literal s of a test.
+func macAddr(s string) dataplane.MAC {
+	m, ok := dataplane.ParseMAC(s)
+	if !ok {
+		panic("bad MAC " + s)
+	}
+	return m
+}
 
 func netipFrom(a, b, c, d byte) string { return netip.AddrFrom4([4]byte{a, b, c, d}).String() }
 

@@ -307,7 +307,7 @@ func TestPortIDsExhausted(t *testing.T) {
 	mk := func(prefix string, n int) *Config {
 		c := &Config{}
 		for i := range n {
-			c.Ports = append(c.Ports, vfp.PortConfig{Name: fmt.Sprintf("%s%d", prefix, i), MAC: fmt.Sprintf("02:00:00:%02x:%02x:%02x", i>>16, (i>>8)&0xff, i&0xff)})
+			c.Ports = append(c.Ports, vfp.PortConfig{Name: fmt.Sprintf("%s%d", prefix, i), MAC: dataplane.MAC{2, 0, 0, byte(i >> 16), byte(i >> 8), byte(i)}})
 		}
 		return c
 	}

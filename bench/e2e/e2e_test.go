@@ -236,7 +236,7 @@ func TestUFPDPolicy(t *testing.T) {
 			continue
 		}
 		delete(want, p.Name)
-		if len(p.IPs) != 1 || p.IPs[0] != w.ip || p.MAC != w.mac || p.MTU != 1500 {
+		if len(p.IPs) != 1 || p.IPs[0].String() != w.ip || p.MAC.String() != w.mac || p.MTU != 1500 {
 			t.Errorf("port %s: ips %v, mac %s, mtu %d; want [%s], %s, 1500", p.Name, p.IPs, p.MAC, p.MTU, w.ip, w.mac)
 		}
 		var layers []string
@@ -448,7 +448,7 @@ func TestUFPDOverlayPolicy(t *testing.T) {
 				uplink = true
 			case p.Name == port:
 				found = true
-				if len(p.IPs) != 1 || p.IPs[0] != ip || p.MAC != mac || p.MTU != 1500 {
+				if len(p.IPs) != 1 || p.IPs[0].String() != ip || p.MAC.String() != mac || p.MTU != 1500 {
 					t.Errorf("node %d port %s: ips %v, mac %s, mtu %d; want [%s], %s, 1500", n, p.Name, p.IPs, p.MAC, p.MTU, ip, mac)
 				}
 				var layers []string
