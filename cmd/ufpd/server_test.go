@@ -679,3 +679,55 @@ func TestRemoveStaleTemps(t *testing.T) {
 		}
 	}
 }
+
+// TestStateWithStrings reads a state file an earlier ufpd wrote, when the
+// policy document held its values as strings (the lowered policy of
+// testdata/scenarios/acl-nat-lb, host prefixes written "/32"): it reads,
+// compiles to the switch the scenario's own policy compiles to, and reads
+// the same again once written.
+func TestStateWithStrings(t *testing.T) {
+	base := &config{}
+	c, rev, err := readState(filepath.Join("testdata", "state-strings.json"), base)
+	if err != nil || rev != 7 {
+		t.Fatalf("readState: revision %d, %v", rev, err)
+	}
+	want, err := vswitch.LoadConfig(filepath.Join("..", "..", "testdata", "scenarios", "acl-nat-lb", "policy.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dump := func(c *vswitch.Config) string {
+		t.Helper()
+		sw, err := vswitch.New(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b strings.Builder
+		for _, p := range sw.PortInfos() {
+			ls, err := sw.Layers(p.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			j, _ := json.Marshal(struct {
+				Port   inspect.PortInfo
+				Layers []inspect.LayerInfo
+			}{p, ls})
+			b.Write(append(j, '\n'))
+		}
+		return b.String()
+	}
+	got := dump(c.policy)
+	if w := dump(want); got != w {
+		t.Errorf("the state's policy compiles to\n%s\nthe scenario's to\n%s", got, w)
+	}
+	path := filepath.Join(t.TempDir(), "state.json")
+	if err := writeState(path, c, rev); err != nil {
+		t.Fatal(err)
+	}
+	again, _, err := readState(path, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := dump(again.policy); d != got {
+		t.Errorf("written and read again, the policy compiles to\n%s\nwant\n%s", d, got)
+	}
+}
