@@ -97,6 +97,17 @@ func (v *VTEP) EncapLayer(tunnels []Tunnel) *vfp.LayerConfig {
 	return &vfp.LayerConfig{Name: LayerEncap, Groups: []vfp.GroupConfig{g}}
 }
 
+// The priorities of DecapLayer's rules: one per remote subnet route from
+// decapFirst, then the blocking rules from decapBlock.
+const (
+	decapFirst = 100
+	decapBlock = 60000
+)
+
+// MaxRemoteRoutes is the most remote subnet routes (Network.Remotes, of
+// every network) DecapLayer has priorities for.
+const MaxRemoteRoutes = decapBlock - decapFirst
+
 // Network is one overlay network's receiving side: the VNIs its subnets
 // own, its subnets, its distributed router's MAC, this host's provider
 // addresses on it, and the tunnels to its remote subnets.
@@ -117,10 +128,11 @@ type Network struct {
 // which routes it to the endpoint by IP. Other VXLAN is dropped, by
 // reason: spoofed-source (a known provider address, an inner source
 // outside its prefixes), unknown-provider-address (a VNI the switch owns,
-// from elsewhere), unknown-vni. Nil if no network owns a VNI.
+// from elsewhere), unknown-vni. Nil if no network owns a VNI. The networks
+// have at most MaxRemoteRoutes remotes in all.
 func DecapLayer(nets []Network) *vfp.LayerConfig {
 	g := vfp.GroupConfig{Name: "vxlan-from-remote-hosts", Match: &vfp.MatchConfig{Direction: vfp.Out, Encapsulated: true}}
-	prio := uint32(100)
+	prio := uint32(decapFirst)
 	var owned []uint32
 	var known []netip.Addr
 	for _, n := range nets {
@@ -151,19 +163,19 @@ func DecapLayer(nets []Network) *vfp.LayerConfig {
 	}
 	if len(known) > 0 {
 		g.Rules = append(g.Rules, vfp.RuleConfig{
-			Name: "inner-source-not-behind-provider", Priority: vfp.Priority(60000), Terminating: true,
+			Name: "inner-source-not-behind-provider", Priority: vfp.Priority(decapBlock), Terminating: true,
 			Match:  &vfp.MatchConfig{VNIs: owned, OuterSrcIPs: vfp.Hosts(known...)},
 			Action: vfp.ActionConfig{Type: vfp.Block, Reason: dataplane.DropSpoofedSource},
 		})
 	}
 	g.Rules = append(g.Rules,
 		vfp.RuleConfig{
-			Name: "unknown-provider-address", Priority: vfp.Priority(60001), Terminating: true,
+			Name: "unknown-provider-address", Priority: vfp.Priority(decapBlock + 1), Terminating: true,
 			Match:  &vfp.MatchConfig{VNIs: owned},
 			Action: vfp.ActionConfig{Type: vfp.Block, Reason: dataplane.DropUnknownProvider},
 		},
 		vfp.RuleConfig{
-			Name: "unknown-vni", Priority: vfp.Priority(60002), Terminating: true,
+			Name: "unknown-vni", Priority: vfp.Priority(decapBlock + 2), Terminating: true,
 			Action: vfp.ActionConfig{Type: vfp.Block, Reason: dataplane.DropUnknownVNI},
 		})
 	return &vfp.LayerConfig{Name: LayerPARoute, Groups: []vfp.GroupConfig{g}}

@@ -306,6 +306,7 @@ type lowering struct {
 	defaultGW map[bool]netip.Addr   // Uplink.DefaultGateway(V6) by is-IPv4
 	nat       natPlan
 	remotes   map[string]*remoteEP // remote endpoints by name
+	nRemote   int                  // RemoteSubnetRoutes of every network
 	lbs       []*lbPlan
 	vxlanPort uint16
 	vxlanAt   string
@@ -328,6 +329,10 @@ func Lower(c *Document) (*vfp.Document, error) {
 	if len(c.Switch.LoadBalancers) > 0 {
 		return nil, fmt.Errorf("switch.loadBalancers: at the HNS level LoadBalancers make them")
 	}
+	// The flow table's settings pass through as they are.
+	if _, err := c.Switch.FlowTable.Compile(); err != nil {
+		return nil, err
+	}
 	l := &lowering{c: c, byName: map[string]*netPlan{}, neighbors: map[netip.Addr]dataplane.MAC{},
 		hostIPs: map[bool]netip.Addr{}, hostNets: map[bool]netip.Prefix{}, defaultGW: map[bool]netip.Addr{}, remotes: map[string]*remoteEP{}}
 	if err := l.uplinkConfig(); err != nil {
@@ -342,6 +347,9 @@ func Lower(c *Document) (*vfp.Document, error) {
 		}
 	}
 	if err := l.checkOverlaps(); err != nil {
+		return nil, err
+	}
+	if err := l.checkHostAddrs(); err != nil {
 		return nil, err
 	}
 	eps, err := l.endpoints()
@@ -363,6 +371,9 @@ func (l *lowering) uplinkConfig() error {
 		return fmt.Errorf("Uplink: an HNS-level document needs the Uplink (its MacAddress at least)")
 	}
 	l.uplink = cmp.Or(u.Name, "uplink")
+	if u.HostPort == l.uplink {
+		return fmt.Errorf("Uplink.HostPort: %q is the uplink's name", u.HostPort)
+	}
 	mac, err := vfp.ParseUnicastMAC("Uplink.MacAddress", u.MacAddress)
 	if err != nil {
 		return err
@@ -471,6 +482,10 @@ func (l *lowering) network(i int) error {
 			if err := overlayOnly(); err != nil {
 				return err
 			}
+			if l.nRemote == encap.MaxRemoteRoutes {
+				return fmt.Errorf("%s: RemoteSubnetRoute: more than %d in the document, one rule each in the uplink's %s", pat, encap.MaxRemoteRoutes, encap.LayerPARoute)
+			}
+			l.nRemote++
 			routes, routeAt = append(routes, &s), append(routeAt, sat)
 		case "VxlanPort":
 			var s VxlanPortSettings
@@ -682,6 +697,20 @@ func (l *lowering) remoteRoute(n *netPlan, at string, s *RemoteSubnetRouteSettin
 	return r, nil
 }
 
+// checkHostAddrs rejects a host's address (Uplink.IpAddresses) that is a
+// subnet's gateway: the switch answers for that as the network's router.
+func (l *lowering) checkHostAddrs() error {
+	for i, s := range l.c.Uplink.IpAddresses {
+		a, _, _ := parseHostAddr("", s) // checked in uplinkHost
+		for _, n := range l.nets {
+			if slices.Contains(n.gws, a) {
+				return fmt.Errorf("Uplink.IpAddresses[%d]: %s is the gateway of %s", i, a, n.at)
+			}
+		}
+	}
+	return nil
+}
+
 // checkOverlaps rejects subnets (local or remote) that overlap across the
 // document.
 func (l *lowering) checkOverlaps() error {
@@ -731,6 +760,12 @@ func (l *lowering) checkOverlaps() error {
 // endpoints validates the endpoints.
 func (l *lowering) endpoints() ([]*epPlan, error) {
 	names := map[string]string{l.uplink: "the uplink"}
+	if hp := l.c.Uplink.HostPort; hp != "" {
+		names[hp] = "the host's vNIC (Uplink.HostPort)"
+	}
+	// Ports of the switch (dataplane.NoPort is none): the endpoints', the
+	// uplink and the host's vNIC.
+	room := int(dataplane.NoPort) - 1 - len(names)
 	macs := map[dataplane.MAC]string{l.hostMAC: "the uplink (Uplink.MacAddress)"}
 	for _, n := range l.nets {
 		if !n.drMAC.IsZero() {
@@ -781,6 +816,9 @@ func (l *lowering) endpoints() ([]*epPlan, error) {
 				return nil, err
 			}
 			continue
+		}
+		if len(eps) == room {
+			return nil, fmt.Errorf("%s: a switch has room for %d endpoints", at, room)
 		}
 		ep := &epPlan{cfg: ec, at: at, net: n, overhead: -1}
 		mac, err := vfp.ParseUnicastMAC(at+".MacAddress", ec.MacAddress)

@@ -1,6 +1,7 @@
 package hns
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
 
@@ -18,6 +19,9 @@ func HostNATPorts() nat.PortRange { return nat.PortRange{Lo: 1024, Hi: 32767} }
 // address with its underlay prefix length.
 func parseHostAddr(at, s string) (netip.Addr, netip.Prefix, error) {
 	if pf, err := netip.ParsePrefix(s); err == nil {
+		if pf.Addr().Is4In6() {
+			return netip.Addr{}, pf, fmt.Errorf("%s: %q: write IPv4 addresses in IPv4 form", at, s)
+		}
 		return pf.Addr(), pf, nil
 	}
 	a, err := vfp.ParseAddr(at, s)

@@ -401,6 +401,9 @@ func (l *lowering) backend(at, name string, ep *epPlan, v4 bool) (vfp.BackendCon
 		if err != nil {
 			return vfp.BackendConfig{}, err
 		}
+		if !ip.IsGlobalUnicast() {
+			return vfp.BackendConfig{}, fmt.Errorf("%s: endpoint %q's address %s is not a unicast address", at, name, ip)
+		}
 		// The zero MAC when there is no router leaves the source MAC.
 		mod := &vfp.ModifyConfig{DstMAC: ep.mac, SrcMAC: l.routerMAC(ep.net)}
 		return vfp.BackendConfig{IP: ip, Unhealthy: ep.cfg.Unhealthy, Modify: mod}, nil

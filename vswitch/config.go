@@ -190,11 +190,10 @@ func (c *Config) compile(env *vfp.Env) (*compiled, error) {
 	if err != nil {
 		return nil, err
 	}
+	// hns.Lower refuses what would not compile, naming the HNS field:
+	// an error here is one of a VFP-level document.
 	p, err := low.compileVFP(env)
 	if err != nil {
-		if low != c {
-			return nil, fmt.Errorf("the VFP-level policy lowered from this document is invalid (a bug in ufp): %w", err)
-		}
 		return nil, err
 	}
 	p.cfg = c
