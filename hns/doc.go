@@ -8,6 +8,11 @@
 // Overlay), OutBoundNAT, PortMapping, load balancers and ACLs.
 // docs/ARCHITECTURE.md lists what each object becomes.
 //
+// Lowering produces values (addresses, prefixes, MACs, protocols, port
+// ranges), never text for a compiler to parse back, and it refuses
+// whatever would not compile: a document Lower accepts compiles, and every
+// error names the HNS field, never the VFP-level one.
+//
 // It imports vfp and dataplane, and nothing of the engine: a client of
 // ufpd's API uses these types without linking the switch.
 package hns
