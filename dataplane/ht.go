@@ -399,6 +399,9 @@ func (a *Action) apply(p *Packet, b []byte, pr *Parsed, hash uint32) DropReason 
 		if !pr.Encap {
 			return DropTransposition
 		}
+		if r := decapECN(b, pr); r != NotDropped {
+			return r
+		}
 		// Drop the outer headers and any Ethernet padding behind the
 		// outer IP packet.
 		p.truncate(int(pr.TunnelEnd))
