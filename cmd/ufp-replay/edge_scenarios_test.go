@@ -79,7 +79,7 @@ var edgeScenarios = map[string]func() []capture.Frame{
 		var s seq
 		a, b, far, host := natPodA, natPodB, natFar, natHost
 		s.add("pod-a", icmpZeros(macA, macDR, a, far, false, 0))
-		s.add("pod-b", icmpZeros(macB, macDR, b, far, false, 0))      // translated to another identifier
+		s.add("pod-b", icmpZeros(macB, macDR, b, far, false, 0))         // translated to another identifier
 		s.add("uplink", icmpZeros(macRouter, macUp, far, host, true, 0)) // the reply to pod-a: all zero
 		s.add("uplink", icmpZeros(macRouter, macUp, far, host, true, 1)) // the reply to pod-b, which becomes all zero
 		s.add("pod-a", icmpZeros(macA, macDR, a, far, true, 0))          // an echo reply of zeros from a pod
