@@ -33,7 +33,19 @@ const (
 	DropTruncatedUDP
 	DropBadUDPLength
 	DropTruncatedICMP
+	// DropBadVXLAN: a datagram to the VXLAN port too short for a VXLAN
+	// header, or an outer fragment (its inner frame is incomplete).
 	DropBadVXLAN
+	// DropBadVXLANHeader: a VXLAN header without the I flag, or with a
+	// reserved bit set (RFC 7348 says to ignore them; Linux's vxlan
+	// driver drops such frames, and so does ufp).
+	DropBadVXLANHeader
+	// DropBadIPv4Checksum: the outer IPv4 header of a tunnelled packet
+	// does not verify.
+	DropBadIPv4Checksum
+	// DropBadUDPChecksum: the outer UDP checksum of a tunnelled packet
+	// does not verify, or is zero over IPv6 (RFC 6936's default).
+	DropBadUDPChecksum
 	DropNestedVXLAN
 	DropFrameTooLarge
 
@@ -61,6 +73,10 @@ const (
 	// does not own (the uplink is promiscuous and sees its segment's
 	// traffic between other stations).
 	DropNotForUs
+	// DropTunnelECN: a tunnelled packet marked congestion experienced
+	// outside whose inner IP packet is not ECN-capable (RFC 6040 4.2:
+	// the decapsulator must drop it).
+	DropTunnelECN
 
 	numDropReasons
 )
@@ -85,6 +101,9 @@ var dropNames = [numDropReasons]string{
 	DropBadUDPLength:         "bad-udp-length",
 	DropTruncatedICMP:        "truncated-icmp",
 	DropBadVXLAN:             "bad-vxlan",
+	DropBadVXLANHeader:       "bad-vxlan-header",
+	DropBadIPv4Checksum:      "bad-ipv4-checksum",
+	DropBadUDPChecksum:       "bad-udp-checksum",
 	DropNestedVXLAN:          "nested-vxlan",
 	DropFrameTooLarge:        "frame-too-large",
 	DropUnsupportedEtherType: "unsupported-ethertype",
@@ -104,6 +123,7 @@ var dropNames = [numDropReasons]string{
 	DropNATExhausted:         "nat-ports-exhausted",
 	DropNoBackend:            "lb-no-backends",
 	DropNotForUs:             "not-for-this-switch",
+	DropTunnelECN:            "tunnel-ce-not-ect",
 }
 
 // NumDropReasons is the number of distinct drop reasons, for sizing arrays.

@@ -399,6 +399,9 @@ func (a *Action) apply(p *Packet, b []byte, pr *Parsed, hash uint32) DropReason 
 		if !pr.Encap {
 			return DropTransposition
 		}
+		if r := decapECN(b, pr); r != NotDropped {
+			return r
+		}
 		// Drop the outer headers and any Ethernet padding behind the
 		// outer IP packet.
 		p.truncate(int(pr.TunnelEnd))
@@ -605,10 +608,7 @@ func (a *Action) modify(b []byte, h *Headers, base int32, off *Offload, track bo
 		}
 		return frame
 	}
-	v := pseudo.Add(l4).Update(old)
-	if v == 0 && h.Proto == ProtoUDP {
-		v = 0xffff // RFC 768: a computed zero is sent as all ones
-	}
+	v := sentForm(pseudo.Add(l4).Update(old), h.Proto, seg[:h.End-h.L4], h.Flags&FlagFragment == 0)
 	binary.BigEndian.PutUint16(field, v)
 	if track {
 		frame = frame.Add(l4).Word(old, v)

@@ -97,6 +97,9 @@ type PipelineConfig struct {
 	FlowTable FlowTableConfig
 	// VXLANPort is the UDP port decoded as VXLAN; 0 means 4789.
 	VXLANPort uint16
+	// VXLANZeroChecksum6 accepts VXLAN over IPv6 with a zero UDP
+	// checksum (RFC 6935); by default it is dropped (CheckTunnel).
+	VXLANZeroChecksum6 bool
 }
 
 // Pipeline runs packets through the unified flow table and, on a miss, the
@@ -111,6 +114,7 @@ type Pipeline struct {
 	slow      SlowPath
 	uft       *FlowTable
 	vxlanPort uint16
+	zero6     bool // VXLANZeroChecksum6
 
 	// Drops reads the drops by reason, summed over the workers, and
 	// counts drops outside them (DropTotals.Add).
@@ -151,7 +155,7 @@ func NewPipeline(cfg PipelineConfig, s SlowPath) (*Pipeline, error) {
 	if err != nil {
 		return nil, err
 	}
-	pl := &Pipeline{slow: s, uft: uft, vxlanPort: cfg.VXLANPort, actions: make(map[actionKey]*Action)}
+	pl := &Pipeline{slow: s, uft: uft, vxlanPort: cfg.VXLANPort, zero6: cfg.VXLANZeroChecksum6, actions: make(map[actionKey]*Action)}
 	pl.Drops.pl = pl
 	return pl, nil
 }
@@ -419,8 +423,8 @@ func (w *Worker) process(p *Packet, gen uint64, now int64) {
 			return
 		}
 	}
-	if pr.Encap && !w.pl.slow.Decapsulates(p.InPort) {
-		pr.Encap = false
+	if pr.Encap && !w.tunnel(p, b, pr) {
+		return
 	}
 	h := pr.Tenant()
 	if h.IPVersion == 0 || isNeighborDiscovery(h) {
@@ -475,6 +479,22 @@ func (w *Worker) process(p *Packet, gen uint64, now int64) {
 		sp.outerSrc, sp.outerDst = outer.Src, outer.Dst
 	}
 	w.slowPath(&sp)
+}
+
+// tunnel takes the VXLAN packet p (frame b, decoded into pr) as plain UDP
+// on a port that does not terminate tunnels (pr.Encap cleared), and on
+// one that does checks its outer headers (CheckTunnel) before anything
+// reads the inner frame. It reports false if it dropped p.
+func (w *Worker) tunnel(p *Packet, b []byte, pr *Parsed) bool {
+	if !w.pl.slow.Decapsulates(p.InPort) {
+		pr.Encap = false
+		return true
+	}
+	if r := CheckTunnel(b, pr, &p.Offload, w.pl.zero6); r != NotDropped {
+		w.drop(p, r)
+		return false
+	}
+	return true
 }
 
 // decodePlain decodes p, which failed to decode, again without VXLAN

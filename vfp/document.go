@@ -24,6 +24,12 @@ type SwitchConfig struct {
 	FlowTable FlowTableConfig `json:"flowTable"`
 	// VXLANPort is the UDP port decoded as VXLAN (default 4789).
 	VXLANPort uint16 `json:"vxlanPort,omitempty"`
+	// VXLANZeroUDPChecksum6 accepts VXLAN over IPv6 whose UDP checksum
+	// is zero (RFC 6935; a peer pushing with zeroUDPChecksum sends it).
+	// Off by default: such packets are dropped as bad-udp-checksum (RFC
+	// 6936 section 5; Linux's vxlan driver without udp6zerocsumrx). Taken
+	// when the switch is created, like vxlanPort.
+	VXLANZeroUDPChecksum6 bool `json:"vxlanZeroUDPChecksum6,omitempty"`
 	// NATPools are the addresses source NAT (action snat) translates to,
 	// each with its port range. Pools outlive policy changes: a
 	// connection keeps its mapping while its pool's address stays.

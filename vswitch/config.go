@@ -115,6 +115,7 @@ type compiled struct {
 	gwIPs  map[netip.Addr]*gateway
 	ftable dataplane.FlowTableConfig
 	vxlan  uint16
+	zero6  bool // accept VXLAN over IPv6 with a zero UDP checksum
 	pools  []nat.PoolConfig
 	lbs    map[string]*lb.Balancer
 	// hostIPs are the uplink's addresses: the host's on the underlay.
@@ -218,7 +219,7 @@ func (c *Config) CompilePorts() ([]*Port, error) {
 func (c *Config) compileVFP(env *vfp.Env) (*compiled, error) {
 	p := &compiled{
 		cfg: c, name: c.Switch.Name, byName: map[string]*Port{}, byMAC: map[dataplane.MAC]*Port{},
-		byIP: map[netip.Addr]*Port{}, vxlan: c.Switch.VXLANPort, hostIPs: map[netip.Addr]bool{},
+		byIP: map[netip.Addr]*Port{}, vxlan: c.Switch.VXLANPort, zero6: c.Switch.VXLANZeroUDPChecksum6, hostIPs: map[netip.Addr]bool{},
 	}
 	p.gwMACs, p.gwIPs = map[dataplane.MAC]*gateway{}, map[netip.Addr]*gateway{}
 	gwAt := map[*gateway]string{}

@@ -54,7 +54,7 @@ func New(cfg *Config) (*Switch, error) {
 		return nil, err
 	}
 	s := &Switch{ids: map[string]dataplane.PortID{}, epoch: time.Now(), env: env}
-	pl, err := dataplane.NewPipeline(dataplane.PipelineConfig{FlowTable: pol.ftable, VXLANPort: pol.vxlan}, s)
+	pl, err := dataplane.NewPipeline(dataplane.PipelineConfig{FlowTable: pol.ftable, VXLANPort: pol.vxlan, VXLANZeroChecksum6: pol.zero6}, s)
 	if err != nil {
 		return nil, err
 	}
@@ -83,6 +83,9 @@ func (s *Switch) Apply(cfg *Config) error {
 	}
 	if pol.vxlan != cur.vxlan {
 		return fmt.Errorf("switch.vxlanPort: %w", ErrRestartNeeded)
+	}
+	if pol.zero6 != cur.zero6 {
+		return fmt.Errorf("switch.vxlanZeroUDPChecksum6: %w", ErrRestartNeeded)
 	}
 	return s.install(pol)
 }

@@ -97,6 +97,12 @@ func (s *Switch) Trace(req inspect.TraceRequest) (*inspect.TraceResult, error) {
 	if pr.Encap && !s.Decapsulates(in.ID) {
 		pr.Encap = false
 	}
+	if pr.Encap {
+		if r := dataplane.CheckTunnel(p.Bytes(), &pr, &p.Offload, pol.zero6); r != dataplane.NotDropped {
+			res.Generation = pol.gen
+			return drop(r)
+		}
+	}
 	h := pr.Tenant()
 	icmpErr := (h.Proto == dataplane.ProtoICMPv4 || h.Proto == dataplane.ProtoICMPv6) && dataplane.IsICMPError(h)
 
