@@ -60,6 +60,10 @@ const (
 	// does not own (the uplink is promiscuous and sees its segment's
 	// traffic between other stations).
 	DropNotForUs
+	// DropICMPRateLimited: a packet over its output port's MTU that an
+	// ICMP error was due for, dropped unanswered because the worker's
+	// ICMP rate limit was reached (mtu.go).
+	DropICMPRateLimited
 
 	numDropReasons
 )
@@ -103,6 +107,7 @@ var dropNames = [numDropReasons]string{
 	DropNATExhausted:         "nat-ports-exhausted",
 	DropNoBackend:            "lb-no-backends",
 	DropNotForUs:             "not-for-this-switch",
+	DropICMPRateLimited:      "icmp-rate-limited",
 }
 
 // NumDropReasons is the number of distinct drop reasons, for sizing arrays.
