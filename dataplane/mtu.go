@@ -362,14 +362,14 @@ func (b *tokenBucket) give() {
 func (w *Worker) overMTU(p *Packet, pr *Parsed, a *Action, c *MTUCheck) {
 	if c.Verdict != MTUAnswer {
 		if w.Trace.On() {
-			w.Trace.Addf("%s: dropped: %s", mtuExceeded(c), c.Why)
+			w.Trace.Addf("%s: dropped: %s", c.String(), c.Why)
 		}
 		w.drop(p, DropMTUExceeded)
 		return
 	}
 	if !w.icmp.take() {
 		if w.Trace.On() {
-			w.Trace.Addf("%s: dropped, unanswered: the ICMP rate limit is reached", mtuExceeded(c))
+			w.Trace.Addf("%s: dropped, unanswered: the ICMP rate limit is reached", c.String())
 		}
 		w.drop(p, DropICMPRateLimited)
 		return
@@ -384,7 +384,7 @@ func (w *Worker) overMTU(p *Packet, pr *Parsed, a *Action, c *MTUCheck) {
 	if !AnswerTooBig(p, pr, c, src) {
 		w.icmp.give()
 		if w.Trace.On() {
-			w.Trace.Addf("%s: dropped, unanswered: no room in the buffer for the ICMP error", mtuExceeded(c))
+			w.Trace.Addf("%s: dropped, unanswered: no room in the buffer for the ICMP error", c.String())
 		}
 		w.drop(p, DropMTUExceeded)
 		return
@@ -397,7 +397,7 @@ func (w *Worker) overMTU(p *Packet, pr *Parsed, a *Action, c *MTUCheck) {
 		if h.IPVersion == 6 {
 			what = "ICMPv6 packet too big"
 		}
-		w.Trace.Addf("%s: answered with %s (mtu %d) from %s", mtuExceeded(c), what, c.MTU, src)
+		w.Trace.Addf("%s: answered with %s (mtu %d) from %s", c.String(), what, c.MTU, src)
 	}
 }
 
@@ -408,13 +408,14 @@ func (w *Worker) fragmentAt(p *Packet, c *MTUCheck) {
 	w.ctr.fragmented.Add(1)
 	if w.Trace.On() {
 		pl, _ := planFragments(p.Bytes()[c.l3:], c.MTU, nil)
-		w.Trace.Addf("%s: fragmented into %d (DF clear)", mtuExceeded(c), pl.n)
+		w.Trace.Addf("%s: fragmented into %d (DF clear)", c.String(), pl.n)
 	}
 }
 
-// mtuExceeded describes for a trace how the packet c found is too large.
-// It allocates: call it only when tracing.
-func mtuExceeded(c *MTUCheck) string {
+// String describes for a trace how the packet c found is too large ("IP
+// packet of 1451 bytes larger than the output port's MTU of 1450 bytes").
+// It allocates.
+func (c *MTUCheck) String() string {
 	if c.h == nil {
 		return "packet of " + strconv.Itoa(c.Size) + " bytes larger than the output port's MTU of " + strconv.Itoa(c.PortMTU) + " bytes"
 	}
@@ -423,6 +424,20 @@ func mtuExceeded(c *MTUCheck) string {
 		return s + "the output port's MTU of " + strconv.Itoa(c.PortMTU) + " bytes"
 	}
 	return s + "the " + strconv.Itoa(c.MTU) + " bytes the output port's MTU of " + strconv.Itoa(c.PortMTU) + " leaves it"
+}
+
+// Tunnelled reports whether the packet c found too large arrived in a VXLAN
+// tunnel that its transposition pops: an answer goes back in the tunnel.
+func (c *MTUCheck) Tunnelled() bool { return c.tunnelled }
+
+// Fragments returns how many fragments the packet c found to be fragmented
+// (MTUFragment) leaves as; b is the frame CheckMTU was given.
+func (c *MTUCheck) Fragments(b []byte) int {
+	if c.Verdict != MTUFragment {
+		return 0
+	}
+	pl, _ := planFragments(b[c.h.L3:c.h.End], c.MTU, nil)
+	return pl.n
 }
 
 // mayExceed reports whether a frame of n bytes may exceed a's MTU once
