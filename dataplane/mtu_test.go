@@ -22,8 +22,9 @@ type mtuSlow struct {
 	stateful bool
 	router4  netip.Addr
 	router6  netip.Addr
-	// sources records ErrorSource's tunnelled argument.
-	tunnelled []bool
+	// calls counts ErrorSource's calls, tunnelled those that said the
+	// packet came in a tunnel (without allocating, on the packet path).
+	calls, tunnelled int
 }
 
 var (
@@ -68,7 +69,10 @@ func (s *mtuSlow) Decide(v *View, tr *Trace, d *Decision) {
 }
 
 func (s *mtuSlow) ErrorSource(in, out PortID, tunnelled bool, sender, dst netip.Addr) netip.Addr {
-	s.tunnelled = append(s.tunnelled, tunnelled)
+	s.calls++
+	if tunnelled {
+		s.tunnelled++
+	}
 	if sender.Is4() {
 		return s.router4
 	}
@@ -465,8 +469,8 @@ func TestMTUTunnelAnswer(t *testing.T) {
 					t.Errorf("answer of %d bytes of outer IP, more than %d", n, limit)
 				}
 			}
-			if len(s.tunnelled) == 0 || !s.tunnelled[0] {
-				t.Errorf("ErrorSource told tunnelled %v", s.tunnelled)
+			if s.calls != 2 || s.tunnelled != 2 {
+				t.Errorf("ErrorSource called %d times, told tunnelled %d times; want 2, 2", s.calls, s.tunnelled)
 			}
 		})
 	}
@@ -623,3 +627,42 @@ func (s *plainMTUSlow) Decapsulates(id PortID) bool            { return s.s.Deca
 func (s *plainMTUSlow) Generation() uint64                     { return 1 }
 func (s *plainMTUSlow) Local(p *Packet, pr *Parsed, tr *Trace) { s.s.Local(p, pr, tr) }
 func (s *plainMTUSlow) Decide(v *View, tr *Trace, d *Decision) { s.s.Decide(v, tr, d) }
+
+// BenchmarkMTU measures a packet over its output port's MTU on the fast
+// path: fragmented (marked by the pipeline, cut by the egress's Segmenter)
+// or answered with an ICMP error (rate limit off).
+func BenchmarkMTU(b *testing.B) {
+	for _, tc := range []struct {
+		name  string
+		frame mtuFrame
+		ht    Transposition
+		want  int // fragments out; 0: an answer
+	}{
+		{name: "fragment/ipv4-1500B", frame: mtuFrame{ipLen: 1500}, ht: Transposition{Set: FieldSrcIP, SrcIP: mtuNAT4}, want: 2},
+		{name: "fragment/ipv4-4028B", frame: mtuFrame{ipLen: 4028}, ht: Transposition{Set: FieldSrcIP, SrcIP: mtuNAT4}, want: 3},
+		{name: "fragment/pushed-4028B", frame: mtuFrame{ipLen: 4028}, ht: Transposition{Push: mtuPush}, want: 3},
+		{name: "answer/ipv4-1500B", frame: mtuFrame{ipLen: 1500, df: true}, ht: Transposition{Set: FieldSrcIP, SrcIP: mtuNAT4}},
+		{name: "answer/ipv6-1500B", frame: mtuFrame{v6: true, ipLen: 1500}, ht: Transposition{Set: FieldSrcIP, SrcIP: mtuNAT4}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			pl := newMTUPipeline(b, &mtuSlow{ht: tc.ht, mtu: 1450}, PipelineConfig{ICMPRate: -1})
+			w := pl.NewWorker()
+			defer w.Release()
+			frame := tc.frame.build(b)
+			p := NewPacket(BufferSize)
+			batch := []*Packet{p}
+			var sg Segmenter
+			b.ReportAllocs()
+			b.SetBytes(int64(len(frame)))
+			for b.Loop() {
+				p.SetFrame(frame)
+				p.InPort = mtuIn
+				w.Process(batch, plNow)
+				frags, ok := sg.Segment(p)
+				if tc.want == 0 && p.Rejected != DropMTUExceeded || tc.want != 0 && (!ok || len(frags) != tc.want) {
+					b.Fatalf("rejected %s, %d fragments (%v)", p.Rejected, len(frags), ok)
+				}
+			}
+		})
+	}
+}
