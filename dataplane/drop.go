@@ -77,6 +77,10 @@ const (
 	// outside whose inner IP packet is not ECN-capable (RFC 6040 4.2:
 	// the decapsulator must drop it).
 	DropTunnelECN
+	// DropICMPRateLimited: a packet over its output port's MTU that an
+	// ICMP error was due for, dropped unanswered because the worker's
+	// ICMP rate limit was reached (mtu.go).
+	DropICMPRateLimited
 
 	numDropReasons
 )
@@ -124,6 +128,7 @@ var dropNames = [numDropReasons]string{
 	DropNoBackend:            "lb-no-backends",
 	DropNotForUs:             "not-for-this-switch",
 	DropTunnelECN:            "tunnel-ce-not-ect",
+	DropICMPRateLimited:      "icmp-rate-limited",
 }
 
 // NumDropReasons is the number of distinct drop reasons, for sizing arrays.

@@ -459,26 +459,6 @@ func (a *Action) segmentLen(p *Packet, pr *Parsed) int {
 	return int(h.L4-from) + l4 + int(o.GSOSize)
 }
 
-// tooBig reports whether the frame p, transposed by a, carries an IP
-// packet larger than a.MTU; seg is segmentLen's answer from before the
-// transposition (a GSO super-frame is measured by its segments).
-func (a *Action) tooBig(p *Packet, pr *Parsed, seg int) bool {
-	if seg > 0 {
-		return seg > int(a.MTU)
-	}
-	l2 := EthernetLen
-	if a.HT.Push == nil {
-		h := pr.Tenant()
-		if pr.Encap && a.HT.Outer != OuterPop {
-			h = &pr.Outer // forwarded still encapsulated
-		}
-		if h.Flags&FlagVLAN != 0 {
-			l2 += VLANLen
-		}
-	}
-	return p.Len()-l2 > int(a.MTU)
-}
-
 // shift moves the offload offsets by n bytes (a push or a pop).
 // A pop that removes the header a partial checksum starts in leaves no
 // checksum to finish; one that removes the GSO headers leaves no

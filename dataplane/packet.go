@@ -80,9 +80,14 @@ type Packet struct {
 	Drop    DropReason
 	Path    Path
 	// Rejected: the packet was dropped for this reason and rewritten
-	// into the answer to its sender (a TCP reset, an ICMP unreachable),
-	// which leaves by OutPort.
+	// into the answer to its sender (a TCP reset, an ICMP unreachable,
+	// an ICMP fragmentation needed or packet too big), which leaves by
+	// OutPort.
 	Rejected DropReason
+	// Frag, when its MTU is set, asks the egress to send the frame as
+	// IPv4 fragments (Segmenter.Segment): the pipeline sets it on a
+	// packet larger than its output port's MTU that may be fragmented.
+	Frag Fragmentation
 }
 
 // NewPacket returns a packet with a buffer of size bytes (Headroom included)
@@ -99,7 +104,7 @@ func NewPacket(size int) *Packet {
 // frame before calling SetLen.
 func (p *Packet) Reset() []byte {
 	p.off, p.n = Headroom, 0
-	p.Offload = Offload{}
+	p.Offload, p.Frag = Offload{}, Fragmentation{}
 	p.InPort, p.OutPort, p.Drop, p.Path, p.Rejected = NoPort, NoPort, NotDropped, PathNone, NotDropped
 	return p.buf[Headroom:]
 }

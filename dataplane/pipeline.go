@@ -100,6 +100,11 @@ type PipelineConfig struct {
 	// VXLANZeroChecksum6 accepts VXLAN over IPv6 with a zero UDP
 	// checksum (RFC 6935); by default it is dropped (CheckTunnel).
 	VXLANZeroChecksum6 bool
+	// ICMPRate and ICMPBurst bound the ICMP errors each worker sends
+	// about packets over an MTU (mtu.go): a token bucket of ICMPBurst
+	// errors refilled at ICMPRate a second. Zero means DefaultICMPRate
+	// and DefaultICMPBurst; a negative ICMPRate, no limit.
+	ICMPRate, ICMPBurst int
 }
 
 // Pipeline runs packets through the unified flow table and, on a miss, the
@@ -115,6 +120,9 @@ type Pipeline struct {
 	uft       *FlowTable
 	vxlanPort uint16
 	zero6     bool // VXLANZeroChecksum6
+	// errSrc is slow as an ErrorSourcer, nil if it is not one.
+	errSrc              ErrorSourcer
+	icmpRate, icmpBurst int
 
 	// Drops reads the drops by reason, summed over the workers, and
 	// counts drops outside them (DropTotals.Add).
@@ -155,7 +163,9 @@ func NewPipeline(cfg PipelineConfig, s SlowPath) (*Pipeline, error) {
 	if err != nil {
 		return nil, err
 	}
-	pl := &Pipeline{slow: s, uft: uft, vxlanPort: cfg.VXLANPort, zero6: cfg.VXLANZeroChecksum6, actions: make(map[actionKey]*Action)}
+	pl := &Pipeline{slow: s, uft: uft, vxlanPort: cfg.VXLANPort, zero6: cfg.VXLANZeroChecksum6, actions: make(map[actionKey]*Action),
+		icmpRate: cfg.ICMPRate, icmpBurst: cfg.ICMPBurst}
+	pl.errSrc, _ = s.(ErrorSourcer)
 	pl.Drops.pl = pl
 	return pl, nil
 }
@@ -339,6 +349,8 @@ type Worker struct {
 	// Flow is the flow the last packet used (nil if none), for tracing.
 	Flow  *Flow
 	quote Quote
+	// icmp rate-limits the ICMP errors the worker sends (mtu.go).
+	icmp tokenBucket
 
 	// ctr are the worker's counters, published to the pipeline's
 	// readers; ports is the worker's own view of ctr.ports. A run of
@@ -358,7 +370,7 @@ const emcSize = 8192
 
 // NewWorker returns a worker of pl.
 func (pl *Pipeline) NewWorker() *Worker {
-	w := &Worker{pl: pl, emc: new([emcSize]*Flow)}
+	w := &Worker{pl: pl, emc: new([emcSize]*Flow), icmp: newTokenBucket(pl.icmpRate, pl.icmpBurst)}
 	w.parsed.VXLANPort = pl.vxlanPort
 	pl.register(w)
 	return w
@@ -372,6 +384,7 @@ func (pl *Pipeline) NewWorker() *Worker {
 // else looks at it, on neither path.
 func (w *Worker) Process(pkts []*Packet, now int64) {
 	gen := w.pl.slow.Generation()
+	w.icmp.refill(now)
 	for _, p := range pkts {
 		w.countRx(p.InPort, p.Len())
 		w.process(p, gen, now)
@@ -407,7 +420,7 @@ func (w *Worker) countDrop(in PortID, r DropReason) {
 // the flow table) and applies its action (the fast path), or hands p to
 // the slow path.
 func (w *Worker) process(p *Packet, gen uint64, now int64) {
-	p.OutPort, p.Drop, p.Path, p.Rejected = NoPort, NotDropped, PathNone, NotDropped
+	p.OutPort, p.Drop, p.Path, p.Rejected, p.Frag = NoPort, NotDropped, PathNone, NotDropped, Fragmentation{}
 	w.Flow = nil
 	if r := w.pl.slow.Admit(p, w.Trace); r != NotDropped {
 		w.drop(p, r) // on no path: neither fast nor slow
@@ -574,20 +587,21 @@ func (w *Worker) applyTo(p *Packet, b []byte, pr *Parsed, a *Action, hash uint32
 		w.drop(p, a.Drop)
 		return
 	}
-	seg := 0
-	if a.MTU != 0 && p.Offload.GSOType != GSONone {
-		seg = a.segmentLen(p, pr)
+	// Measured before the transposition, which a packet too large is
+	// answered without (mtu.go).
+	var c MTUCheck
+	if a.MTU != 0 && (p.Offload.GSOType != GSONone || a.mayExceed(len(b))) {
+		if c = a.checkMTU(p, b, pr); c.Verdict >= MTUAnswer {
+			w.overMTU(p, pr, a, &c)
+			return
+		}
 	}
 	if r := a.apply(p, b, pr, hash); r != NotDropped {
 		w.drop(p, r)
 		return
 	}
-	if a.MTU != 0 && a.tooBig(p, pr, seg) {
-		if w.Trace.On() {
-			w.Trace.Addf("packet larger than the output port's MTU of %d bytes", a.MTU)
-		}
-		w.drop(p, DropMTUExceeded)
-		return
+	if c.Verdict == MTUFragment {
+		w.fragmentAt(p, &c)
 	}
 	p.OutPort = a.Out
 }

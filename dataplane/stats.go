@@ -58,6 +58,10 @@ type Counters struct {
 	// Ports holds the counters of each port, indexed by PortID; a port
 	// beyond its end has counted nothing.
 	Ports []PortCounters
+	// TooBigSent counts the ICMP fragmentation needed and ICMPv6 packet
+	// too big errors sent about packets over an MTU; Fragmented the
+	// packets marked to leave as IPv4 fragments (mtu.go).
+	TooBigSent, Fragmented uint64
 }
 
 // Port returns the counters of port id (zero if it counted nothing).
@@ -79,6 +83,8 @@ func (c *Counters) port(id PortID) *PortCounters {
 func (c *Counters) add(o *Counters) {
 	c.Fast += o.Fast
 	c.Slow += o.Slow
+	c.TooBigSent += o.TooBigSent
+	c.Fragmented += o.Fragmented
 	for i := range c.Drops {
 		c.Drops[i] += o.Drops[i]
 	}
@@ -114,6 +120,8 @@ func (p *portCells) loadInto(c *PortCounters, total *[NumDropReasons]uint64) {
 // released (or collected) they are folded into the pipeline's base.
 type workerCounters struct {
 	fast, slow atomic.Uint64
+	// tooBigSent and fragmented: Counters.TooBigSent and Fragmented.
+	tooBigSent, fragmented atomic.Uint64
 	// ports is the worker's cells by PortID, republished (a new array)
 	// whenever the worker adds a port, so readers never see an array
 	// being written. Entries may be nil.
@@ -126,6 +134,8 @@ type workerCounters struct {
 func (wc *workerCounters) loadInto(c *Counters) {
 	c.Fast += wc.fast.Load()
 	c.Slow += wc.slow.Load()
+	c.TooBigSent += wc.tooBigSent.Load()
+	c.Fragmented += wc.fragmented.Load()
 	var skip PortCounters
 	wc.other.loadInto(&skip, &c.Drops)
 	if ps := wc.ports.Load(); ps != nil {

@@ -115,8 +115,10 @@ type PortConfig struct {
 	// Uplink marks the port that leads out of the switch: frames for
 	// unknown unicast MACs go there. At most one port is the uplink.
 	Uplink bool `json:"uplink,omitempty"`
-	// MTU is the largest IP packet the port's device takes; larger
-	// packets switched to it are dropped (mtu-exceeded). 0: no limit.
+	// MTU is the largest IP packet the port's device takes; a larger
+	// packet switched to it is fragmented (IPv4, DF clear) or dropped
+	// and answered with ICMP fragmentation needed or packet too big, as
+	// a router does (docs/ARCHITECTURE.md, "MTU"). 0: no limit.
 	MTU uint16 `json:"mtu,omitempty"`
 	// Underlay says how a vNIC appears on the uplink's network:
 	// "bridged" (the default: its frames and ARP/ND go out as they are),

@@ -151,6 +151,9 @@ type Port struct {
 	Host bool
 	// Link is the set-up of the port's interface (vfp.PortConfig.Link).
 	Link device.Link
+	// routerIPs are the addresses ICMP errors to senders behind the port
+	// may come from (mtu.go).
+	routerIPs []netip.Addr
 }
 
 // reaches reports whether frames may be switched between ports p and q:
@@ -354,6 +357,7 @@ func (c *Config) compileVFP(env *vfp.Env) (*compiled, error) {
 			}
 		}
 	}
+	p.setRouterIPs()
 	return p, nil
 }
 

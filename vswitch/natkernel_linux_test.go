@@ -33,8 +33,13 @@ import (
 // the Linux kernel's nftables masquerade and through ufp's OutBoundNAT, and
 // the translations must agree (the chosen port aside).
 //
-//	kernel: kpod --veth-- knode (router, masquerade) --veth-- kext (router) --veth, MTU 1280-- kfar
-//	ufp:    upod ==TAP== [switch in this process] ==TAP== uext (router) --veth, MTU 1280-- ufar
+//	kernel: kpod --veth, MTU 1450-- knode (router, masquerade) --veth, MTU 9000-- kext (router) --veth, MTU 1280-- kfar
+//	ufp:    upod ==TAP, MTU 1450== [switch in this process] ==TAP, MTU 9000== uext (router) --veth, MTU 1280-- ufar
+//
+// The pod's link has MTU 1450 and the node's link to ext 9000 (ufp: the
+// uplink's Mtu 9000, the pod's EncapOverhead 7550), so that datagrams of
+// up to 9000 bytes from ext reach the router whole: it fragments them for
+// the pod, or answers them with fragmentation needed, as the kernel does.
 //
 // Every namespace and interface is created here, named after this process's
 // PID, and deleted by name when the test ends; no namespace has a route out
@@ -51,6 +56,8 @@ const (
 	nkExtFarIP  = "198.51.100.1"
 	nkFarIP     = "198.51.100.100"
 	nkFarMTU    = 1280
+	nkPodMTU    = 1450
+	nkExtMTU    = 9000
 	nkPodMAC    = "02:00:0a:f4:01:0a" // Endpoints[0].MacAddress
 	nkExtMAC    = "02:00:00:00:77:01" // the Uplink.Neighbors entry of nkExtIP
 	nkPolicy    = "testdata/natkernel/policy.json"
@@ -137,7 +144,7 @@ type nkFlow struct {
 }
 
 func nkFlows() []nkFlow {
-	return []nkFlow{
+	flows := []nkFlow{
 		{
 			name: "tcp-echo", serverPort: 7001, podPort: 41001,
 			run: func(t *testing.T, tp *nkTopo) (string, string) {
@@ -197,6 +204,86 @@ func nkFlows() []nkFlow {
 			wantPodResult: "errqueue EMSGSIZE origin=icmp type=3 code=4 info=1280 offender=192.168.77.1; IP_MTU=1280; resend: EMSGSIZE",
 		},
 	}
+	return append(flows, nkMTUFlows()...)
+}
+
+// nkMTUSizes are the IP sizes of the large datagrams, against the pod's
+// MTU of 1450.
+var nkMTUSizes = []int{1451, 1500, 2028, 4028}
+
+// nkMTUFlows are large UDP datagrams both ways, with DF clear and set.
+//
+// To the pod: the pod opens a NAT mapping with a small datagram; ext's
+// socket answers with one of the size (its link's MTU is 9000, so it
+// leaves whole). The router fragments it for the pod's 1450 (DF clear: the
+// pod gets the datagram whole, its fragments translated alike) or answers
+// ext with fragmentation needed, mtu 1450, from its address on ext's side
+// (DF set: ext's socket gets EMSGSIZE and the path MTU 1450, IP_MTU).
+// ext's route cache is flushed first, so that no flow starts with the path
+// MTU an earlier one taught it.
+//
+// From the pod: the pod's own stack fragments (DF clear) and the router
+// translates every fragment (ext gets the datagram whole), or refuses to
+// send it (DF set: EMSGSIZE, IP_MTU 1450, nothing leaves but the small
+// datagram that opens the mapping).
+func nkMTUFlows() []nkFlow {
+	var flows []nkFlow
+	for i, size := range nkMTUSizes {
+		for j, df := range []bool{false, true} {
+			n := uint16(2*i + j)
+			flows = append(flows, nkToPod(size, df, 7100+n, 41100+n), nkFromPod(size, df, 7200+n, 41200+n))
+		}
+	}
+	return flows
+}
+
+// nkToPod is the flow of a datagram of size bytes of IP from ext's port
+// sport to the pod's pport, through the pod's NAT mapping (see
+// nkMTUFlows).
+func nkToPod(size int, df bool, sport, pport uint16) nkFlow {
+	f := nkFlow{name: fmt.Sprintf("to-pod-%d", size), serverPort: sport, podPort: pport, wantPeer: fmt.Sprintf("%s:%d", nkNodeIP, pport)}
+	if df {
+		f.name += "-df"
+		f.wantPodResult = fmt.Sprintf("pod: nothing received; ext: sent %d; errqueue EMSGSIZE origin=icmp type=3 code=4 info=%d offender=%s; IP_MTU=%d",
+			size, nkPodMTU, nkNodeIP, nkPodMTU)
+	} else {
+		f.wantPodResult = fmt.Sprintf("pod: received %d bytes intact from %s:%d; ext: sent %d; no error queued; IP_MTU=%d",
+			size-28, nkExtIP, sport, size, nkExtMTU)
+	}
+	f.run = func(t *testing.T, tp *nkTopo) (string, string) {
+		runCmd(t, "ip", "-n", tp.ext, "route", "flush", "cache")
+		srv := tp.start(t, tp.ext, "udp-big-server", nkArgs{Listen: fmt.Sprintf("%s:%d", nkExtIP, sport), Size: size, DF: df})
+		srv.ready(t)
+		cl := tp.start(t, tp.pod, "udp-big-client", nkArgs{Local: fmt.Sprintf("%s:%d", nkPodIP, pport), Remote: fmt.Sprintf("%s:%d", nkExtIP, sport)})
+		s := srv.result(t)
+		cl.stop()
+		c := cl.result(t)
+		return s.Peer, "pod: " + c.Result + "; ext: " + s.Result
+	}
+	return f
+}
+
+// nkFromPod is the flow of a datagram of size bytes of IP from the pod's
+// port pport to ext's sport (see nkMTUFlows).
+func nkFromPod(size int, df bool, sport, pport uint16) nkFlow {
+	f := nkFlow{name: fmt.Sprintf("from-pod-%d", size), serverPort: sport, podPort: pport, wantPeer: fmt.Sprintf("%s:%d", nkNodeIP, pport)}
+	if df {
+		f.name += "-df"
+		f.wantPodResult = fmt.Sprintf("pod: sent 5; send %d: EMSGSIZE; IP_MTU=%d; ext: received 5", size, nkPodMTU)
+	} else {
+		f.wantPodResult = fmt.Sprintf("pod: sent 5; sent %d; IP_MTU=%d; ext: received 5; received %d intact", size, nkPodMTU, size-28)
+	}
+	f.run = func(t *testing.T, tp *nkTopo) (string, string) {
+		sink := tp.start(t, tp.ext, "udp-big-sink", nkArgs{Listen: fmt.Sprintf("%s:%d", nkExtIP, sport)})
+		sink.ready(t)
+		snd := tp.start(t, tp.pod, "udp-big-send", nkArgs{Local: fmt.Sprintf("%s:%d", nkPodIP, pport), Remote: fmt.Sprintf("%s:%d", nkExtIP, sport), Size: size, DF: df})
+		c := snd.result(t)
+		time.Sleep(300 * time.Millisecond) // the datagram on its way
+		sink.stop()
+		s := sink.result(t)
+		return s.Peer, "pod: " + c.Result + "; ext: " + s.Result
+	}
+	return f
 }
 
 // TestNATKernel runs every flow through the kernel's masquerade and through
@@ -331,6 +418,12 @@ func nkRunFlow(t *testing.T, tp *nkTopo, f nkFlow) nkOutcome {
 	extFrames, podFrames := capExt.result(t).Frames, capPod.result(t).Frames
 
 	pick := func(frames []string, trace *[]string) (pkts []nkPkt) {
+		var all []nkPkt
+		type datagram struct {
+			src, dst netip.Addr
+			id       uint16
+		}
+		ours := map[datagram]bool{} // the datagrams whose first fragment is the flow's
 		for _, h := range frames {
 			b, err := hex.DecodeString(h)
 			if err != nil {
@@ -338,7 +431,18 @@ func nkRunFlow(t *testing.T, tp *nkTopo, f nkFlow) nkOutcome {
 			}
 			*trace = append(*trace, Describe(b, 0))
 			p, ok := nkParse(b, tp.checksums)
-			if ok && p.belongs(f.serverPort) {
+			if !ok {
+				continue
+			}
+			all = append(all, p)
+			if p.frag && p.fragOff == 0 && p.belongs(f.serverPort) {
+				ours[datagram{p.src, p.dst, p.id}] = true
+			}
+		}
+		// Later fragments have no ports: they are the flow's if their
+		// datagram's first fragment is.
+		for _, p := range all {
+			if p.belongs(f.serverPort) && !(p.frag && p.fragOff > 0) || p.frag && p.fragOff > 0 && ours[datagram{p.src, p.dst, p.id}] {
 				pkts = append(pkts, p)
 			}
 		}
@@ -379,6 +483,11 @@ type nkPkt struct {
 	mtu                uint16 // fragmentation needed
 	inner              *nkPkt // the packet an ICMP error quotes
 	bad                []string
+	// A fragment: its identification, offset and IP length, and MF.
+	frag          bool
+	id            uint16
+	fragOff, size int
+	mf            bool
 }
 
 // belongs reports whether p (or the packet it quotes) is of the flow with
@@ -398,6 +507,10 @@ func (p *nkPkt) belongs(port uint16) bool {
 
 func (p *nkPkt) String() string {
 	var s string
+	if p.frag && p.fragOff > 0 {
+		s = fmt.Sprintf("proto %d fragment %s > %s", p.proto, p.src, p.dst)
+		return s + p.fragString()
+	}
 	switch p.proto {
 	case 6, 17:
 		name := map[uint8]string{6: "tcp", 17: "udp"}[p.proto]
@@ -418,10 +531,22 @@ func (p *nkPkt) String() string {
 	default:
 		s = fmt.Sprintf("proto %d %s > %s", p.proto, p.src, p.dst)
 	}
+	if p.frag {
+		s += p.fragString()
+	}
 	for _, b := range p.bad {
 		s += " !" + b
 	}
 	return s
+}
+
+// fragString describes a fragment's place: offset, IP length, MF.
+func (p *nkPkt) fragString() string {
+	s := fmt.Sprintf(" [fragment offset %d, %d bytes", p.fragOff, p.size)
+	if p.mf {
+		s += ", MF"
+	}
+	return s + "]"
 }
 
 // nkParse decodes an Ethernet frame carrying IPv4, verifying checksums if
@@ -458,8 +583,14 @@ func nkParseIP(ip []byte, checksums, quoted bool) (nkPkt, bool) {
 	if checksums && dataplane.Checksum(ip[:ihl], 0) != 0 {
 		p.bad = append(p.bad, what+"ip-checksum")
 	}
-	if binary.BigEndian.Uint16(ip[6:])&0x1fff != 0 {
-		return p, true // a later fragment
+	if ff := binary.BigEndian.Uint16(ip[6:]); ff&0x3fff != 0 && !quoted {
+		p.frag, p.id, p.fragOff, p.size, p.mf = true, binary.BigEndian.Uint16(ip[4:]), int(ff&0x1fff)*8, len(ip), ff&0x2000 != 0
+		if p.fragOff > 0 {
+			return p, true // a later fragment: no L4 header
+		}
+		checksums = false // the L4 checksum covers the whole datagram
+	} else if ff&0x1fff != 0 {
+		return p, true
 	}
 	l4 := ip[ihl:]
 	switch p.proto {
@@ -512,6 +643,9 @@ func nkKernelTopo(t *testing.T, prefix, exe string) *nkTopo {
 	runCmd(t, "ip", "link", "add", nodeExt, "netns", node, "type", "veth", "peer", "name", tp.extIf, "netns", tp.ext)
 	nkExtFar(t, tp, prefix+"k")
 
+	runCmd(t, "ip", "-n", tp.pod, "link", "set", tp.podIf, "mtu", fmt.Sprint(nkPodMTU))
+	runCmd(t, "ip", "-n", node, "link", "set", nodePod, "mtu", fmt.Sprint(nkPodMTU))
+	runCmd(t, "ip", "-n", node, "link", "set", nodeExt, "mtu", fmt.Sprint(nkExtMTU))
 	runCmd(t, "ip", "-n", tp.pod, "addr", "add", nkPodIP+"/24", "dev", tp.podIf)
 	runCmd(t, "ip", "-n", tp.pod, "link", "set", tp.podIf, "up")
 	runCmd(t, "ip", "-n", tp.pod, "route", "add", "default", "via", nkPodGW)
@@ -536,6 +670,7 @@ func nkExtFar(t *testing.T, tp *nkTopo, prefix string) {
 	tp.sysctl(t, tp.far)
 	runCmd(t, "ip", "link", "add", extFar, "netns", tp.ext, "mtu", fmt.Sprint(nkFarMTU), "type", "veth", "peer", "name", farIf, "netns", tp.far)
 	runCmd(t, "ip", "-n", tp.far, "link", "set", farIf, "mtu", fmt.Sprint(nkFarMTU))
+	runCmd(t, "ip", "-n", tp.ext, "link", "set", tp.extIf, "mtu", fmt.Sprint(nkExtMTU))
 	runCmd(t, "ip", "-n", tp.ext, "addr", "add", nkExtIP+"/24", "dev", tp.extIf)
 	runCmd(t, "ip", "-n", tp.ext, "addr", "add", nkExtFarIP+"/24", "dev", extFar)
 	runCmd(t, "ip", "-n", tp.ext, "link", "set", tp.extIf, "up")
@@ -567,6 +702,7 @@ func nkUFPTopo(t *testing.T, prefix, exe string) *nkTopo {
 	runCmd(t, "ip", "link", "set", "dev", tp.podIf, "address", nkPodMAC, "netns", tp.pod)
 	runCmd(t, "ip", "link", "set", "dev", tp.extIf, "address", nkExtMAC, "netns", tp.ext)
 	nkExtFar(t, tp, prefix+"u")
+	runCmd(t, "ip", "-n", tp.pod, "link", "set", tp.podIf, "mtu", fmt.Sprint(nkPodMTU))
 	runCmd(t, "ip", "-n", tp.pod, "addr", "add", nkPodIP+"/24", "dev", tp.podIf)
 	runCmd(t, "ip", "-n", tp.pod, "link", "set", tp.podIf, "up")
 	runCmd(t, "ip", "-n", tp.pod, "route", "add", "default", "via", nkPodGW)
@@ -877,6 +1013,15 @@ func nkRole(role string, a nkArgs) (nkReport, error) {
 
 	case "errqueue":
 		return nkErrQueue(a)
+
+	case "udp-big-server":
+		return nkBigServer(a)
+	case "udp-big-client":
+		return nkBigClient(a)
+	case "udp-big-send":
+		return nkBigSend(a)
+	case "udp-big-sink":
+		return nkBigSink(a)
 	}
 	return r, fmt.Errorf("unknown role %q", role)
 }
@@ -1020,29 +1165,8 @@ func nkErrQueue(a nkArgs) (nkReport, error) {
 	if !got {
 		return r, nil
 	}
-	oob := make([]byte, 512)
-	_, oobn, _, _, err := unix.Recvmsg(fd, make([]byte, 2048), oob, unix.MSG_ERRQUEUE)
-	if err != nil {
-		return r, fmt.Errorf("recvmsg errqueue: %v", err)
-	}
-	cms, err := unix.ParseSocketControlMessage(oob[:oobn])
-	if err != nil {
+	if r.Result, err = nkRecvErr(fd); err != nil {
 		return r, err
-	}
-	r.Result = "no IP_RECVERR message"
-	for _, cm := range cms {
-		if cm.Header.Level != unix.SOL_IP || cm.Header.Type != unix.IP_RECVERR || len(cm.Data) < 16 {
-			continue
-		}
-		ee := cm.Data
-		errno := unix.Errno(binary.NativeEndian.Uint32(ee))
-		origin := map[uint8]string{0: "none", 1: "local", 2: "icmp", 3: "icmp6"}[ee[4]]
-		offender := "none"
-		if len(ee) >= 24 && binary.NativeEndian.Uint16(ee[16:]) == unix.AF_INET {
-			offender = netip.AddrFrom4([4]byte(ee[20:24])).String()
-		}
-		r.Result = fmt.Sprintf("errqueue %s origin=%s type=%d code=%d info=%d offender=%s",
-			unix.ErrnoName(errno), origin, ee[5], ee[6], binary.NativeEndian.Uint32(ee[8:]), offender)
 	}
 	if a.DF {
 		mtu, err := unix.GetsockoptInt(fd, unix.SOL_IP, unix.IP_MTU)
@@ -1056,6 +1180,267 @@ func nkErrQueue(a nkArgs) (nkReport, error) {
 		} else {
 			r.Result += "; resend: sent"
 		}
+	}
+	return r, nil
+}
+
+// nkRecvErr reads the ICMP error queued on socket fd (IP_RECVERR) and
+// describes it as "errqueue ERRNO origin=... type=T code=C info=N
+// offender=ADDR".
+func nkRecvErr(fd int) (string, error) {
+	oob := make([]byte, 512)
+	_, oobn, _, _, err := unix.Recvmsg(fd, make([]byte, 2048), oob, unix.MSG_ERRQUEUE)
+	if err != nil {
+		return "", fmt.Errorf("recvmsg errqueue: %v", err)
+	}
+	cms, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil {
+		return "", err
+	}
+	result := "no IP_RECVERR message"
+	for _, cm := range cms {
+		if cm.Header.Level != unix.SOL_IP || cm.Header.Type != unix.IP_RECVERR || len(cm.Data) < 16 {
+			continue
+		}
+		ee := cm.Data
+		errno := unix.Errno(binary.NativeEndian.Uint32(ee))
+		origin := map[uint8]string{0: "none", 1: "local", 2: "icmp", 3: "icmp6"}[ee[4]]
+		offender := "none"
+		if len(ee) >= 24 && binary.NativeEndian.Uint16(ee[16:]) == unix.AF_INET {
+			offender = netip.AddrFrom4([4]byte(ee[20:24])).String()
+		}
+		result = fmt.Sprintf("errqueue %s origin=%s type=%d code=%d info=%d offender=%s",
+			unix.ErrnoName(errno), origin, ee[5], ee[6], binary.NativeEndian.Uint32(ee[8:]), offender)
+	}
+	return result, nil
+}
+
+// nkPayload is the payload of a large datagram: n bytes of a pattern the
+// receiver checks.
+func nkPayload(n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*7 + i>>8)
+	}
+	return b
+}
+
+// nkUDPSocket returns a UDP socket bound to local, with IP_RECVERR, and
+// DF set on what it sends (IP_PMTUDISC_DO) or clear (IP_PMTUDISC_DONT);
+// connected to remote if it is not empty.
+func nkUDPSocket(local, remote string, df bool) (int, error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	pmtu := unix.IP_PMTUDISC_DONT
+	if df {
+		pmtu = unix.IP_PMTUDISC_DO
+	}
+	sa := func(s string) *unix.SockaddrInet4 {
+		ap := netip.MustParseAddrPort(s)
+		return &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}
+	}
+	for _, err := range []error{
+		unix.SetsockoptInt(fd, unix.SOL_IP, unix.IP_RECVERR, 1),
+		unix.SetsockoptInt(fd, unix.SOL_IP, unix.IP_MTU_DISCOVER, pmtu),
+		unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Usec: 100_000}),
+		unix.Bind(fd, sa(local)),
+	} {
+		if err != nil {
+			unix.Close(fd)
+			return -1, err
+		}
+	}
+	if remote != "" {
+		if err := unix.Connect(fd, sa(remote)); err != nil {
+			unix.Close(fd)
+			return -1, err
+		}
+	}
+	return fd, nil
+}
+
+// nkMTU returns "IP_MTU=N", the path MTU connected socket fd knows.
+func nkMTU(fd int) string {
+	mtu, err := unix.GetsockoptInt(fd, unix.SOL_IP, unix.IP_MTU)
+	if err != nil {
+		return "IP_MTU: " + err.Error()
+	}
+	return fmt.Sprintf("IP_MTU=%d", mtu)
+}
+
+// nkPollErr waits up to d for an error on socket fd and reports whether
+// one is queued.
+func nkPollErr(fd int, d time.Duration) (bool, error) {
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLERR}}
+		n, err := unix.Poll(fds, int(time.Until(deadline)/time.Millisecond)+1)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return false, err
+		}
+		if n > 0 && fds[0].Revents&unix.POLLERR != 0 {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// nkBigServer waits for a datagram on a.Listen and answers its sender with
+// one of a.Size bytes of IP (DF as a.DF), then reports the ICMP error it
+// gets (within a second) and the path MTU its socket knows.
+func nkBigServer(a nkArgs) (nkReport, error) {
+	var r nkReport
+	fd, err := nkUDPSocket(a.Listen, "", a.DF)
+	if err != nil {
+		return r, err
+	}
+	defer unix.Close(fd)
+	fmt.Println(nkReadyLine)
+	buf := make([]byte, 2048)
+	var from unix.Sockaddr
+	for deadline := time.Now().Add(10 * time.Second); from == nil; {
+		if time.Now().After(deadline) {
+			r.Result = "no datagram to answer"
+			return r, nil
+		}
+		if _, f, err := unix.Recvfrom(fd, buf, 0); err == nil {
+			from = f
+		}
+	}
+	sa := from.(*unix.SockaddrInet4)
+	r.Peer = netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(sa.Port)).String()
+	if err := unix.Connect(fd, sa); err != nil {
+		return r, err
+	}
+	if _, err := unix.Write(fd, nkPayload(a.Size-28)); err != nil {
+		r.Result = fmt.Sprintf("send %d: %s; %s", a.Size, unix.ErrnoName(err.(unix.Errno)), nkMTU(fd))
+		return r, nil
+	}
+	r.Result = fmt.Sprintf("sent %d; ", a.Size)
+	got, err := nkPollErr(fd, time.Second)
+	if err != nil {
+		return r, err
+	}
+	if !got {
+		r.Result += "no error queued; " + nkMTU(fd)
+		return r, nil
+	}
+	e, err := nkRecvErr(fd)
+	if err != nil {
+		return r, err
+	}
+	r.Result += e + "; " + nkMTU(fd)
+	return r, nil
+}
+
+// nkBigClient sends a small datagram from a.Local to a.Remote (again every
+// half second) until a datagram comes back, and reports it; or, when
+// standard input ends, that none came.
+func nkBigClient(a nkArgs) (nkReport, error) {
+	var r nkReport
+	fd, err := nkUDPSocket(a.Local, a.Remote, false)
+	if err != nil {
+		return r, err
+	}
+	defer unix.Close(fd)
+	stopped := nkStopped()
+	buf := make([]byte, 65536)
+	var next time.Time
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
+		select {
+		case <-stopped:
+			r.Result = "nothing received"
+			return r, nil
+		default:
+		}
+		if time.Now().After(next) {
+			if _, err := unix.Write(fd, []byte("hello")); err != nil {
+				return r, err
+			}
+			next = time.Now().Add(500 * time.Millisecond)
+		}
+		n, from, err := unix.Recvfrom(fd, buf, 0)
+		if err != nil {
+			continue
+		}
+		sa := from.(*unix.SockaddrInet4)
+		r.Result = fmt.Sprintf("received %d bytes", n)
+		if bytes.Equal(buf[:n], nkPayload(n)) {
+			r.Result += " intact"
+		}
+		r.Result += " from " + netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(sa.Port)).String()
+		return r, nil
+	}
+	r.Result = "nothing received"
+	return r, nil
+}
+
+// nkBigSend sends a small datagram from a.Local to a.Remote, then one of
+// a.Size bytes of IP (DF as a.DF), and reports what the sends gave and the
+// path MTU its socket knows.
+func nkBigSend(a nkArgs) (nkReport, error) {
+	var r nkReport
+	fd, err := nkUDPSocket(a.Local, a.Remote, a.DF)
+	if err != nil {
+		return r, err
+	}
+	defer unix.Close(fd)
+	if _, err := unix.Write(fd, []byte("hello")); err != nil {
+		return r, err
+	}
+	r.Result = "sent 5; "
+	time.Sleep(100 * time.Millisecond) // the mapping first
+	if _, err := unix.Write(fd, nkPayload(a.Size-28)); err != nil {
+		r.Result += fmt.Sprintf("send %d: %s", a.Size, unix.ErrnoName(err.(unix.Errno)))
+	} else {
+		r.Result += fmt.Sprintf("sent %d", a.Size)
+	}
+	r.Result += "; " + nkMTU(fd)
+	return r, nil
+}
+
+// nkBigSink receives datagrams on a.Listen until standard input ends and
+// reports their lengths (and whether large ones are intact); Peer is the
+// first one's sender.
+func nkBigSink(a nkArgs) (nkReport, error) {
+	var r nkReport
+	fd, err := nkUDPSocket(a.Listen, "", false)
+	if err != nil {
+		return r, err
+	}
+	defer unix.Close(fd)
+	fmt.Println(nkReadyLine)
+	stopped := nkStopped()
+	buf := make([]byte, 65536)
+	var got []string
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
+		select {
+		case <-stopped:
+			deadline = time.Time{}
+			continue
+		default:
+		}
+		n, from, err := unix.Recvfrom(fd, buf, 0)
+		if err != nil {
+			continue
+		}
+		if r.Peer == "" {
+			sa := from.(*unix.SockaddrInet4)
+			r.Peer = netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(sa.Port)).String()
+		}
+		d := fmt.Sprintf("received %d", n)
+		if n > 5 && bytes.Equal(buf[:n], nkPayload(n)) {
+			d += " intact"
+		}
+		got = append(got, d)
+	}
+	r.Result = strings.Join(got, "; ")
+	if r.Result == "" {
+		r.Result = "nothing received"
 	}
 	return r, nil
 }
@@ -1080,6 +1465,16 @@ func TestNATKernelParse(t *testing.T) {
 	udp := &layers.UDP{SrcPort: 41002, DstPort: 7002}
 	udp.SetNetworkLayerForChecksum(ipOut)
 	udpFrame := ser(eth, ipOut, udp, gopacket.Payload("ping"))
+	// The first and the last fragment of a datagram: the first one's UDP
+	// checksum covers data it does not hold, so it is not checked.
+	ipFirst := ip(nkExtIP, nkPodIP, layers.IPProtocolUDP)
+	ipFirst.Flags, ipFirst.Id = layers.IPv4MoreFragments, 0x77
+	udpFirst := &layers.UDP{SrcPort: 7100, DstPort: 41100}
+	udpFirst.SetNetworkLayerForChecksum(ipFirst)
+	firstFrame := ser(eth, ipFirst, udpFirst, gopacket.Payload(make([]byte, 24)))
+	ipLast := ip(nkExtIP, nkPodIP, layers.IPProtocolUDP)
+	ipLast.FragOffset, ipLast.Id = 4, 0x77
+	lastFrame := ser(eth, ipLast, gopacket.Payload(make([]byte, 76)))
 	// A time-exceeded quoting a UDP packet whose own header sum is right.
 	ipQ := ip(nkPodIP, nkFarIP, layers.IPProtocolUDP)
 	udpQ := &layers.UDP{SrcPort: 41004, DstPort: 33434}
@@ -1103,6 +1498,14 @@ func TestNATKernelParse(t *testing.T) {
 			want: "icmp type=11 code=0 192.168.77.1 > 10.244.1.10 quoting [udp 10.244.1.10:41004 > 198.51.100.100:33434] !icmp-checksum"},
 		// The quote's IP checksum changed with the message checksum kept
 		// right: what a NAT that forgets the quoted header's sum sends.
+		{name: "first-fragment", frame: firstFrame, flip: -1,
+			want: "udp 192.168.77.1:7100 > 10.244.1.10:41100 [fragment offset 0, 52 bytes, MF]"},
+		{name: "first-fragment-l4-unchecked", frame: firstFrame, flip: 14 + 20 + 8,
+			want: "udp 192.168.77.1:7100 > 10.244.1.10:41100 [fragment offset 0, 52 bytes, MF]"},
+		{name: "first-fragment-bad-ip", frame: firstFrame, flip: 14 + 10,
+			want: "udp 192.168.77.1:7100 > 10.244.1.10:41100 [fragment offset 0, 52 bytes, MF] !ip-checksum"},
+		{name: "later-fragment", frame: lastFrame, flip: -1,
+			want: "proto 17 fragment 192.168.77.1 > 10.244.1.10 [fragment offset 32, 96 bytes]"},
 		{name: "time-exceeded-bad-quote", frame: func() []byte {
 			f := slices.Clone(icmpFrame)
 			q := f[14+20+8:]

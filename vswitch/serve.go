@@ -288,8 +288,9 @@ func (s *Switch) transmit(w *dataplane.Worker, tx *txCache, sg *dataplane.Segmen
 // write sends pkts to a, the device of port id, counted by w (the worker
 // that forwards them). For a device that takes super-frames whole, a
 // connection's consecutive TCP segments are coalesced into one first;
-// super-frames the device cannot take whole are segmented, with sg (the
-// worker's). A write that fails is counted against the destination's
+// super-frames the device cannot take whole are segmented, and packets
+// the pipeline marked for fragmentation (Packet.Frag) fragmented, with sg
+// (the worker's). A write that fails is counted against the destination's
 // port and logged when its writes start and stop failing; it never stops
 // the worker that forwards.
 func (s *Switch) write(w *dataplane.Worker, sg *dataplane.Segmenter, a *attachment, id dataplane.PortID, pkts []*dataplane.Packet) {
@@ -301,14 +302,15 @@ func (s *Switch) write(w *dataplane.Worker, sg *dataplane.Segmenter, a *attachme
 	}
 	from := 0 // the frames before pkts[from] are written
 	for i, p := range pkts {
-		if p.Offload.GSOType == dataplane.GSONone || whole && dataplane.GSOPlain(p) {
+		if p.Frag.MTU == 0 && (p.Offload.GSOType == dataplane.GSONone || whole && dataplane.GSOPlain(p)) {
 			continue
 		}
 		s.writeDev(w, a, id, pkts[from:i])
 		from = i + 1
 		segs, ok := sg.Segment(p)
 		if !ok {
-			// Offload metadata that does not describe the frame.
+			// Offload metadata (or a fragmentation mark) that does
+			// not describe the frame.
 			w.SendFailed(id, 1)
 			continue
 		}

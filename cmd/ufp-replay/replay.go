@@ -54,6 +54,7 @@ func Run(sc *Scenario) (*Result, error) {
 	var out strings.Builder
 	pkt := dataplane.NewPacket(dataplane.BufferSize)
 	batch := []*dataplane.Packet{pkt}
+	var sg dataplane.Segmenter // fragments the packets marked so
 	var t0 time.Time
 	outBy := map[string]int{}
 	var nOut, nDrop, nRejected int
@@ -120,14 +121,24 @@ func Run(sc *Scenario) (*Result, error) {
 		if w.Flow != nil {
 			fmt.Fprintf(&out, "  ht: %s\n", w.Flow.Action().HT)
 		}
-		data := slices.Clone(pkt.Bytes())
 		if pkt.Rejected != dataplane.NotDropped {
 			nRejected++
 		}
-		fmt.Fprintf(&out, "  => out %s %dB %s\n", op.Name, len(data), vswitch.Describe(data, vx))
-		res.Out = append(res.Out, capture.Frame{Port: op.Name, Time: f.Time, Data: data})
-		outBy[op.Name]++
-		nOut++
+		// A packet marked for fragmentation leaves as its fragments, as
+		// the switch's egress sends them.
+		frames, ok := sg.Segment(pkt)
+		if !ok {
+			fmt.Fprintf(&out, "  => drop: the egress cannot fragment it (%+v)\n", pkt.Frag)
+			nDrop++
+			continue
+		}
+		for _, fp := range frames {
+			data := slices.Clone(fp.Bytes())
+			fmt.Fprintf(&out, "  => out %s %dB %s\n", op.Name, len(data), vswitch.Describe(data, vx))
+			res.Out = append(res.Out, capture.Frame{Port: op.Name, Time: f.Time, Data: data})
+			outBy[op.Name]++
+			nOut++
+		}
 	}
 	for _, c := range sc.Changes {
 		if c.Before < 1 || c.Before > len(in) {
@@ -152,6 +163,9 @@ func Run(sc *Scenario) (*Result, error) {
 	}
 	if d := pl.Drops.String(); d != "" {
 		fmt.Fprintf(&out, "  drops by reason: %s\n", d)
+	}
+	if c := pl.Counters(); c.TooBigSent != 0 || c.Fragmented != 0 {
+		fmt.Fprintf(&out, "  over an MTU: %d answered with ICMP fragmentation needed or packet too big, %d fragmented\n", c.TooBigSent, c.Fragmented)
 	}
 	fs := pl.FlowTable().Stats()
 	fmt.Fprintf(&out, "  flow table: %d flows (inserted %d, expired %d, evicted %d, refused %d)\n",
