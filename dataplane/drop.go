@@ -81,6 +81,24 @@ const (
 	// ICMP error was due for, dropped unanswered because the worker's
 	// ICMP rate limit was reached (mtu.go).
 	DropICMPRateLimited
+	// Fragments (fragtrack.go). DropFragmentTimeout: a held later
+	// fragment whose first fragment did not come in time.
+	DropFragmentTimeout
+	// DropFragmentsHeldFull: a later fragment arrived before its first
+	// and the worker had no room left to hold it (by count or bytes).
+	DropFragmentsHeldFull
+	// DropFragmentTableFull: a fragment of a datagram the worker could
+	// not track (every entry of its fragment table in use).
+	DropFragmentTableFull
+	// DropFragmentOverlap: a fragment overlapping another of its
+	// datagram (RFC 5722; RFC 1858's attacks on the TCP header), and the
+	// datagram's other fragments.
+	DropFragmentOverlap
+	// DropFragmentInvalid: a fragment whose offset and length cannot be
+	// (past 65535 bytes, past its datagram's last fragment, empty, or
+	// not a multiple of 8 bytes where more follow), and the datagram's
+	// other fragments.
+	DropFragmentInvalid
 
 	numDropReasons
 )
@@ -129,6 +147,11 @@ var dropNames = [numDropReasons]string{
 	DropNotForUs:             "not-for-this-switch",
 	DropTunnelECN:            "tunnel-ce-not-ect",
 	DropICMPRateLimited:      "icmp-rate-limited",
+	DropFragmentTimeout:      "fragment-timeout",
+	DropFragmentsHeldFull:    "fragments-held-full",
+	DropFragmentTableFull:    "fragment-table-full",
+	DropFragmentOverlap:      "fragment-overlap",
+	DropFragmentInvalid:      "fragment-invalid",
 }
 
 // NumDropReasons is the number of distinct drop reasons, for sizing arrays.

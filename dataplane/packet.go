@@ -49,6 +49,11 @@ const (
 	PathNone Path = iota // not processed (or dropped before the flow lookup)
 	PathFast             // hit in the unified flow table
 	PathSlow             // missed and went through the layers
+	// PathHeld: a later IP fragment that arrived before its first
+	// fragment. The worker keeps a copy and forwards it (Worker.Released)
+	// or drops it when the first arrives; the packet itself is neither
+	// sent nor dropped (OutPort NoPort, Drop NotDropped).
+	PathHeld
 )
 
 func (p Path) String() string {
@@ -57,6 +62,8 @@ func (p Path) String() string {
 		return "fast"
 	case PathSlow:
 		return "slow"
+	case PathHeld:
+		return "held"
 	}
 	return "none"
 }

@@ -1302,6 +1302,7 @@ func TestParseInlining(t *testing.T) {
 		"IPv4.Checksum", "IPv4.SrcBytes", "IPv4.DstBytes", "IPv4.Src", "IPv4.Dst", "IPv4.SetChecksum",
 		"IPv6.Version", "IPv6.PayloadLen", "IPv6.NextHeader", "IPv6.HopLimit", "IPv6.SrcBytes", "IPv6.DstBytes",
 		"IPv6.Src", "IPv6.Dst", "IPv6.SetPayloadLen",
+		"IPv6Fragment.NextHeader", "IPv6Fragment.Offset", "IPv6Fragment.More", "IPv6Fragment.ID",
 		"UDP.SrcPort", "UDP.DstPort", "UDP.Length", "UDP.Checksum",
 		"TCP.SrcPort", "TCP.DstPort", "TCP.HeaderLen", "TCP.Flags", "TCP.Checksum",
 		"ICMP.Type", "ICMP.Code", "ICMP.Checksum", "ICMP.ID",

@@ -95,6 +95,9 @@ type Decision struct {
 // PipelineConfig configures a Pipeline.
 type PipelineConfig struct {
 	FlowTable FlowTableConfig
+	// Fragments bounds each worker's tracking of fragmented datagrams
+	// (fragtrack.go); the zero value takes the defaults.
+	Fragments FragmentConfig
 	// VXLANPort is the UDP port decoded as VXLAN; 0 means 4789.
 	VXLANPort uint16
 	// VXLANZeroChecksum6 accepts VXLAN over IPv6 with a zero UDP
@@ -123,6 +126,7 @@ type Pipeline struct {
 	// errSrc is slow as an ErrorSourcer, nil if it is not one.
 	errSrc              ErrorSourcer
 	icmpRate, icmpBurst int
+	frag      FragmentConfig
 
 	// Drops reads the drops by reason, summed over the workers, and
 	// counts drops outside them (DropTotals.Add).
@@ -159,11 +163,15 @@ const maxInterned = 1 << 16
 
 // NewPipeline returns a pipeline over slow path s.
 func NewPipeline(cfg PipelineConfig, s SlowPath) (*Pipeline, error) {
+	frag, err := cfg.Fragments.withDefaults()
+	if err != nil {
+		return nil, err
+	}
 	uft, err := NewFlowTable(cfg.FlowTable)
 	if err != nil {
 		return nil, err
 	}
-	pl := &Pipeline{slow: s, uft: uft, vxlanPort: cfg.VXLANPort, zero6: cfg.VXLANZeroChecksum6, actions: make(map[actionKey]*Action),
+	pl := &Pipeline{slow: s, uft: uft, vxlanPort: cfg.VXLANPort, frag: frag, zero6: cfg.VXLANZeroChecksum6, actions: make(map[actionKey]*Action),
 		icmpRate: cfg.ICMPRate, icmpBurst: cfg.ICMPBurst}
 	pl.errSrc, _ = s.(ErrorSourcer)
 	pl.Drops.pl = pl
@@ -362,6 +370,10 @@ type Worker struct {
 	rxPort  PortID
 	rxPkts  uint64
 	rxBytes uint64
+
+	// frags tracks fragmented datagrams (fragtrack.go); nil until the
+	// worker sees its first fragment.
+	frags *fragTable
 }
 
 // emcSize is the number of entries of a worker's exact-match cache (a power
@@ -378,13 +390,19 @@ func (pl *Pipeline) NewWorker() *Worker {
 
 // Process runs a batch of packets, each arrived on its InPort, at time now
 // (nanoseconds on the caller's clock). On return every packet has OutPort
-// set, or Drop set and OutPort == NoPort. Each packet is counted as
-// received on its InPort, at the length it arrived with. A packet the
-// slow path does not admit (SlowPath.Admit) is dropped before anything
-// else looks at it, on neither path.
+// set, or Drop set and OutPort == NoPort, but for a later IP fragment that
+// came before its first fragment: it is held (Path PathHeld, neither sent
+// nor dropped; the worker keeps a copy), and comes out of a later batch's
+// Released. Each packet is counted as received on its InPort, at the
+// length it arrived with. A packet the slow path does not admit
+// (SlowPath.Admit) is dropped before anything else looks at it, on neither
+// path.
 func (w *Worker) Process(pkts []*Packet, now int64) {
 	gen := w.pl.slow.Generation()
 	w.icmp.refill(now)
+	if w.frags != nil {
+		w.fragBatch(now)
+	}
 	for _, p := range pkts {
 		w.countRx(p.InPort, p.Len())
 		w.process(p, gen, now)
@@ -432,6 +450,7 @@ func (w *Worker) process(p *Packet, gen uint64, now int64) {
 	// nothing for it) is decoded by decodeCommon where it can.
 	if len(b) < EthernetLen || binary.BigEndian.Uint16(b[ethType:]) != EtherTypeIPv4 || !pr.decodeCommon(b) {
 		if r := pr.Decode(b); r != NotDropped && !w.decodePlain(p) {
+			w.fragRefused(p, pr, r, now) // a first fragment's later ones go too
 			w.drop(p, r)
 			return
 		}
@@ -448,6 +467,15 @@ func (w *Worker) process(p *Packet, gen uint64, now int64) {
 			w.drop(p, p.Drop)
 		}
 		return
+	}
+	// A fragment: a later one follows its first fragment (or waits for
+	// it); a first one leaves its verdict for them (frag, fragDecided).
+	frag := int32(-1)
+	if h.Flags&FlagFragment != 0 {
+		var done bool
+		if frag, done = w.fragment(p, b, pr, now); done {
+			return
+		}
 	}
 	// ICMP errors are never cached: each may belong to another
 	// connection, and is translated as that connection's replies are
@@ -479,6 +507,9 @@ func (w *Worker) process(p *Packet, gen uint64, now int64) {
 			p.Path = PathFast
 			w.Flow = f
 			w.fast++
+			if frag >= 0 {
+				w.fragDecided(frag, p, a, hash, now)
+			}
 			return
 		}
 	}
@@ -492,6 +523,9 @@ func (w *Worker) process(p *Packet, gen uint64, now int64) {
 		sp.outerSrc, sp.outerDst = outer.Src, outer.Dst
 	}
 	w.slowPath(&sp)
+	if frag >= 0 {
+		w.fragDecided(frag, p, sp.applied, sp.appliedHash, now)
+	}
 }
 
 // tunnel takes the VXLAN packet p (frame b, decoded into pr) as plain UDP
@@ -577,8 +611,11 @@ func isNeighborDiscovery(h *Headers) bool {
 	return t >= 133 && t <= 137
 }
 
-func (w *Worker) apply(p *Packet, pr *Parsed, a *Action, hash uint32) {
-	w.applyTo(p, p.Bytes(), pr, a, hash)
+// apply applies action a to the slow path's packet sp.p, with flow hash
+// hash, and records it in sp.
+func (w *Worker) apply(sp *slowPacket, a *Action, hash uint32) {
+	sp.applied, sp.appliedHash = a, hash
+	w.applyTo(sp.p, sp.p.Bytes(), &w.parsed, a, hash)
 }
 
 // applyTo is apply where b is p's frame, p.Bytes().
@@ -638,6 +675,11 @@ type slowPacket struct {
 	// any: its state (backend, NAT mapping) holds for the packet as for
 	// the connection's own packets.
 	held *Conn
+	// applied is the action the slow path applied to the packet, with
+	// the flow hash it applied it with (apply); nil if none: what a
+	// first fragment's later fragments follow.
+	applied     *Action
+	appliedHash uint32
 }
 
 // slowPath handles a packet the fast path could not. An ICMP error related
@@ -752,7 +794,7 @@ func (w *Worker) commit(sp *slowPacket, d *Decision) *Conn {
 		return sp.held
 	}
 	if d.NoCache || sp.alone || sp.icmpErr {
-		w.apply(p, pr, a, sp.hash)
+		w.apply(sp, a, sp.hash)
 		return sp.held
 	}
 	return w.install(sp, d, a)
@@ -785,7 +827,7 @@ func (w *Worker) install(sp *slowPacket, d *Decision, a *Action) *Conn {
 		return c
 	}
 	n := p.Len()
-	w.apply(p, pr, a, sp.hash)
+	w.apply(sp, a, sp.hash)
 	f.Account(n, pr.Tenant().TCPFlags, sp.now)
 	return c
 }
@@ -956,7 +998,7 @@ func (w *Worker) revalidate(sp *slowPacket, f *Flow, c *Conn) bool {
 	}
 	w.Flow = f
 	n := p.Len()
-	w.apply(p, &w.parsed, f.action.Load(), sp.hash)
+	w.apply(sp, f.action.Load(), sp.hash)
 	f.Account(n, w.parsed.Tenant().TCPFlags, sp.now)
 	return true
 }
@@ -1096,7 +1138,7 @@ func (w *Worker) related(sp *slowPacket) bool {
 	if w.Trace.On() {
 		w.Trace.Addf("  quote rewritten to %s -> %s, error %s", q.SrcAddr(), q.DstAddr(), ht)
 	}
-	w.apply(p, pr, oa, f.hash)
+	w.apply(sp, oa, f.hash)
 	return true
 }
 

@@ -253,7 +253,8 @@ func (pl *Pipeline) register(w *Worker) {
 }
 
 // Release ends the worker: its counters are folded into the pipeline's
-// totals, and it must not be used again. Call it when the goroutine that
+// totals (the fragments it holds are dropped, as fragment-timeout), and it
+// must not be used again. Call it when the goroutine that
 // owns the worker is done with it; a worker never released keeps its
 // counters in the pipeline until it is garbage collected, and they count
 // all the same. Not safe for concurrent use with the worker's other
@@ -261,6 +262,9 @@ func (pl *Pipeline) register(w *Worker) {
 func (w *Worker) Release() {
 	if w.ctr == nil {
 		return
+	}
+	if w.frags != nil {
+		w.fragDropAll() // held fragments go, counted as timed out
 	}
 	w.endRun()
 	w.flushRx()

@@ -31,7 +31,10 @@ import (
 
 // A differential test of outbound NAT: the same flows leave a pod through
 // the Linux kernel's nftables masquerade and through ufp's OutBoundNAT, and
-// the translations must agree (the chosen port aside).
+// the translations must agree (the chosen port aside). Fragmented UDP is
+// among them, both ways and with the later fragments first: what reaches
+// the other end (every fragment, and the datagram put together) must be
+// the same.
 //
 //	kernel: kpod --veth, MTU 1450-- knode (router, masquerade) --veth, MTU 9000-- kext (router) --veth, MTU 1280-- kfar
 //	ufp:    upod ==TAP, MTU 1450== [switch in this process] ==TAP, MTU 9000== uext (router) --veth, MTU 1280-- ufar
@@ -93,6 +96,12 @@ type nkArgs struct {
 	DF     bool     `json:",omitempty"`
 	ID     int      `json:",omitempty"`
 	Sysctl []string `json:",omitempty"`
+	// Fragments: the data each fragment carries (a multiple of 8), the
+	// order they are sent in ("in-order" or "reverse"), and the size of
+	// the datagram the server answers with.
+	Frag  int    `json:",omitempty"`
+	Order string `json:",omitempty"`
+	Reply int    `json:",omitempty"`
 }
 
 // nkReport is what a helper role reports.
@@ -141,6 +150,9 @@ type nkFlow struct {
 	run        func(t *testing.T, tp *nkTopo) (peer, podResult string)
 	// Expected on both paths.
 	wantPeer, wantPodResult string
+	// ids are the IP identifications of the flow's fragmented datagrams,
+	// by which its later fragments (which have no ports) are picked.
+	ids []uint16
 }
 
 func nkFlows() []nkFlow {
@@ -203,8 +215,46 @@ func nkFlows() []nkFlow {
 			},
 			wantPodResult: "errqueue EMSGSIZE origin=icmp type=3 code=4 info=1280 offender=192.168.77.1; IP_MTU=1280; resend: EMSGSIZE",
 		},
+		// A small query and a large answer (DNS with EDNS, say): the
+		// answer's later fragments, first, are the first fragments
+		// between the pod and the server (before the flows below, so
+		// that nothing they left translates them).
+		nkFragFlow("udp-fragmented-answer", 7008, 41008, 100, "reverse"),
+		nkFragFlow("udp-fragments", 7006, 41006, 3000, "in-order"),
+		// The later fragments first, both ways: the kernel reassembles
+		// the datagram before it translates it (nf_defrag) and
+		// fragments it again as it came; ufp holds the later fragments
+		// until the first has been translated.
+		nkFragFlow("udp-fragments-reordered", 7007, 41007, 3000, "reverse"),
 	}
 	return append(flows, nkMTUFlows()...)
+}
+
+// nkFragFlow is a UDP exchange in fragments: the pod sends a datagram of
+// size bytes, in fragments of 1200 bytes of data if it is larger, sent in
+// order (the first fragment first; "in-order") or last fragment first
+// ("reverse"), from a raw socket; the server answers with 2500 bytes
+// fragmented the same way. Each side's kernel puts the datagram together
+// and checks it (the UDP checksum covers it whole).
+func nkFragFlow(name string, serverPort, podPort uint16, size int, order string) nkFlow {
+	const reply, frag = 2500, 1200
+	podID, serverID := int(podPort%10000)*2, int(serverPort%10000)*2
+	return nkFlow{
+		name: name, serverPort: serverPort, podPort: podPort,
+		ids: []uint16{uint16(podID), uint16(podID + 1), uint16(podID + 2), uint16(serverID), uint16(serverID + 1), uint16(serverID + 2)},
+		run: func(t *testing.T, tp *nkTopo) (string, string) {
+			srv := tp.start(t, tp.ext, "frag-server", nkArgs{Listen: fmt.Sprintf("%s:%d", nkExtIP, serverPort),
+				Frag: frag, Order: order, Size: size, Reply: reply, ID: serverID})
+			srv.ready(t)
+			cl := tp.start(t, tp.pod, "frag-client", nkArgs{Local: fmt.Sprintf("%s:%d", nkPodIP, podPort),
+				Remote: fmt.Sprintf("%s:%d", nkExtIP, serverPort), Frag: frag, Order: order, Size: size, Reply: reply, ID: podID})
+			c := cl.result(t)
+			srv.stop()
+			return srv.result(t).Peer, c.Result
+		},
+		wantPeer:      fmt.Sprintf("%s:%d sent %d bytes intact", nkNodeIP, podPort, size),
+		wantPodResult: fmt.Sprintf("reply of %d bytes intact from %s:%d", reply, nkExtIP, serverPort),
+	}
 }
 
 // nkMTUSizes are the IP sizes of the large datagrams, against the pod's
@@ -435,14 +485,14 @@ func nkRunFlow(t *testing.T, tp *nkTopo, f nkFlow) nkOutcome {
 				continue
 			}
 			all = append(all, p)
-			if p.frag && p.fragOff == 0 && p.belongs(f.serverPort) {
-				ours[datagram{p.src, p.dst, p.id}] = true
+			if p.frag != nil && p.frag.off == 0 && p.belongs(f.serverPort, f.ids) {
+				ours[datagram{p.src, p.dst, p.frag.id}] = true
 			}
 		}
 		// Later fragments have no ports: they are the flow's if their
-		// datagram's first fragment is.
+		// datagram's first fragment is (or their id is one of the flow's).
 		for _, p := range all {
-			if p.belongs(f.serverPort) && !(p.frag && p.fragOff > 0) || p.frag && p.fragOff > 0 && ours[datagram{p.src, p.dst, p.id}] {
+			if later := p.frag != nil && p.frag.off > 0; p.belongs(f.serverPort, f.ids) || later && ours[datagram{p.src, p.dst, p.frag.id}] {
 				pkts = append(pkts, p)
 			}
 		}
@@ -482,19 +532,38 @@ type nkPkt struct {
 	icmpType, icmpCode uint8
 	mtu                uint16 // fragmentation needed
 	inner              *nkPkt // the packet an ICMP error quotes
+	frag               *nkFrag
 	bad                []string
-	// A fragment: its identification, offset and IP length, and MF.
-	frag          bool
-	id            uint16
-	fragOff, size int
-	mf            bool
+}
+
+// nkFrag is what a fragment says of its place in its datagram.
+type nkFrag struct {
+	id       uint16
+	off, n   int
+	more     bool
+	hasPorts bool // the first fragment
+}
+
+func (f *nkFrag) String() string {
+	// Not the identification: a socket's kernel chooses it, differently
+	// on the two paths (the flows that fragment themselves check theirs
+	// by their ids).
+	s := fmt.Sprintf(" fragment off=%d len=%d", f.off, f.n)
+	if f.more {
+		s += " more"
+	}
+	return s
 }
 
 // belongs reports whether p (or the packet it quotes) is of the flow with
-// server port port (0: ICMP echo).
-func (p *nkPkt) belongs(port uint16) bool {
+// server port port (0: ICMP echo), or a fragment of one of its datagrams
+// ids.
+func (p *nkPkt) belongs(port uint16, ids []uint16) bool {
 	if p.inner != nil {
-		return p.inner.belongs(port)
+		return p.inner.belongs(port, ids)
+	}
+	if p.frag != nil && slices.Contains(ids, p.frag.id) {
+		return true
 	}
 	switch p.proto {
 	case 1:
@@ -507,15 +576,13 @@ func (p *nkPkt) belongs(port uint16) bool {
 
 func (p *nkPkt) String() string {
 	var s string
-	if p.frag && p.fragOff > 0 {
-		s = fmt.Sprintf("proto %d fragment %s > %s", p.proto, p.src, p.dst)
-		return s + p.fragString()
-	}
-	switch p.proto {
-	case 6, 17:
+	switch {
+	case p.frag != nil && !p.frag.hasPorts:
+		s = fmt.Sprintf("proto %d %s > %s", p.proto, p.src, p.dst)
+	case p.proto == 6 || p.proto == 17:
 		name := map[uint8]string{6: "tcp", 17: "udp"}[p.proto]
 		s = fmt.Sprintf("%s %s > %s", name, netip.AddrPortFrom(p.src, p.sport), netip.AddrPortFrom(p.dst, p.dport))
-	case 1:
+	case p.proto == 1:
 		switch p.icmpType {
 		case 0, 8:
 			s = fmt.Sprintf("icmp %s %s > %s id=%d", map[uint8]string{0: "echo-reply", 8: "echo-request"}[p.icmpType], p.src, p.dst, p.sport)
@@ -531,22 +598,13 @@ func (p *nkPkt) String() string {
 	default:
 		s = fmt.Sprintf("proto %d %s > %s", p.proto, p.src, p.dst)
 	}
-	if p.frag {
-		s += p.fragString()
+	if p.frag != nil {
+		s += p.frag.String()
 	}
 	for _, b := range p.bad {
 		s += " !" + b
 	}
 	return s
-}
-
-// fragString describes a fragment's place: offset, IP length, MF.
-func (p *nkPkt) fragString() string {
-	s := fmt.Sprintf(" [fragment offset %d, %d bytes", p.fragOff, p.size)
-	if p.mf {
-		s += ", MF"
-	}
-	return s + "]"
 }
 
 // nkParse decodes an Ethernet frame carrying IPv4, verifying checksums if
@@ -583,14 +641,15 @@ func nkParseIP(ip []byte, checksums, quoted bool) (nkPkt, bool) {
 	if checksums && dataplane.Checksum(ip[:ihl], 0) != 0 {
 		p.bad = append(p.bad, what+"ip-checksum")
 	}
-	if ff := binary.BigEndian.Uint16(ip[6:]); ff&0x3fff != 0 && !quoted {
-		p.frag, p.id, p.fragOff, p.size, p.mf = true, binary.BigEndian.Uint16(ip[4:]), int(ff&0x1fff)*8, len(ip), ff&0x2000 != 0
-		if p.fragOff > 0 {
-			return p, true // a later fragment: no L4 header
+	switch fo := binary.BigEndian.Uint16(ip[6:]); {
+	case quoted && fo&0x1fff != 0:
+		return p, true // a later fragment quoted
+	case !quoted && fo&0x3fff != 0:
+		p.frag = &nkFrag{id: binary.BigEndian.Uint16(ip[4:]), off: int(fo&0x1fff) * 8, n: len(ip) - ihl, more: fo&0x2000 != 0}
+		if p.frag.off != 0 {
+			return p, true // a later fragment: no ports
 		}
-		checksums = false // the L4 checksum covers the whole datagram
-	} else if ff&0x1fff != 0 {
-		return p, true
+		p.frag.hasPorts = true
 	}
 	l4 := ip[ihl:]
 	switch p.proto {
@@ -599,7 +658,9 @@ func nkParseIP(ip []byte, checksums, quoted bool) (nkPkt, bool) {
 			return p, true
 		}
 		p.sport, p.dport = binary.BigEndian.Uint16(l4), binary.BigEndian.Uint16(l4[2:])
-		if checksums && !quoted && !(p.proto == 17 && binary.BigEndian.Uint16(l4[6:]) == 0) &&
+		// A first fragment's L4 checksum covers the whole datagram:
+		// the receiver checks it once it is put together.
+		if checksums && !quoted && p.frag == nil && !(p.proto == 17 && binary.BigEndian.Uint16(l4[6:]) == 0) &&
 			dataplane.Checksum(l4, dataplane.PseudoHeaderSum(ip[12:16], ip[16:20], p.proto, len(l4))) != 0 {
 			p.bad = append(p.bad, what+map[uint8]string{6: "tcp", 17: "udp"}[p.proto]+"-checksum")
 		}
@@ -1022,8 +1083,161 @@ func nkRole(role string, a nkArgs) (nkReport, error) {
 		return nkBigSend(a)
 	case "udp-big-sink":
 		return nkBigSink(a)
+	case "frag-client":
+		return nkFragClient(a)
+
+	case "frag-server":
+		return nkFragServer(a)
 	}
 	return r, fmt.Errorf("unknown role %q", role)
+}
+
+// nkPattern is the payload of n bytes a fragmented datagram carries; seed
+// tells a request's from an answer's.
+func nkPattern(n int, seed byte) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*7+i>>8) ^ seed
+	}
+	return b
+}
+
+// nkFragments returns the IPv4 fragments of the UDP datagram from src to
+// dst that carries payload, with identification id, each fragment
+// carrying frag bytes of the datagram (the last what is left), in order.
+func nkFragments(src, dst netip.AddrPort, payload []byte, id uint16, frag int) [][]byte {
+	s4, d4 := src.Addr().As4(), dst.Addr().As4()
+	udp := make([]byte, 8+len(payload))
+	binary.BigEndian.PutUint16(udp[0:], src.Port())
+	binary.BigEndian.PutUint16(udp[2:], dst.Port())
+	binary.BigEndian.PutUint16(udp[4:], uint16(len(udp)))
+	copy(udp[8:], payload)
+	c := dataplane.Checksum(udp, dataplane.PseudoHeaderSum(s4[:], d4[:], 17, len(udp)))
+	if c == 0 {
+		c = 0xffff
+	}
+	binary.BigEndian.PutUint16(udp[6:], c)
+	var out [][]byte
+	for off := 0; off < len(udp); off += frag {
+		end := min(off+frag, len(udp))
+		ip := make([]byte, 20, 20+end-off)
+		ip[0], ip[8], ip[9] = 0x45, 64, 17
+		binary.BigEndian.PutUint16(ip[2:], uint16(20+end-off))
+		binary.BigEndian.PutUint16(ip[4:], id)
+		fo := uint16(off / 8)
+		if end < len(udp) {
+			fo |= 0x2000
+		}
+		binary.BigEndian.PutUint16(ip[6:], fo)
+		copy(ip[12:], s4[:])
+		copy(ip[16:], d4[:])
+		binary.BigEndian.PutUint16(ip[10:], dataplane.Checksum(ip, 0))
+		out = append(out, append(ip, udp[off:end]...))
+	}
+	return out
+}
+
+// nkSendFragments sends the IPv4 packets frags to dst through the raw
+// socket fd (IPPROTO_RAW: the headers are ours), in order or, for order
+// "reverse", last first.
+func nkSendFragments(fd int, frags [][]byte, dst netip.Addr, order string) error {
+	if order == "reverse" {
+		frags = slices.Clone(frags)
+		slices.Reverse(frags)
+	}
+	to := &unix.SockaddrInet4{Addr: dst.As4()}
+	for _, f := range frags {
+		if err := unix.Sendto(fd, f, 0, to); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// nkFragClient sends a.Size bytes from a.Local to a.Remote in fragments
+// (a.Frag bytes each, in a.Order, identification a.ID, then a.ID+1 and
+// a.ID+2 for a retry) and reports the answer its UDP socket on a.Local
+// gets, and whether it is the a.Reply bytes the server sends.
+func nkFragClient(a nkArgs) (nkReport, error) {
+	var r nkReport
+	local, remote := netip.MustParseAddrPort(a.Local), netip.MustParseAddrPort(a.Remote)
+	c, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(local))
+	if err != nil {
+		return r, err
+	}
+	defer c.Close()
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_RAW)
+	if err != nil {
+		return r, err
+	}
+	defer unix.Close(fd)
+	payload, want := nkPattern(a.Size, 0x11), nkPattern(a.Reply, 0x22)
+	buf := make([]byte, 65536)
+	r.Result = "no reply"
+	for try := range 3 {
+		if err := nkSendFragments(fd, nkFragments(local, remote, payload, uint16(a.ID+try), a.Frag), remote.Addr(), a.Order); err != nil {
+			r.Result = "send: " + err.Error()
+			return r, nil
+		}
+		c.SetReadDeadline(time.Now().Add(1500 * time.Millisecond))
+		n, from, err := c.ReadFromUDPAddrPort(buf)
+		if err == nil {
+			r.Result = fmt.Sprintf("reply of %d bytes", n)
+			if bytes.Equal(buf[:n], want) {
+				r.Result += " intact"
+			}
+			r.Result += " from " + from.String()
+			break
+		}
+	}
+	return r, nil
+}
+
+// nkFragServer answers every datagram its UDP socket on a.Listen gets
+// with a.Reply bytes in fragments (a.Frag bytes each, in a.Order,
+// identifications from a.ID), until standard input ends; it reports who
+// sent the first and whether it was the a.Size bytes the client sends.
+func nkFragServer(a nkArgs) (nkReport, error) {
+	var r nkReport
+	listen := netip.MustParseAddrPort(a.Listen)
+	c, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(listen))
+	if err != nil {
+		return r, err
+	}
+	defer c.Close()
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_RAW)
+	if err != nil {
+		return r, err
+	}
+	defer unix.Close(fd)
+	fmt.Println(nkReadyLine)
+	stopped := nkStopped()
+	want, answer := nkPattern(a.Size, 0x11), nkPattern(a.Reply, 0x22)
+	buf := make([]byte, 65536)
+	id := a.ID
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		select {
+		case <-stopped:
+			return r, nil
+		default:
+		}
+		c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		n, from, err := c.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			continue
+		}
+		if r.Peer == "" {
+			r.Peer = fmt.Sprintf("%s sent %d bytes", from, n)
+			if bytes.Equal(buf[:n], want) {
+				r.Peer += " intact"
+			}
+		}
+		if err := nkSendFragments(fd, nkFragments(listen, from, answer, uint16(id), a.Frag), from.Addr(), a.Order); err != nil {
+			return r, err
+		}
+		id++
+	}
+	return r, nil
 }
 
 // nkCapture captures the frames arriving at interface a.Iface until
@@ -1482,6 +1696,10 @@ func TestNATKernelParse(t *testing.T) {
 	quoted := ser(ipQ, udpQ, gopacket.Payload(make([]byte, 32)))[:28]
 	icmpFrame := ser(eth, ip(nkExtIP, nkPodIP, layers.IPProtocolICMPv4),
 		&layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(11, 0)}, gopacket.Payload(quoted))
+	// Fragments of a 2500-byte datagram: the first holds the ports (its
+	// UDP checksum covers data it does not hold), a later one none.
+	frags := nkFragments(netip.MustParseAddrPort(nkNodeIP+":41006"), netip.MustParseAddrPort(nkExtIP+":7006"), nkPattern(2500, 0x11), 7, 1200)
+	ethHdr := func(ip []byte) []byte { return append(slices.Clone(udpFrame[:14]), ip...) }
 
 	for _, tc := range []struct {
 		name  string
@@ -1492,6 +1710,12 @@ func TestNATKernelParse(t *testing.T) {
 		{name: "udp", frame: udpFrame, flip: -1, want: "udp 192.168.77.10:41002 > 192.168.77.1:7002"},
 		{name: "udp-bad-ip", frame: udpFrame, flip: 14 + 10, want: "udp 192.168.77.10:41002 > 192.168.77.1:7002 !ip-checksum"},
 		{name: "udp-bad-l4", frame: udpFrame, flip: 14 + 20 + 8, want: "udp 192.168.77.10:41002 > 192.168.77.1:7002 !udp-checksum"},
+		{name: "first-fragment", frame: ethHdr(frags[0]), flip: -1,
+			want: "udp 192.168.77.10:41006 > 192.168.77.1:7006 fragment id=7 off=0 len=1200 more"},
+		{name: "later-fragment", frame: ethHdr(frags[1]), flip: -1,
+			want: "proto 17 192.168.77.10 > 192.168.77.1 fragment id=7 off=1200 len=1200 more"},
+		{name: "last-fragment-bad-ip", frame: ethHdr(frags[2]), flip: 14 + 8,
+			want: "proto 17 192.168.77.10 > 192.168.77.1 fragment id=7 off=2400 len=108 !ip-checksum"},
 		{name: "time-exceeded", frame: icmpFrame, flip: -1,
 			want: "icmp type=11 code=0 192.168.77.1 > 10.244.1.10 quoting [udp 10.244.1.10:41004 > 198.51.100.100:33434]"},
 		{name: "time-exceeded-bad-icmp", frame: icmpFrame, flip: 14 + 20 + 2,

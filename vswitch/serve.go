@@ -377,7 +377,7 @@ func (s *Switch) servePort(ctx context.Context, a *attachment) error {
 		if !s.receive(w, a.port, batch) {
 			continue
 		}
-		out = forwarded(batch, out[:0])
+		out = forwarded(batch, w.Released(), out[:0])
 		s.refreshTx(&tx)
 		s.transmit(w, &tx, &sg, out)
 	}
@@ -420,10 +420,16 @@ func (s *Switch) receive(w *dataplane.Worker, port string, batch []*dataplane.Pa
 }
 
 // forwarded appends to out the packets of batch that are to be sent,
-// grouped by output port (a stable sort keeps each port's frames in
-// order), and returns it.
-func forwarded(batch, out []*dataplane.Packet) []*dataplane.Packet {
+// then the held fragments the batch released (after their first
+// fragment, which is in the batch), grouped by output port (a stable sort
+// keeps each port's frames in order), and returns it.
+func forwarded(batch, released, out []*dataplane.Packet) []*dataplane.Packet {
 	for _, p := range batch {
+		if p.Drop == dataplane.NotDropped && p.OutPort != dataplane.NoPort {
+			out = append(out, p)
+		}
+	}
+	for _, p := range released {
 		if p.Drop == dataplane.NotDropped && p.OutPort != dataplane.NoPort {
 			out = append(out, p)
 		}
