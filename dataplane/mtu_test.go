@@ -88,6 +88,7 @@ type mtuFrame struct {
 	icmp    uint8 // an ICMP message of this type instead of UDP (with icmpErr: an error)
 	icmpErr bool
 	later   bool // a later fragment
+	first   bool // the first fragment of the datagram a later fragment is of
 	dstMAC  MAC
 }
 
@@ -107,9 +108,14 @@ func (f mtuFrame) build(t testing.TB) []byte {
 		ip := &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: layers.IPProtocolUDP, SrcIP: mtuSender6.AsSlice(), DstIP: mtuDst6.AsSlice()}
 		nl = ip
 		ls = append(ls, ip)
-		if f.later {
+		if f.later || f.first {
 			ip.NextHeader = layers.IPProtocolIPv6Fragment
 			fh := []byte{ProtoUDP, 0, 0x05, 0xa9, 0, 0, 0, 9}
+			if f.first {
+				fh[2], fh[3] = 0, 1
+				u := []byte{0x9c, 0x40, 0, 53, 0x05, 0xb8, 0, 0} // 40000 > 53, the datagram's length
+				return htSerialize(t, append(ls, gopacket.Payload(append(append(fh, u...), make([]byte, 792)...)))...)
+			}
 			return htSerialize(t, append(ls, gopacket.Payload(append(fh, make([]byte, f.ipLen-hdr-8)...)))...)
 		}
 	} else {
@@ -124,6 +130,11 @@ func (f mtuFrame) build(t testing.TB) []byte {
 			ip.Flags |= layers.IPv4MoreFragments
 			ip.FragOffset = 100
 			return htSerialize(t, append(ls, htPayload(f.ipLen-hdr, 1))...)
+		}
+		if f.first {
+			ip.Flags |= layers.IPv4MoreFragments
+			u := []byte{0x9c, 0x40, 0, 53, 0x0c, 0x80, 0, 0} // 40000 > 53, the datagram's length
+			return htSerialize(t, append(ls, gopacket.Payload(append(u, make([]byte, 792)...)))...)
 		}
 	}
 	if f.icmp != 0 || f.icmpErr {
@@ -303,7 +314,7 @@ func TestMTUPipeline(t *testing.T) {
 			want: want{drop: "mtu-exceeded", trace: "about an ICMP error"}},
 		{name: "echo request DF set", frame: mtuFrame{ipLen: 1500, df: true, icmp: ICMPv4EchoRequest}, ht: snat, mtu: 1450, want: want{answer: 1450}},
 		{name: "later fragment, DF clear: fragmented again", frame: mtuFrame{ipLen: 1500, later: true}, ht: snat, mtu: 1450, want: want{frags: 2}},
-		{name: "later IPv6 fragment: unanswered", frame: mtuFrame{v6: true, ipLen: 1500, later: true}, ht: snat, mtu: 1450,
+		{name: "later IPv6 fragment: unanswered", frame: mtuFrame{v6: true, ipLen: 1504, later: true}, ht: snat, mtu: 1450,
 			want: want{drop: "mtu-exceeded", trace: "about a fragment other than the first"}},
 		{name: "to a broadcast MAC", frame: mtuFrame{ipLen: 1500, df: true, dstMAC: macF}, ht: Transposition{}, mtu: 1450,
 			want: want{drop: "mtu-exceeded", trace: "about a multicast or broadcast frame"}},
@@ -314,11 +325,23 @@ func TestMTUPipeline(t *testing.T) {
 			w := pl.NewWorker()
 			defer w.Release()
 			frame := tc.frame.build(t)
-			for _, path := range []Path{PathSlow, PathFast} {
+			if tc.frame.later {
+				// A later fragment follows its first (fragtrack.go).
+				first := tc.frame
+				first.later, first.first = false, true
+				mtuRun(t, w, mtuIn, first.build(t), plNow)
+			}
+			// A later fragment follows its datagram whatever path: one
+			// run (a second would be a duplicate, which overlaps).
+			paths := []Path{PathSlow, PathFast}
+			if tc.frame.later {
+				paths = paths[:1]
+			}
+			for _, path := range paths {
 				tr := &Trace{}
 				w.Trace = tr
 				p := mtuRun(t, w, mtuIn, frame, plNow)
-				if tc.want.drop == "" && tc.want.answer == 0 && p.Path != path {
+				if tc.want.drop == "" && tc.want.answer == 0 && !tc.frame.later && p.Path != path {
 					t.Errorf("path %s, want %s", p.Path, path)
 				}
 				lines := strings.Join(tr.Lines(), "\n")
@@ -340,16 +363,16 @@ func TestMTUPipeline(t *testing.T) {
 			wantSent, wantFrag := uint64(0), uint64(0)
 			switch {
 			case tc.want.answer != 0:
-				wantSent = 2
+				wantSent = uint64(len(paths))
 			case tc.want.frags > 1:
-				wantFrag = 2
+				wantFrag = uint64(len(paths))
 			}
 			if c.TooBigSent != wantSent || c.Fragmented != wantFrag {
 				t.Errorf("counters: sent %d fragmented %d, want %d %d", c.TooBigSent, c.Fragmented, wantSent, wantFrag)
 			}
 			if tc.want.answer != 0 || tc.want.drop != "" {
-				if n := c.Port(mtuIn).Drops[DropMTUExceeded]; n != 2 {
-					t.Errorf("mtu-exceeded drops on the input port: %d, want 2", n)
+				if n := c.Port(mtuIn).Drops[DropMTUExceeded]; n != uint64(len(paths)) {
+					t.Errorf("mtu-exceeded drops on the input port: %d, want %d", n, len(paths))
 				}
 			}
 		})
