@@ -244,7 +244,8 @@ func (t Transposition) String() string {
 type Action struct {
 	Out  PortID
 	Drop DropReason
-	// MTU is the largest IP packet Out takes, 0 for no limit.
+	// MTU is the largest IP packet Out takes, 0 for no limit (mtu.go
+	// says what happens to a larger one).
 	MTU uint16
 	HT  Transposition
 	Gen uint64

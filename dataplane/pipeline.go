@@ -76,7 +76,8 @@ type Decision struct {
 	Meter Meter
 	// MTU is the largest IP packet the output port takes (0: no limit);
 	// ReplyMTU is the input port's, for the reply direction of a
-	// stateful decision. Larger packets are dropped (DropMTUExceeded).
+	// stateful decision. Larger packets are fragmented or answered
+	// (mtu.go).
 	MTU, ReplyMTU uint16
 	// Own: HT writes a value of the connection's own, a source port its
 	// NAT binding (or its load balancer) gave it. The pipeline keeps such
