@@ -227,16 +227,17 @@ var natScenarios = map[string]func() []capture.Frame{
 		s.add("pod-b", tcp(macB, macRouter, b, 8080, far, 80, "S", ""))                                   // pod-b from its port 8080
 		return s.frames
 	},
-	// L2Bridge: pod-b reaches pod-a's mapping at the host's 8080 and keeps
-	// its address; pod-a answers it directly, and the answer comes from
-	// the host's 8080. pod-a reaches its own mapping: it sees the
-	// connection come from the host's address, so that its answer comes
-	// back through the switch, translated back.
+	// L2Bridge: pod-b reaches pod-a's mapping at the host's 8080; pod-a
+	// sees it come from pod-b's own mapping, the host's 41000 (RFC 4787
+	// REQ-9a), and its answer comes from the host's 8080. pod-a reaches
+	// its own mapping: it sees the connection come from the host's
+	// address, so that its answer comes back through the switch,
+	// translated back.
 	"nat-hairpin": func() []capture.Frame {
 		var s seq
 		a, b, host := natPodA, natPodB, natHost
 		s.add("pod-b", tcp(macB, macRouter, b, 41000, host, 8080, "S", "")) // pod-b's syn to the mapping
-		s.add("pod-a", tcp(macA, macB, a, 80, b, 41000, "SA", ""))          // pod-a's syn-ack, to pod-b directly
+		s.add("pod-a", tcp(macA, macRouter, a, 80, host, 41000, "SA", ""))  // pod-a's syn-ack, to pod-b's mapping
 		s.add("pod-b", tcp(macB, macRouter, b, 41000, host, 8080, "A", "")) // pod-b's ack
 		s.add("pod-a", tcp(macA, macRouter, a, 42000, host, 8080, "S", "")) // pod-a's syn to its own mapping
 		s.add("pod-a", tcp(macA, macRouter, a, 80, host, 42000, "SA", ""))  // pod-a's syn-ack, to the host's address
