@@ -83,6 +83,7 @@ func (a *Action) Translate(d *dataplane.Decision, at rules.Site) bool {
 	}
 	b, ok := a.table.snat(d, a.ip, prior, at.Host)
 	if b != nil {
+		b.AddPeer(peer)
 		d.Hold(&connState{b: b, peer: peer})
 	}
 	return ok

@@ -971,7 +971,10 @@ func TestNATRevalidation(t *testing.T) {
 	})
 
 	t.Run("destination becomes an exception: untranslated, binding released at the end", func(t *testing.T) {
-		r := ulNewRig(t, mustParse(t, natL2Doc))
+		// With address-and-port-dependent filtering; see the next case
+		// for the default.
+		apdf := func(d doc) { natEPPolicy(d, 0, 0)["Filtering"] = "AddressAndPortDependent" }
+		r := ulNewRig(t, mustParse(t, string(editJSON(t, natL2Doc, apdf))))
 		k := podA(6000)
 		ext := natOut(r, sec, "pod-a", k)
 		if want := netip.MustParseAddrPort("192.168.1.10:6000"); ext != want {
@@ -979,7 +982,10 @@ func TestNATRevalidation(t *testing.T) {
 		}
 		natReply(r, sec, k, ext, "", "pod-a")
 
-		apply(t, r.sw, func(d doc) { natEPPolicy(d, 0, 0)["Exceptions"] = []any{"10.96.0.0/12", "203.0.113.0/24"} })
+		apply(t, r.sw, func(d doc) {
+			apdf(d)
+			natEPPolicy(d, 0, 0)["Exceptions"] = []any{"10.96.0.0/12", "203.0.113.0/24"}
+		})
 		if got := natOut(r, 2*sec, "pod-a", k); got != netip.MustParseAddrPort("192.168.1.100:6000") {
 			t.Errorf("after the change pod-a left as %s, want untranslated 192.168.1.100:6000", got)
 		}
@@ -991,6 +997,26 @@ func TestNATRevalidation(t *testing.T) {
 		// handed to another while the peer may still use it.
 		if n := r.sw.NAT().Bindings(); n != 1 {
 			t.Errorf("NAT bindings while the connection lives = %d, want 1", n)
+		}
+		expireAll(t, r.sw)
+	})
+
+	t.Run("destination becomes an exception, address-dependent filtering: the peer still reaches the mapping", func(t *testing.T) {
+		r := ulNewRig(t, mustParse(t, natL2Doc))
+		k := podA(6000)
+		ext := natOut(r, sec, "pod-a", k)
+		natReply(r, sec, k, ext, "", "pod-a")
+		apply(t, r.sw, func(d doc) { natEPPolicy(d, 0, 0)["Exceptions"] = []any{"10.96.0.0/12", "203.0.113.0/24"} })
+		if got := natOut(r, 2*sec, "pod-a", k); got != netip.MustParseAddrPort("192.168.1.100:6000") {
+			t.Errorf("after the change pod-a left as %s, want untranslated 192.168.1.100:6000", got)
+		}
+		// The mapping lives while the connection holds it, and the peer
+		// is one of its connections': a new connection from it to the
+		// mapping reaches the pod (and takes the place of the old one,
+		// whose key its reply direction has).
+		natReply(r, 2*sec, k, ext, "", "pod-a")
+		if got := natOut(r, 3*sec, "pod-a", k); got != ext {
+			t.Errorf("the pod's answer left as %s, want from the mapping %s", got, ext)
 		}
 		expireAll(t, r.sw)
 	})
