@@ -73,6 +73,10 @@ type nkTopo struct {
 	// verified; the kernel path forwards partial checksums, which are not.
 	checksums bool
 	exe       string
+	// pod2 is a second pod's namespace, in another network
+	// (TestNATKernelRFC); sw is ufp's switch.
+	pod2 string
+	sw   *Switch
 }
 
 // nkArgs are a helper role's arguments.
@@ -86,6 +90,7 @@ type nkArgs struct {
 	DF     bool     `json:",omitempty"`
 	ID     int      `json:",omitempty"`
 	Sysctl []string `json:",omitempty"`
+	Probes []string `json:",omitempty"` // the stun-server's other local endpoints
 }
 
 // nkReport is what a helper role reports.
@@ -590,6 +595,7 @@ func nkUFPTopo(t *testing.T, prefix, exe string) *nkTopo {
 		t.Fatal(err)
 	}
 	serveTAPs(t, sw, []*tapDevice{podTap, upTap}, nil)
+	tp.sw = sw
 	return tp
 }
 
@@ -878,7 +884,7 @@ func nkRole(role string, a nkArgs) (nkReport, error) {
 	case "errqueue":
 		return nkErrQueue(a)
 	}
-	return r, fmt.Errorf("unknown role %q", role)
+	return nkRFCRole(role, a)
 }
 
 // nkCapture captures the frames arriving at interface a.Iface until
