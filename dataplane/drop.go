@@ -60,6 +60,11 @@ const (
 	// does not own (the uplink is promiscuous and sees its segment's
 	// traffic between other stations).
 	DropNotForUs
+	// DropNATFiltered: a packet to a port a NAT mapping holds that the
+	// mapping does not take: its pool's filtering refuses the sender, or
+	// it opens no connection (RFC 4787 section 5, RFC 5382 REQ-4: dropped
+	// silently).
+	DropNATFiltered
 
 	numDropReasons
 )
@@ -103,6 +108,7 @@ var dropNames = [numDropReasons]string{
 	DropNATExhausted:         "nat-ports-exhausted",
 	DropNoBackend:            "lb-no-backends",
 	DropNotForUs:             "not-for-this-switch",
+	DropNATFiltered:          "nat-filtered",
 }
 
 // NumDropReasons is the number of distinct drop reasons, for sizing arrays.

@@ -50,9 +50,6 @@ func (a *Action) toMapping(d *dataplane.Decision, at rules.Site) (mapped, ok boo
 			tr.Addf("  mapped: %s has no port to reach a mapping by: not translated", dataplane.ProtoName(v.Proto))
 		}
 		return false, true
-	case !opens:
-		tr.Addf("  mapped: not a connection's first packet: it reaches no mapping")
-		return false, a.hostsOwn(d, pool, proto, port)
 	}
 	// From the network, the source is the remote endpoint the pool's
 	// filtering judges; from inside (a hairpin), the sender appears from
@@ -61,21 +58,21 @@ func (a *Action) toMapping(d *dataplane.Decision, at rules.Site) (mapped, ok boo
 	if !filtered {
 		from = a.ip
 	}
-	var b *Binding
-	var why Reach
-	if d.Dry() {
-		b, why = pool.PeekReach(proto, port, from, filtered)
-	} else {
-		b, why = pool.Reach(proto, port, from, filtered)
-	}
-	if why != Reached {
+	b, why := a.reach(d, pool, proto, port, from, filtered, opens)
+	switch why {
+	case Reached:
+	case Filtered:
 		if tr.On() {
-			tr.Addf("  mapped: %s %s: %s", dataplane.ProtoName(proto), netip.AddrPortFrom(v.Dst, port), why.describe(pool, from))
+			tr.Addf("  mapped: %s %s: %s", dataplane.ProtoName(proto), netip.AddrPortFrom(v.Dst, port), why.describe(pool, from, opens))
+		}
+		// Not cached: the filter may admit the sender's next packet.
+		d.Drop, d.NoCache = dataplane.DropNATFiltered, true
+		return false, false
+	default:
+		if tr.On() {
+			tr.Addf("  mapped: %s %s: %s", dataplane.ProtoName(proto), netip.AddrPortFrom(v.Dst, port), why.describe(pool, from, opens))
 		}
 		return false, a.hostsOwn(d, pool, proto, port)
-	}
-	if !d.Dry() {
-		d.Hold(&mappedState{b: b, peer: from})
 	}
 	if !d.Once(mappedOnce{}) {
 		tr.Addf("  mapped: the packet was turned toward a mapping by another rule already")
@@ -90,6 +87,25 @@ func (a *Action) toMapping(d *dataplane.Decision, at rules.Site) (mapped, ok boo
 		tr.Addf("  mapped: %s %s -> %s (%s, %s)", dataplane.ProtoName(proto), netip.AddrPortFrom(v.Dst, port), b.Internal(), how, pool.Filtering())
 	}
 	return toInternal(d, b)
+}
+
+// reach finds the mapping of pool that a packet from from to port (of
+// proto) reaches, holding it for the connection (unless the decision is
+// dry). A packet that opens no connection reaches none: if a mapping holds
+// the port, it is Filtered.
+func (a *Action) reach(d *dataplane.Decision, pool *Pool, proto uint8, port uint16, from netip.Addr, filtered, opens bool) (*Binding, Reach) {
+	if !opens || d.Dry() {
+		b, why := pool.PeekReach(proto, port, from, filtered)
+		if !opens && why == Reached {
+			return nil, Filtered
+		}
+		return b, why
+	}
+	b, why := pool.Reach(proto, port, from, filtered)
+	if b != nil {
+		d.Hold(&mappedState{b: b, peer: from})
+	}
+	return b, why
 }
 
 // keepMapping translates the packet of a revalidated connection that
@@ -148,11 +164,16 @@ func (a *Action) hostsOwn(d *dataplane.Decision, pool *Pool, proto uint8, port u
 	return true
 }
 
-// describe says why a connection from from reached no mapping of pool.
-func (r Reach) describe(pool *Pool, from netip.Addr) string {
+// describe says why a packet from from (that opens a connection, or not)
+// reached no mapping of pool.
+func (r Reach) describe(pool *Pool, from netip.Addr, opens bool) string {
+	switch {
+	case r == Filtered && !opens:
+		return "a mapping holds the port; not a connection's first packet: dropped"
+	case r == Filtered:
+		return "a mapping holds the port; its " + pool.Filtering().String() + " filtering refuses " + from.String() + ": dropped"
+	}
 	switch r {
-	case Filtered:
-		return "a mapping holds the port; its " + pool.Filtering().String() + " filtering refuses " + from.String()
 	case NotMapped:
 		return "no mapping holds the port: not translated"
 	case HostsOwn:

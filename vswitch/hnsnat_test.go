@@ -989,10 +989,10 @@ func TestNATRevalidation(t *testing.T) {
 		if got := natOut(r, 2*sec, "pod-a", k); got != netip.MustParseAddrPort("192.168.1.100:6000") {
 			t.Errorf("after the change pod-a left as %s, want untranslated 192.168.1.100:6000", got)
 		}
-		// The peer now answers the pod's own address; the old mapping
-		// leads nowhere.
+		// The peer now answers the pod's own address; the old mapping,
+		// which the connection still holds, takes nothing new.
 		natReply(r, 2*sec, k, netip.MustParseAddrPort("192.168.1.100:6000"), "", "pod-a")
-		natReply(r, 2*sec, k, ext, "", "drop "+dataplane.DropNoDestination.String())
+		natReply(r, 2*sec, k, ext, "", "drop "+dataplane.DropNATFiltered.String())
 		// The connection still holds its binding, so that the port is not
 		// handed to another while the peer may still use it.
 		if n := r.sw.NAT().Bindings(); n != 1 {

@@ -138,13 +138,22 @@ func TestNATFilteringModes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(cmpOr(tt.filtering, "default"), func(t *testing.T) {
 			r := ulNewRig(t, rfcDoc(t, tt.filtering, false))
+			// reach sends k from the network: it reaches pod a as to if
+			// ok, else a mapping holds its port and it is dropped as
+			// filtered (RFC 5382 REQ-4: silently).
 			reach := func(k natPkt, ok bool, to natPkt) {
 				t.Helper()
 				if ok {
 					r.out("uplink", natFrame(t, k), "a", natFrame(t, to))
 				} else {
-					r.expect("uplink", natFrame(t, k), "drop no-destination")
+					r.expect("uplink", natFrame(t, k), "drop nat-filtered")
 				}
+			}
+			// unmapped sends k, to a port no mapping holds: the host's,
+			// which has no vNIC here.
+			unmapped := func(k natPkt) {
+				t.Helper()
+				r.expect("uplink", natFrame(t, k), "drop no-destination")
 			}
 			for _, proto := range []string{"udp", "tcp"} {
 				t.Run(proto, func(t *testing.T) {
@@ -184,13 +193,16 @@ func TestNATFilteringModes(t *testing.T) {
 			})
 			// A port no mapping holds reaches nothing; nor does any once
 			// the mapping's connections are gone.
-			reach(fromNet("udp", peer, 3478, 40001, ""), false, natPkt{})
+			unmapped(fromNet("udp", peer, 3478, 40001, ""))
+			if got := r.sw.Pipeline().Drops.Get(dataplane.DropNATFiltered); got == 0 && tt.filtering != "EndpointIndependent" {
+				t.Errorf("no nat-filtered drop counted")
+			}
 			r.sw.Pipeline().FlowTable().Expire(int64(3 * time.Hour))
 			if n := r.sw.NAT().Bindings(); n != 0 {
 				t.Fatalf("%d bindings left after every connection expired", n)
 			}
-			reach(fromNet("udp", peer, 3479, 40000, ""), false, natPkt{})
-			reach(fromNet("udp", other, 3478, 40000, ""), false, natPkt{})
+			unmapped(fromNet("udp", peer, 3479, 40000, ""))
+			unmapped(fromNet("udp", other, 3478, 40000, ""))
 		})
 	}
 }
@@ -234,6 +246,16 @@ func TestNATMappingRefresh(t *testing.T) {
 		t.Fatalf("bindings = %d after every connection expired", n)
 	}
 	r.expect("uplink", natFrame(t, fromNet("udp", peer, 3481, 40000, "")), "drop no-destination")
+	// Refused packets are not cached: each is judged anew, and the one
+	// after the pod talks to the sender's address gets in.
+	out = rfcA.send("udp", 40002, peer, 3478, "")
+	k = fromNet("udp", "198.51.100.9", 3478, 40002, "")
+	r.out("a", natFrame(t, out), "uplink", natFrame(t, wire(out, 40002)))
+	r.expect("uplink", natFrame(t, k), "drop nat-filtered")
+	r.expect("uplink", natFrame(t, k), "drop nat-filtered")
+	out = rfcA.send("udp", 40002, "198.51.100.9", 53, "")
+	r.out("a", natFrame(t, out), "uplink", natFrame(t, wire(out, 40002)))
+	r.out("uplink", natFrame(t, k), "a", natFrame(t, rfcA.recv(k, "198.51.100.9", 3478, rfcA.ip, 40002)))
 }
 
 // TestNATHairpinning: a pod sending to another pod's mapping (dynamic or a

@@ -240,7 +240,8 @@ var natScenarios = map[string]func() []capture.Frame{
 		)
 		// Filtering: pod-a's mapping 40000 takes the peer's answer, a new
 		// connection from another port of the peer, and nothing from
-		// another address (that goes to the host, untranslated).
+		// another address (dropped silently as nat-filtered: RFC 5382
+		// REQ-4). A port no mapping holds is the host's.
 		s.add("pod-a", udp(macA, macDR, a, 40000, peer, 3478, "binding request"))
 		s.add("uplink", udp(macRouter, macUp, peer, 3478, host, 40000, "binding response"))
 		s.add("uplink", udp(macRouter, macUp, peer, 3479, host, 40000, "change port"))
