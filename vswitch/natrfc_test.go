@@ -1,6 +1,7 @@
 package vswitch
 
 import (
+	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -459,5 +460,34 @@ func TestHNSNATFilteringLower(t *testing.T) {
 	}
 	if hns.FilterAddressDependent != "AddressDependent" {
 		t.Error("the default's HNS name changed")
+	}
+}
+
+// TestNATMappedAllocs bounds what a connection from the network to a
+// mapping costs: its flows and connection (one allocation) and its part
+// of state (one), on the slow path; nothing on the fast path after.
+func TestNATMappedAllocs(t *testing.T) {
+	r := ulNewRig(t, rfcDoc(t, "EndpointIndependent", false))
+	out := rfcA.send("udp", 40000, "203.0.113.5", 3478, "")
+	r.out("a", natFrame(t, out), "uplink", natFrame(t, wire(out, 40000)))
+	uplink, podA := r.sw.Port("uplink").ID, r.sw.Port("a").ID
+	frame := natFrame(t, fromNet("udp", "198.51.100.9", 1024, 40000, ""))
+	p := dataplane.NewPacket(dataplane.BufferSize)
+	w := r.sw.Pipeline().NewWorker()
+	sport := uint16(1024)
+	send := func(path dataplane.Path) {
+		p.SetFrame(frame)
+		p.InPort = uplink
+		binary.BigEndian.PutUint16(p.Bytes()[dataplane.EthernetLen+dataplane.IPv4MinLen:], sport)
+		w.Process([]*dataplane.Packet{p}, 1)
+		if p.OutPort != podA || p.Path != path {
+			t.Fatalf("path=%s out=%d drop=%s", p.Path, p.OutPort, p.Drop)
+		}
+	}
+	if allocs := testing.AllocsPerRun(500, func() { sport++; send(dataplane.PathSlow) }); allocs > 2 {
+		t.Errorf("a new connection to a mapping costs %v allocations, want at most 2", allocs)
+	}
+	if allocs := testing.AllocsPerRun(1000, func() { send(dataplane.PathFast) }); allocs != 0 {
+		t.Errorf("a packet of a connection to a mapping on the fast path costs %v allocations, want 0", allocs)
 	}
 }
