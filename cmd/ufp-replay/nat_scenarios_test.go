@@ -259,7 +259,7 @@ var natScenarios = map[string]func() []capture.Frame{
 		s.add("pod-a", icmpError(macA, macDR, a, host, uint8(layers.ICMPv4TypeDestinationUnreachable), uint8(layers.ICMPv4CodePort), 0, got, 0))
 		s.add("pod-c", tcp(macC, macDR2, c, 51000, host, 8080, "S", "")) // the port mapping, across networks
 		s.add("pod-a", tcp(macA, macDR, a, 80, host, 51000, "SA", ""))
-		s.add("pod-a", icmpEcho(macA, macDR, a, peer, false, 0x77, 1)) // pod-a's echo mapping: 0x77
+		s.add("pod-a", icmpEcho(macA, macDR, a, peer, false, 0x77, 1))  // pod-a's echo mapping: 0x77
 		s.add("pod-c", icmpEcho(macC, macDR2, c, host, false, 0x77, 1)) // pod-c pings it: from its own, 0
 		s.add("pod-a", icmpEcho(macA, macDR, a, host, true, 0, 1))
 		// A port no mapping holds is the host's: untranslated, to its
