@@ -92,11 +92,20 @@ func (f *NATFiltering) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &s); err != nil {
 		return fmt.Errorf("want a filtering behaviour as a string")
 	}
-	if _, ok := natFilterings[NATFiltering(s)]; !ok {
-		return fmt.Errorf("%q is not a filtering behaviour (%s, %s or %s)", s,
-			FilterEndpointIndependent, FilterAddressDependent, FilterAddressAndPortDependent)
+	if err := NATFiltering(s).Validate(); err != nil {
+		return err
 	}
 	*f = NATFiltering(s)
+	return nil
+}
+
+// Validate reports an error unless f names a filtering behaviour or is
+// empty (the default).
+func (f NATFiltering) Validate() error {
+	if _, ok := natFilterings[f]; !ok && f != "" {
+		return fmt.Errorf("%q is not a filtering behaviour (%s, %s or %s)", string(f),
+			FilterEndpointIndependent, FilterAddressDependent, FilterAddressAndPortDependent)
+	}
 	return nil
 }
 
