@@ -99,6 +99,11 @@ const (
 	// not a multiple of 8 bytes where more follow), and the datagram's
 	// other fragments.
 	DropFragmentInvalid
+	// DropNATFiltered: a packet to a port a NAT mapping holds that the
+	// mapping does not take: its pool's filtering refuses the sender, or
+	// it opens no connection (RFC 4787 section 5, RFC 5382 REQ-4: dropped
+	// silently).
+	DropNATFiltered
 
 	numDropReasons
 )
@@ -152,6 +157,7 @@ var dropNames = [numDropReasons]string{
 	DropFragmentTableFull:    "fragment-table-full",
 	DropFragmentOverlap:      "fragment-overlap",
 	DropFragmentInvalid:      "fragment-invalid",
+	DropNATFiltered:          "nat-filtered",
 }
 
 // NumDropReasons is the number of distinct drop reasons, for sizing arrays.

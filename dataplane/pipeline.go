@@ -127,7 +127,7 @@ type Pipeline struct {
 	// errSrc is slow as an ErrorSourcer, nil if it is not one.
 	errSrc              ErrorSourcer
 	icmpRate, icmpBurst int
-	frag      FragmentConfig
+	frag                FragmentConfig
 
 	// Drops reads the drops by reason, summed over the workers, and
 	// counts drops outside them (DropTotals.Add).

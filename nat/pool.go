@@ -41,11 +41,16 @@ type Pool struct {
 	log *slog.Logger
 	now func() time.Time
 
-	mu       sync.Mutex
-	ports    PortRange
-	retired  bool
-	bindings map[bindKey]*Binding
-	classes  [numClasses]class
+	mu        sync.Mutex
+	ports     PortRange
+	filtering Filtering
+	host      bool // ip is the host's own, and its connections cross the switch
+	retired   bool
+	bindings  map[bindKey]*Binding
+	// byExt finds a class's binding by its external port: the mapping an
+	// inbound or hairpinned connection reaches.
+	byExt   [numClasses]map[uint16]*Binding
+	classes [numClasses]class
 
 	allocated, released, exhausted, doubleRelease uint64
 
@@ -56,6 +61,9 @@ type Pool struct {
 
 func newPool(ip netip.Addr, log *slog.Logger, now func() time.Time) *Pool {
 	p := &Pool{ip: ip, log: log, now: now, bindings: make(map[bindKey]*Binding)}
+	for c := range p.byExt {
+		p.byExt[c] = make(map[uint16]*Binding)
+	}
 	p.classes[ClassICMP].reset(0, 65535)
 	return p
 }
@@ -65,6 +73,7 @@ func (p *Pool) configure(c PoolConfig) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.ports = c.Ports
+	p.filtering, p.host = c.Filtering, c.Host
 	p.retired = false
 	tcp, udp := &p.classes[ClassTCP], &p.classes[ClassUDP]
 	tcp.blocked, udp.blocked = bitmap{}, bitmap{}
@@ -103,6 +112,21 @@ func (p *Pool) live() int {
 // IP returns the pool's external address.
 func (p *Pool) IP() netip.Addr { return p.ip }
 
+// Filtering returns the pool's filtering behaviour.
+func (p *Pool) Filtering() Filtering {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.filtering
+}
+
+// Host reports whether the pool's address is the host's own, with the
+// host's connections crossing the switch (PoolConfig.Host).
+func (p *Pool) Host() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.host
+}
+
 // Bind returns the binding of the internal endpoint for proto (TCP, UDP,
 // ICMPv4 or ICMPv6; for ICMP the port is the echo identifier), making one
 // if there is none: endpoint-independent mapping, see the package comment.
@@ -114,6 +138,22 @@ func (p *Pool) IP() netip.Addr { return p.ip }
 // returns [ErrExhausted] when the class has no free port and [ErrRetired]
 // when the pool is retired; these two allocate nothing.
 func (p *Pool) Bind(proto uint8, internal netip.AddrPort) (*Binding, error) {
+	return p.bind(proto, internal, false)
+}
+
+// BindHost is Bind for the host's own endpoint, a connection the host
+// opens through its vNIC: its port is kept wherever it lies, outside the
+// range or on a reserved port too, unless a binding holds it; only then is
+// it remapped, to a port Bind would choose, as Linux conntrack remaps a
+// local connection whose tuple is taken. internal's address is the pool's.
+func (p *Pool) BindHost(proto uint8, internal netip.AddrPort) (*Binding, error) {
+	if internal.Addr() != p.ip {
+		return nil, fmt.Errorf("%w: %s is not the host's address %s", ErrInvalid, internal.Addr(), p.ip)
+	}
+	return p.bind(proto, internal, true)
+}
+
+func (p *Pool) bind(proto uint8, internal netip.AddrPort, host bool) (*Binding, error) {
 	c, key, err := p.bindKey(proto, internal)
 	if err != nil {
 		return nil, err
@@ -130,7 +170,7 @@ func (p *Pool) Bind(proto uint8, internal netip.AddrPort) (*Binding, error) {
 		return b, nil
 	}
 	cl := &p.classes[c]
-	port := cl.pick(int(internal.Port()), c != ClassICMP)
+	port := cl.pick(int(internal.Port()), c != ClassICMP, host)
 	if port < 0 {
 		warn, suppressed := p.noteExhausted()
 		rng := PortRange{Lo: uint16(cl.lo), Hi: uint16(cl.hi)}
@@ -144,19 +184,27 @@ func (p *Pool) Bind(proto uint8, internal netip.AddrPort) (*Binding, error) {
 		}
 		return nil, ErrExhausted
 	}
-	cl.take(port)
+	b := p.add(key, proto, netip.AddrPortFrom(addr.WithZone(""), internal.Port()), port)
+	p.mu.Unlock()
+	return b, nil
+}
+
+// add makes the binding of the internal endpoint key to port, which is
+// free. p.mu is held.
+func (p *Pool) add(key bindKey, proto uint8, internal netip.AddrPort, port int) *Binding {
+	p.classes[key.class].take(port)
 	b := &Binding{
 		pool:     p,
-		internal: netip.AddrPortFrom(addr.WithZone(""), internal.Port()),
+		internal: internal,
 		key:      key,
 		external: uint16(port),
 		proto:    proto,
 		refs:     1,
 	}
 	p.bindings[key] = b
+	p.byExt[key.class][b.external] = b
 	p.allocated++
-	p.mu.Unlock()
-	return b, nil
+	return b
 }
 
 // Peek returns the external endpoint Bind would give the internal
@@ -164,6 +212,18 @@ func (p *Pool) Bind(proto uint8, internal netip.AddrPort) (*Binding, error) {
 // binding, else the port the pool would choose for it. It fails as Bind
 // would, without counting or logging an exhaustion.
 func (p *Pool) Peek(proto uint8, internal netip.AddrPort) (netip.AddrPort, error) {
+	return p.peek(proto, internal, false)
+}
+
+// PeekHost is Peek for BindHost.
+func (p *Pool) PeekHost(proto uint8, internal netip.AddrPort) (netip.AddrPort, error) {
+	if internal.Addr() != p.ip {
+		return netip.AddrPort{}, fmt.Errorf("%w: %s is not the host's address %s", ErrInvalid, internal.Addr(), p.ip)
+	}
+	return p.peek(proto, internal, true)
+}
+
+func (p *Pool) peek(proto uint8, internal netip.AddrPort, host bool) (netip.AddrPort, error) {
 	c, key, err := p.bindKey(proto, internal)
 	if err != nil {
 		return netip.AddrPort{}, err
@@ -176,7 +236,13 @@ func (p *Pool) Peek(proto uint8, internal netip.AddrPort) (netip.AddrPort, error
 	case p.bindings[key] != nil:
 		return netip.AddrPortFrom(p.ip, p.bindings[key].external), nil
 	}
-	port, _ := p.classes[c].choose(int(internal.Port()), c != ClassICMP)
+	cl, want := &p.classes[c], int(internal.Port())
+	var port int
+	if host {
+		port, _ = cl.chooseHost(want, c != ClassICMP)
+	} else {
+		port, _ = cl.choose(want, c != ClassICMP)
+	}
 	if port < 0 {
 		return netip.AddrPort{}, ErrExhausted
 	}
@@ -264,6 +330,10 @@ type Binding struct {
 	external uint16
 	proto    uint8
 	refs     int // guarded by pool.mu; 0 once the binding is gone
+	// peers counts the binding's connections by remote address (those
+	// that said, AddPeer): address-dependent filtering admits a new
+	// connection from these. Guarded by pool.mu; made on first use.
+	peers map[netip.Addr]int
 }
 
 // Proto returns the IP protocol the binding was made for.
@@ -296,16 +366,28 @@ func (b *Binding) Refs() int {
 func (b *Binding) Release() {
 	p := b.pool
 	p.mu.Lock()
+	p.release(b)
+	p.mu.Unlock()
+}
+
+// release drops one reference of b. p.mu is held.
+func (p *Pool) release(b *Binding) {
 	switch {
 	case b.refs == 0:
 		p.doubleRelease++
 	case b.refs > 1:
 		b.refs--
 	default:
-		b.refs = 0
-		delete(p.bindings, b.key)
-		p.classes[b.key.class].put(int(b.external))
-		p.released++
+		p.remove(b)
 	}
-	p.mu.Unlock()
+}
+
+// remove drops b, whose last reference goes. p.mu is held.
+func (p *Pool) remove(b *Binding) {
+	b.refs = 0
+	delete(p.bindings, b.key)
+	delete(p.byExt[b.key.class], b.external)
+	p.classes[b.key.class].put(int(b.external))
+	clear(b.peers)
+	p.released++
 }

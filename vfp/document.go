@@ -48,6 +48,31 @@ type NATPoolConfig struct {
 	// Reserved are ports never handed out, "tcp/8080" or "udp/53":
 	// those of static port mappings.
 	Reserved []Reservation `json:"reserved,omitempty"`
+	// Filtering is which new connections from the network reach the
+	// pool's mappings (through rules whose action has mapped): see
+	// Filtering's values. Empty: address-dependent.
+	Filtering Filtering `json:"filtering,omitempty"`
+}
+
+// Filtering is a NAT pool's filtering behaviour (RFC 4787 section 5).
+type Filtering string
+
+// The filtering behaviours.
+const (
+	// FilterEndpointIndependent: a connection from any remote endpoint
+	// reaches a live mapping.
+	FilterEndpointIndependent Filtering = "endpoint-independent"
+	// FilterAddressDependent: a connection from an address one of the
+	// mapping's connections is with (from any of its ports) reaches it.
+	FilterAddressDependent Filtering = "address-dependent"
+	// FilterAddressAndPortDependent: no new connection from the network
+	// reaches a mapping (Linux masquerade's behaviour).
+	FilterAddressAndPortDependent Filtering = "address-and-port-dependent"
+)
+
+// UnmarshalText reads a filtering behaviour, or empty.
+func (f *Filtering) UnmarshalText(b []byte) error {
+	return setEnum(f, b, func(x Filtering) error { _, err := nat.ParseFiltering(string(x)); return err })
 }
 
 // GatewayConfig is the switch's own router identity.
@@ -242,6 +267,16 @@ type ActionConfig struct {
 	// uplink and for load balancers that preserve the destination.
 	LB      string `json:"lb,omitempty"`
 	LBRoute bool   `json:"lbRoute,omitempty"`
+	// Mapped turns a connection to the address of one of switch.natPools
+	// and a port a live mapping of the pool holds toward the mapping's
+	// internal endpoint: on the uplink, a connection from the network that
+	// the pool's filtering admits; on another port, any (hairpinning, RFC
+	// 4787 section 6), with its source translated to its own mapping in
+	// the pool of snat, which such a rule needs. A connection no mapping
+	// takes goes on untranslated (snat is not applied); if it reaches the
+	// host's own address, the port it uses is kept from new mappings while
+	// it lives. The rule must be stateful.
+	Mapped bool `json:"mapped,omitempty"`
 }
 
 // ModifyConfig rewrites tenant header fields.

@@ -342,6 +342,11 @@ func (c *Config) compileVFP(env *vfp.Env) (*compiled, error) {
 	if err := p.compileHost(hostAt); err != nil {
 		return nil, err
 	}
+	// A pool on an address of the host's vNIC shares its ports with the
+	// host's own connections, which the switch sees there.
+	for i := range p.pools {
+		p.pools[i].Host = p.host != nil && p.host.HasIP(p.pools[i].IP)
+	}
 	p.owned = make(map[dataplane.MAC]bool, len(p.byMAC)+len(p.gwMACs))
 	for m := range p.byMAC {
 		p.owned[m] = true

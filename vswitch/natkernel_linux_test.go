@@ -83,6 +83,10 @@ type nkTopo struct {
 	// verified; the kernel path forwards partial checksums, which are not.
 	checksums bool
 	exe       string
+	// pod2 is a second pod's namespace, in another network
+	// (TestNATKernelRFC); sw is ufp's switch.
+	pod2 string
+	sw   *Switch
 }
 
 // nkArgs are a helper role's arguments.
@@ -99,9 +103,10 @@ type nkArgs struct {
 	// Fragments: the data each fragment carries (a multiple of 8), the
 	// order they are sent in ("in-order" or "reverse"), and the size of
 	// the datagram the server answers with.
-	Frag  int    `json:",omitempty"`
-	Order string `json:",omitempty"`
-	Reply int    `json:",omitempty"`
+	Frag   int      `json:",omitempty"`
+	Order  string   `json:",omitempty"`
+	Reply  int      `json:",omitempty"`
+	Probes []string `json:",omitempty"` // the stun-server's other local endpoints
 }
 
 // nkReport is what a helper role reports.
@@ -787,6 +792,7 @@ func nkUFPTopo(t *testing.T, prefix, exe string) *nkTopo {
 		t.Fatal(err)
 	}
 	serveTAPs(t, sw, []*tapDevice{podTap, upTap}, nil)
+	tp.sw = sw
 	return tp
 }
 
@@ -1089,7 +1095,7 @@ func nkRole(role string, a nkArgs) (nkReport, error) {
 	case "frag-server":
 		return nkFragServer(a)
 	}
-	return r, fmt.Errorf("unknown role %q", role)
+	return nkRFCRole(role, a)
 }
 
 // nkPattern is the payload of n bytes a fragmented datagram carries; seed

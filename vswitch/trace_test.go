@@ -595,6 +595,31 @@ func TestTraceNoSideEffects(t *testing.T) {
 			},
 		},
 		{
+			// With the mapping live, a peer's new connection to it: the
+			// trace reaches the mapping as the pipeline would, holding
+			// nothing.
+			name: "NAT mapping reached from the network", doc: natDoc, in: "ov-a",
+			first: natPkt{smac: natOvA, dmac: natDR, src: "10.244.0.10", sport: 40000, dst: "8.8.8.8", dport: 53, proto: "udp"},
+			req:   inspect.TraceRequest{Port: "uplink", Proto: "udp", Src: addr("8.8.8.8"), Dst: addr("192.168.1.10"), SrcPort: 54, DstPort: 40000},
+			check: func(t *testing.T, res *inspect.TraceResult) {
+				if res.OutPort != "ov-a" || !slices.Contains(res.Changes, inspect.HeaderChange{Field: "dst-ip", From: "192.168.1.10", To: "10.244.0.10"}) {
+					t.Errorf("the trace did not reach the mapping\n%s", traceDump(res))
+				}
+			},
+		},
+		{
+			name: "NAT hairpin", doc: natDoc, in: "ov-a",
+			first: natPkt{smac: natOvA, dmac: natDR, src: "10.244.0.10", sport: 40000, dst: "8.8.8.8", dport: 53, proto: "udp"},
+			req:   inspect.TraceRequest{Port: "ov-b", Proto: "udp", Src: addr("10.244.0.11"), Dst: addr("192.168.1.10"), SrcPort: 50000, DstPort: 40000},
+			check: func(t *testing.T, res *inspect.TraceResult) {
+				for _, c := range []inspect.HeaderChange{{Field: "src-ip", From: "10.244.0.11", To: "192.168.1.10"}, {Field: "dst-ip", From: "192.168.1.10", To: "10.244.0.10"}} {
+					if res.OutPort != "ov-a" || !slices.Contains(res.Changes, c) {
+						t.Errorf("the trace did not hairpin (%v)\n%s", c, traceDump(res))
+					}
+				}
+			},
+		},
+		{
 			name: "DSR Service", doc: lbDoc, in: "ov-a",
 			first: natPkt{smac: lbOvA, dmac: lbDR, src: "10.244.0.10", sport: 2000, dst: "10.96.0.21", dport: 80, proto: "tcp", flags: "S"},
 			req:   inspect.TraceRequest{Port: "ov-a", Proto: "tcp", Src: addr("10.244.0.10"), Dst: addr("10.96.0.21"), SrcPort: 2001, DstPort: 80},
