@@ -194,4 +194,3 @@ func waitWritten(path string, since time.Time, within time.Duration) error {
 	}
 	return fmt.Errorf("%s not written within %v of %s", path, within, since.Format(time.StampMicro))
 }
-
