@@ -84,21 +84,31 @@ func MappingOf(part dataplane.Releaser) (ConnMapping, bool) {
 	if !ok {
 		return ConnMapping{}, false
 	}
-	b := c.b
-	return ConnMapping{Pool: b.pool.ip, Proto: b.proto, Internal: b.internal, External: b.external}, true
+	return c.b.Mapping(), true
 }
 
 // RestoreConnState binds m again (Pool.BindPort) and returns the part of
 // connection state a snat action holds for it, for the connection being
 // restored (dataplane.Pipeline.RestoreConn). Its pool must be configured.
 func (t *Table) RestoreConnState(m ConnMapping) (dataplane.Releaser, error) {
-	p := t.Pool(m.Pool)
-	if p == nil {
-		return nil, fmt.Errorf("nat: no pool for %s", m.Pool)
-	}
-	b, err := p.BindPort(m.Proto, m.Internal, m.External)
+	b, err := t.BindMapping(m)
 	if err != nil {
 		return nil, err
 	}
 	return &connState{b}, nil
+}
+
+// Mapping returns b's mapping, as a restarted switch needs it.
+func (b *Binding) Mapping() ConnMapping {
+	return ConnMapping{Pool: b.pool.ip, Proto: b.proto, Internal: b.internal, External: b.external}
+}
+
+// BindMapping binds m again (Pool.BindPort) in the pool of m.Pool, which
+// must be configured.
+func (t *Table) BindMapping(m ConnMapping) (*Binding, error) {
+	p := t.Pool(m.Pool)
+	if p == nil {
+		return nil, fmt.Errorf("nat: no pool for %s", m.Pool)
+	}
+	return p.BindPort(m.Proto, m.Internal, m.External)
 }

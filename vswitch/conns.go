@@ -10,6 +10,7 @@ import (
 	"net/netip"
 
 	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/lb"
 	"github.com/ufp-dev/ufp/nat"
 )
 
@@ -31,6 +32,10 @@ const (
 	maxConnRecord = 1024
 	// Part kinds of a record's connection state.
 	partSNAT = 1
+	partLB   = 2
+	// Flags of an lb part.
+	lbRegistered = 1
+	lbSourceVIP  = 2
 )
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
@@ -41,6 +46,7 @@ type connEntry struct {
 	port string
 	rec  dataplane.ConnRecord // State left empty
 	nat  []nat.ConnMapping
+	lb   []lb.ConnChoice
 }
 
 // ConnsStats is what SaveConns wrote or RestoreConns read back.
@@ -48,7 +54,7 @@ type ConnsStats struct {
 	// Conns: written, or restored.
 	Conns int
 	// Unsupported: connections left out because part of their state is
-	// not carried (a load balancer's choice).
+	// of a kind not carried.
 	Unsupported int
 	// Gone: records read whole whose connection was not restored (its
 	// port or pool is gone, the policy decides it otherwise now, its NAT
@@ -78,15 +84,17 @@ func (s *Switch) SaveConns(w io.Writer) (ConnsStats, error) {
 		if p == nil {
 			return true // its port has left: its flows are being purged
 		}
-		e = connEntry{port: p.Name, rec: *r, nat: e.nat[:0]}
+		e = connEntry{port: p.Name, rec: *r, nat: e.nat[:0], lb: e.lb[:0]}
 		e.rec.State = nil
 		for _, part := range r.State {
-			m, ok := nat.MappingOf(part)
-			if !ok {
+			if m, ok := nat.MappingOf(part); ok {
+				e.nat = append(e.nat, m)
+			} else if ch, ok := s.env.LB.ChoiceOf(part); ok {
+				e.lb = append(e.lb, ch)
+			} else {
 				st.Unsupported++
 				return true
 			}
-			e.nat = append(e.nat, m)
 		}
 		buf = e.marshal(buf[:0])
 		var hdr [8]byte
@@ -162,13 +170,23 @@ func (s *Switch) restoreConn(e *connEntry, now int64) error {
 	}
 	rec := e.rec
 	rec.Key.InPort = p.ID
+	fail := func(err error) error {
+		for _, q := range rec.State {
+			q.Release()
+		}
+		return err
+	}
 	for _, m := range e.nat {
 		part, err := s.env.NAT.RestoreConnState(m)
 		if err != nil {
-			for _, q := range rec.State {
-				q.Release()
-			}
-			return err
+			return fail(err)
+		}
+		rec.State = append(rec.State, part)
+	}
+	for _, ch := range e.lb {
+		part, err := s.env.LB.RestoreConnState(ch, now)
+		if err != nil {
+			return fail(err)
 		}
 		rec.State = append(rec.State, part)
 	}
@@ -244,16 +262,57 @@ func (e *connEntry) marshal(b []byte) []byte {
 		b = append(b, d.TCPFlags)
 		b = binary.BigEndian.AppendUint64(b, uint64(d.Idle))
 	}
-	b = append(b, byte(len(e.nat)))
+	b = append(b, byte(len(e.nat)+len(e.lb)))
 	for _, m := range e.nat {
 		b = append(b, partSNAT)
-		b = appendAddr(b, m.Pool)
-		b = append(b, m.Proto)
-		b = appendAddr(b, m.Internal.Addr())
-		b = binary.BigEndian.AppendUint16(b, m.Internal.Port())
-		b = binary.BigEndian.AppendUint16(b, m.External)
+		b = appendMapping(b, &m)
+	}
+	for i := range e.lb {
+		b = append(b, partLB)
+		b = appendChoice(b, &e.lb[i])
 	}
 	return b
+}
+
+func appendMapping(b []byte, m *nat.ConnMapping) []byte {
+	b = appendAddr(b, m.Pool)
+	b = append(b, m.Proto)
+	b = appendAddrPort(b, m.Internal)
+	return binary.BigEndian.AppendUint16(b, m.External)
+}
+
+// appendChoice appends an lb part's value: the load balancer's name, the
+// backend, the moved source port, flags, then the registered tuple
+// (protocol, client, backend, frontend) and the SourceVIP mapping, each
+// if its flag is set.
+func appendChoice(b []byte, ch *lb.ConnChoice) []byte {
+	b = append(b, byte(len(ch.LB)))
+	b = append(b, ch.LB...)
+	b = appendAddr(b, ch.Backend)
+	b = binary.BigEndian.AppendUint16(b, ch.SrcPort)
+	var flags byte
+	if ch.Registered {
+		flags |= lbRegistered
+	}
+	if ch.HasSourceVIP {
+		flags |= lbSourceVIP
+	}
+	b = append(b, flags)
+	if ch.Registered {
+		b = append(b, ch.Tuple.Proto)
+		b = appendAddrPort(b, ch.Tuple.Client)
+		b = appendAddrPort(b, ch.Tuple.Backend)
+		b = appendAddrPort(b, ch.Front)
+	}
+	if ch.HasSourceVIP {
+		b = appendMapping(b, &ch.SourceVIP)
+	}
+	return b
+}
+
+func appendAddrPort(b []byte, a netip.AddrPort) []byte {
+	b = appendAddr(b, a.Addr())
+	return binary.BigEndian.AppendUint16(b, a.Port())
 }
 
 // appendAddr appends a as its length (0, 4 or 16) and bytes.
@@ -287,6 +346,35 @@ func (r *reader) u8() byte    { return r.take(1)[0] }
 func (r *reader) u16() uint16 { return binary.BigEndian.Uint16(r.take(2)) }
 func (r *reader) u32() uint32 { return binary.BigEndian.Uint32(r.take(4)) }
 func (r *reader) u64() uint64 { return binary.BigEndian.Uint64(r.take(8)) }
+
+func (r *reader) addrPort() netip.AddrPort {
+	a := r.addr()
+	return netip.AddrPortFrom(a, r.u16())
+}
+
+func (r *reader) mapping() (m nat.ConnMapping) {
+	m.Pool, m.Proto = r.addr(), r.u8()
+	m.Internal, m.External = r.addrPort(), r.u16()
+	return m
+}
+
+func (r *reader) choice() (ch lb.ConnChoice, err error) {
+	ch.LB = string(r.take(int(r.u8())))
+	ch.Backend, ch.SrcPort = r.addr(), r.u16()
+	flags := r.u8()
+	if flags&^(lbRegistered|lbSourceVIP) != 0 {
+		return ch, fmt.Errorf("lb part flags %#x", flags)
+	}
+	if flags&lbRegistered != 0 {
+		ch.Registered = true
+		ch.Tuple.Proto = r.u8()
+		ch.Tuple.Client, ch.Tuple.Backend, ch.Front = r.addrPort(), r.addrPort(), r.addrPort()
+	}
+	if flags&lbSourceVIP != 0 {
+		ch.HasSourceVIP, ch.SourceVIP = true, r.mapping()
+	}
+	return ch, nil
+}
 
 func (r *reader) addr() netip.Addr {
 	switch n := r.u8(); n {
@@ -330,14 +418,18 @@ func (e *connEntry) unmarshal(b []byte) error {
 		if r.bad {
 			break
 		}
-		if kind := r.u8(); kind != partSNAT {
-			return fmt.Errorf("state part of unknown kind %d", kind)
+		switch kind := r.u8(); {
+		case kind == partSNAT && len(e.lb) == 0:
+			e.nat = append(e.nat, r.mapping())
+		case kind == partLB:
+			ch, err := r.choice()
+			if err != nil {
+				return err
+			}
+			e.lb = append(e.lb, ch)
+		default:
+			return fmt.Errorf("state part of kind %d", kind)
 		}
-		var m nat.ConnMapping
-		m.Pool, m.Proto = r.addr(), r.u8()
-		m.Internal = netip.AddrPortFrom(r.addr(), r.u16())
-		m.External = r.u16()
-		e.nat = append(e.nat, m)
 	}
 	switch {
 	case r.bad:

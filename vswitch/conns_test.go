@@ -3,6 +3,7 @@ package vswitch
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"hash/crc32"
 	"testing"
 
@@ -192,10 +193,25 @@ func FuzzConnsRecord(f *testing.F) {
 	e := connEntry{port: "ov-a"}
 	e.rec.Key.Proto = dataplane.ProtoTCP
 	f.Add(e.marshal(nil))
-	r := ulNewRig(&testing.T{}, mustParse(&testing.T{}, natDoc))
-	var buf bytes.Buffer
-	if _, err := r.sw.SaveConns(&buf); err != nil {
-		f.Fatal(err)
+	// Seeds: the payloads of NATed, port-mapped and balanced
+	// connections.
+	r := ulNewRig(&testing.T{}, mustParse(&testing.T{}, lbDoc))
+	r.lbConnect("ov-a", 2000, "10.96.0.10", 80, 8080)
+	r.lbConnect("ov-a", 3000, "10.96.0.40", 80, 8080)
+	r.lbConnect("ov-a", 3000, "fd00:96::10", 80, 8080)
+	rn := ulNewRig(&testing.T{}, mustParse(&testing.T{}, natDoc))
+	natConns(&testing.T{}, rn)
+	for _, sw := range []*Switch{r.sw, rn.sw} {
+		var buf bytes.Buffer
+		if _, err := sw.SaveConns(&buf); err != nil {
+			f.Fatal(err)
+		}
+		b := buf.Bytes()[len(connsMagic):]
+		for len(b) >= 8 {
+			n := int(binary.LittleEndian.Uint32(b))
+			f.Add(b[8 : 8+n])
+			b = b[8+n:]
+		}
 	}
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -238,4 +254,45 @@ func FuzzConnsFile(f *testing.F) {
 			t.Fatalf("%d NAT bindings for %d connections restored", n, st.Conns)
 		}
 	})
+}
+
+// Balanced connections come back with their backends, their SourceVIP
+// bindings and their tuples registered, and renew their clients'
+// affinity.
+func TestConnsRestoredBalanced(t *testing.T) {
+	r := ulNewRig(t, mustParse(t, lbDoc))
+	web := r.lbConnect("ov-a", 2000, "10.96.0.10", 80, 8080)
+	sticky := r.lbConnect("ov-a", 3000, "10.96.0.40", 80, 8080)
+	var buf bytes.Buffer
+	saved, err := r.sw.SaveConns(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if saved.Conns != 2 || saved.Unsupported != 0 {
+		t.Fatalf("SaveConns = %+v, want 2 connections", saved)
+	}
+
+	r2 := ulNewRig(t, mustParse(t, lbDoc))
+	st, err := r2.sw.RestoreConns(bytes.NewReader(buf.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st != (ConnsStats{Conns: 2}) {
+		t.Fatalf("RestoreConns = %+v, want 2 connections restored", st)
+	}
+	if got, want := r2.sw.env.LB.Registered(), r.sw.env.LB.Registered(); len(got) != 2 || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("registered tuples %v, want %v", got, want)
+	}
+	if n := r2.sw.NAT().Bindings(); n != r.sw.NAT().Bindings() {
+		t.Errorf("NAT bindings after restore = %d, want %d", n, r.sw.NAT().Bindings())
+	}
+	if be, ok := r2.sw.affinityOf("ov-a", r2.sw.Now()); !ok || be != addr(lbIPOf[sticky]) {
+		t.Errorf("affinity of ov-a = %v %v, want %s", be, ok, lbIPOf[sticky])
+	}
+	// The backend answers first: the reply reaches the client from the
+	// VIP.
+	rep := natPkt{smac: lbMACOf[web], dmac: lbDR, src: lbIPOf[web], sport: 8080, dst: lbIPOf["ov-a"], dport: 2000, proto: "tcp", flags: "A", payload: "data"}
+	back := rep
+	back.smac, back.dmac, back.src, back.sport = lbDR, lbOvA, "10.96.0.10", 80
+	r2.out(web, natFrame(t, rep), "ov-a", natFrame(t, back))
 }
