@@ -16,7 +16,7 @@ import (
 // again.
 
 // ConnRecord is a stateful connection as it leaves a flow table
-// (FlowTable.Conns) and is put back (Pipeline.RestoreConn).
+// (FlowTable.Conns) and is put back (Restorer.Restore).
 type ConnRecord struct {
 	// Key, SrcMAC, DstMAC, OuterSrc and OuterDst are the origin flow's key
 	// and guard; Origin the outer header set of an encapsulated origin.
@@ -81,7 +81,7 @@ func (t *FlowTable) Conns(now int64, fn func(*ConnRecord) bool) {
 	})
 }
 
-// Errors of Pipeline.RestoreConn.
+// Errors of Restorer.Restore.
 var (
 	// ErrConnGone: the running policy does not decide the connection as
 	// it was (its NAT mapping or backend no longer applies, it is dropped
@@ -92,14 +92,27 @@ var (
 	ErrConnPresent = errors.New("the connection's flow is in the table already")
 )
 
-// RestoreConn puts the connection r records back in the pipeline's flow
-// table at time now, re-deciding it from its origin under the running
-// policy with its recorded state held (as revalidation does), and gives
-// each direction what it had seen. It takes ownership of r.State: the
-// connection holds it, or it is released when the connection is not
-// restored. Not safe for use while workers process packets: call it
-// before serving.
-func (pl *Pipeline) RestoreConn(r *ConnRecord, now int64) error {
+// Restorer puts connections back in a pipeline's flow table
+// (Pipeline.NewRestorer). Not safe for concurrent use, nor for use while
+// workers process packets: restore before serving, then Close it.
+type Restorer struct {
+	pl *Pipeline
+	w  *Worker
+}
+
+// NewRestorer returns a Restorer of pl's connections.
+func (pl *Pipeline) NewRestorer() *Restorer { return &Restorer{pl: pl, w: pl.NewWorker()} }
+
+// Close releases the restorer's worker.
+func (rs *Restorer) Close() { rs.w.Release() }
+
+// Restore puts the connection r records back in the flow table at time
+// now, re-deciding it from its origin under the running policy with its
+// recorded state held (as revalidation does), and gives each direction
+// what it had seen. It takes ownership of r.State: the connection holds
+// it, or it is released when the connection is not restored.
+func (rs *Restorer) Restore(r *ConnRecord, now int64) error {
+	pl := rs.pl
 	st, err := joinState(r.State)
 	if err != nil {
 		return err
@@ -121,9 +134,7 @@ func (pl *Pipeline) RestoreConn(r *ConnRecord, now int64) error {
 		return fmt.Errorf("%s: %w", r.Key, ErrConnPresent)
 	}
 	c := uft.attachConn(&blk.conn, f, true, now, r.Origin, st)
-	w := pl.NewWorker()
-	defer w.Release()
-	res := w.redecide(c, pl.slow.Generation(), now)
+	res := rs.w.redecide(c, pl.slow.Generation(), now)
 	a := f.action.Load()
 	rev := c.rev.Load()
 	if res != redecided || a.Drop != NotDropped || rev == nil {

@@ -60,7 +60,7 @@ func (rt *Runtime) ChoiceOf(part dataplane.Releaser) (ConnChoice, bool) {
 }
 
 // RestoreConnState makes ch's state again, for the connection being
-// restored (dataplane.Pipeline.RestoreConn): its tuple registered to its
+// restored (dataplane.Restorer): its tuple registered to its
 // frontend (failing if another connection has it), its SourceVIP binding
 // bound on its port; and the client's affinity to the backend, if its
 // load balancer keeps affinity, renewed at time now. Whether the load

@@ -89,7 +89,7 @@ func MappingOf(part dataplane.Releaser) (ConnMapping, bool) {
 
 // RestoreConnState binds m again (Pool.BindPort) and returns the part of
 // connection state a snat action holds for it, for the connection being
-// restored (dataplane.Pipeline.RestoreConn). Its pool must be configured.
+// restored (dataplane.Restorer). Its pool must be configured.
 func (t *Table) RestoreConnState(m ConnMapping) (dataplane.Releaser, error) {
 	b, err := t.BindMapping(m)
 	if err != nil {

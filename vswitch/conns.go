@@ -115,7 +115,7 @@ func (s *Switch) SaveConns(w io.Writer) (ConnsStats, error) {
 // RestoreConns reads connections SaveConns wrote from r and puts them
 // back in the switch's flow table: each NAT mapping is bound again on its
 // port, then the connection is re-decided from its origin under the
-// running policy (dataplane.Pipeline.RestoreConn). Call it before
+// running policy (dataplane.Restorer). Call it before
 // serving. What cannot be read or restored is counted, never fatal; the
 // error is that of reading r, or a header that is not this format's.
 func (s *Switch) RestoreConns(r io.Reader) (ConnsStats, error) {
@@ -136,6 +136,8 @@ func (s *Switch) RestoreConns(r io.Reader) (ConnsStats, error) {
 		return st, fmt.Errorf("not a connections file (header %q)", magic[:])
 	}
 	now := s.Now()
+	rs := s.pl.NewRestorer()
+	defer rs.Close()
 	buf := make([]byte, maxConnRecord)
 	for {
 		e, err := readConn(br, buf)
@@ -154,7 +156,7 @@ func (s *Switch) RestoreConns(r io.Reader) (ConnsStats, error) {
 		case err != nil:
 			return st, err
 		}
-		if s.restoreConn(e, now) == nil {
+		if s.restoreConn(rs, e, now) == nil {
 			st.Conns++
 		} else {
 			st.Gone++
@@ -163,7 +165,7 @@ func (s *Switch) RestoreConns(r io.Reader) (ConnsStats, error) {
 }
 
 // restoreConn puts one connection read back in the flow table.
-func (s *Switch) restoreConn(e *connEntry, now int64) error {
+func (s *Switch) restoreConn(rs *dataplane.Restorer, e *connEntry, now int64) error {
 	p := s.Port(e.port)
 	if p == nil {
 		return fmt.Errorf("port %s is gone", e.port)
@@ -190,7 +192,7 @@ func (s *Switch) restoreConn(e *connEntry, now int64) error {
 		}
 		rec.State = append(rec.State, part)
 	}
-	return s.pl.RestoreConn(&rec, now)
+	return rs.Restore(&rec, now)
 }
 
 var (
