@@ -89,13 +89,15 @@ func MappingOf(part dataplane.Releaser) (ConnMapping, bool) {
 
 // RestoreConnState binds m again (Pool.BindPort) and returns the part of
 // connection state a snat action holds for it, for the connection being
-// restored (dataplane.Restorer). Its pool must be configured.
-func (t *Table) RestoreConnState(m ConnMapping) (dataplane.Releaser, error) {
+// restored (dataplane.Restorer), whose remote address is peer (counted
+// for address-dependent filtering). Its pool must be configured.
+func (t *Table) RestoreConnState(m ConnMapping, peer netip.Addr) (dataplane.Releaser, error) {
 	b, err := t.BindMapping(m)
 	if err != nil {
 		return nil, err
 	}
-	return &connState{b}, nil
+	b.AddPeer(peer)
+	return &connState{b, peer.WithZone("")}, nil
 }
 
 // Mapping returns b's mapping, as a restarted switch needs it.

@@ -179,7 +179,7 @@ func (s *Switch) restoreConn(rs *dataplane.Restorer, e *connEntry, now int64) er
 		return err
 	}
 	for _, m := range e.nat {
-		part, err := s.env.NAT.RestoreConnState(m)
+		part, err := s.env.NAT.RestoreConnState(m, rec.Key.DstAddr())
 		if err != nil {
 			return fail(err)
 		}
