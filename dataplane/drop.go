@@ -61,6 +61,10 @@ const (
 	// does not own (the uplink is promiscuous and sees its segment's
 	// traffic between other stations).
 	DropNotForUs
+	// DropFlowShareExceeded: a new flow from a port that holds its share
+	// of the flow table (FlowTableConfig.PortShare), none of them
+	// unassured.
+	DropFlowShareExceeded
 
 	numDropReasons
 )
@@ -94,6 +98,7 @@ var dropNames = [numDropReasons]string{
 	DropNoDestination:        "no-destination",
 	DropHairpin:              "hairpin",
 	DropFlowTableFull:        "flow-table-full",
+	DropFlowShareExceeded:    "flow-share-exceeded",
 	DropTransposition:        "transposition-failed",
 	DropNoHeadroom:           "no-headroom",
 	DropRevalidated:          "revalidation-failed",
