@@ -104,6 +104,10 @@ const (
 	// it opens no connection (RFC 4787 section 5, RFC 5382 REQ-4: dropped
 	// silently).
 	DropNATFiltered
+	// DropFlowShareExceeded: a new flow from a port that holds its share
+	// of the flow table (FlowTableConfig.PortShare), none of them
+	// unassured.
+	DropFlowShareExceeded
 
 	numDropReasons
 )
@@ -140,6 +144,7 @@ var dropNames = [numDropReasons]string{
 	DropNoDestination:        "no-destination",
 	DropHairpin:              "hairpin",
 	DropFlowTableFull:        "flow-table-full",
+	DropFlowShareExceeded:    "flow-share-exceeded",
 	DropTransposition:        "transposition-failed",
 	DropNoHeadroom:           "no-headroom",
 	DropRevalidated:          "revalidation-failed",

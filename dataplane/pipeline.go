@@ -563,7 +563,8 @@ func (w *Worker) decodePlain(p *Packet) bool {
 
 // account counts a fast-path packet of n bytes on f, batched into runs.
 // Packets with SYN, FIN or RST change the connection's state and are
-// counted at once.
+// counted at once, and so is a direction's first ACK: it completes the
+// handshake (see handshaken).
 func (w *Worker) account(f *Flow, n int, tcp uint8, now int64) {
 	if f != w.run {
 		w.endRun()
@@ -572,7 +573,7 @@ func (w *Worker) account(f *Flow, n int, tcp uint8, now int64) {
 	w.runPkts++
 	w.runBytes += uint64(n)
 	w.runNow = now
-	if tcp&(TCPSyn|TCPFin|TCPRst) != 0 {
+	if tcp&(TCPSyn|TCPFin|TCPRst) != 0 || tcp&TCPAck != 0 && uint8(f.state.Load())&TCPAck == 0 {
 		f.Account(0, tcp, now)
 	}
 }
@@ -809,9 +810,9 @@ func (w *Worker) install(sp *slowPacket, d *Decision, a *Action) *Conn {
 	p, pr := sp.p, &w.parsed
 	// The packet as it arrived and as the decision left it (decide).
 	orig, final := &w.orig, &w.view
-	f, blk := w.insert(sp, a, d.Stateful && a.Drop == NotDropped && final.hasReply())
+	f, blk, why := w.insert(sp, a, d.Stateful && a.Drop == NotDropped && final.hasReply())
 	if f == nil {
-		w.drop(p, DropFlowTableFull)
+		w.drop(p, why)
 		return nil
 	}
 	w.Flow = f
@@ -838,13 +839,15 @@ func (w *Worker) install(sp *slowPacket, d *Decision, a *Action) *Conn {
 // unless it left the table meanwhile; otherwise a new flow goes in, made
 // with its connection and reply flow in one block (returned) if withConn
 // (a new stateful connection's). A flow another worker inserted first
-// takes a instead. insert returns nil if the table had no room.
-func (w *Worker) insert(sp *slowPacket, a *Action, withConn bool) (*Flow, *connBlock) {
+// takes a instead. insert returns nil and why if the table had no room
+// (DropFlowTableFull) or the packet's port held its share of it
+// (DropFlowShareExceeded).
+func (w *Worker) insert(sp *slowPacket, a *Action, withConn bool) (*Flow, *connBlock, DropReason) {
 	if f := sp.flow; f != nil {
 		// Stale stateless flow: keep it (and its counters), new action.
 		f.SetAction(a)
 		if !f.Removed() {
-			return f, nil
+			return f, nil, NotDropped
 		}
 	}
 	uft := w.pl.uft
@@ -857,7 +860,7 @@ func (w *Worker) insert(sp *slowPacket, a *Action, withConn bool) (*Flow, *connB
 	} else {
 		nf = NewFlow(*sp.key, a, sp.src, sp.dst, sp.outerSrc, sp.outerDst, sp.now)
 	}
-	f, evicted := uft.InsertEvict(nf)
+	f, evicted, why := uft.InsertWhy(nf)
 	if evicted != nil && w.Trace.On() {
 		origin := evicted
 		if c := evicted.conn.Load(); c != nil && c.fwd.Load() != nil {
@@ -867,15 +870,16 @@ func (w *Worker) insert(sp *slowPacket, a *Action, withConn bool) (*Flow, *connB
 	}
 	if f == nil {
 		if w.Trace.On() {
-			w.Trace.Addf("flow table full (%d flows, %s)", uft.Len(), uft.cfg.OnFull)
+			w.Trace.Addf("%s (%d flows, %d of port %d's share of %d, %s)", why, uft.Len(),
+				uft.PortFlows(nf.owner), nf.owner, uft.cfg.PortShare, uft.cfg.OnFull)
 		}
-		return nil, nil
+		return nil, nil, why
 	}
 	if f != nf {
 		f.SetAction(a) // another worker got there first
 		blk = nil
 	}
-	return f, blk
+	return f, blk, NotDropped
 }
 
 // reject drops p for reason r and, where an answer is due, turns it into
@@ -965,7 +969,8 @@ func (w *Worker) installReverse(f *Flow, orig, final *View, d *Decision, blk *co
 	} else {
 		rf = NewFlow(rkey, ra, src, MAC{}, Addr16(reply.OuterSrc), Addr16(reply.OuterDst), now)
 	}
-	got := uft.Insert(rf)
+	rf.owner = f.owner // a connection is charged to its origin's port
+	got := uft.insertReply(rf)
 	if got != nil && got != rf {
 		got = uft.replaceReply(got, rf, f)
 	}

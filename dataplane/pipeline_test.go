@@ -600,12 +600,19 @@ func TestPipelineStatefulReverse(t *testing.T) {
 	}
 }
 
+// plTCP4 is the client's TCP segment with flags to the VIP, from srcPort.
+func plTCP4(srcPort uint16, flags uint8) plFrame {
+	return plFrame{srcMAC: plClientMAC, dstMAC: plGwMAC, src: plClient4, dst: plVIP4,
+		proto: layers.IPProtocolTCP, srcPort: srcPort, dstPort: 443, tcpFlags: flags}
+}
+
 func TestPipelineFlowTableFull(t *testing.T) {
 	s := newPLSlow(t)
 	pl := newPL(t, s, FlowTableConfig{MaxFlows: 1, Shards: 1, OnFull: RefuseNew})
 	w := pl.NewWorker()
-	a := plUDP4(40000, 64).build(t)
-	b := plUDP4(40001, 64).build(t)
+	// A connection taken up mid-stream is assured: never early-dropped.
+	a := plTCP4(40000, TCPAck).build(t)
+	b := plTCP4(40001, TCPSyn).build(t)
 
 	plCheckVerdict(t, plRun(t, w, a, plClientPort, plNow), PathSlow, plServerPort, NotDropped)
 	for i := range 3 {
@@ -617,11 +624,68 @@ func TestPipelineFlowTableFull(t *testing.T) {
 	}
 	// The established flow is untouched.
 	plCheckVerdict(t, plRun(t, w, a, plClientPort, plNow), PathFast, plServerPort, NotDropped)
-	if st := pl.FlowTable().Stats(); st.Refused != 3 || st.Flows != 1 {
-		t.Errorf("flow table stats %+v, want Refused=3 Flows=1", st)
+	if st := pl.FlowTable().Stats(); st.Refused != 3 || st.Flows != 1 || st.EarlyDropped != 0 {
+		t.Errorf("flow table stats %+v, want Refused=3 Flows=1 EarlyDropped=0", st)
 	}
 	if got := pl.Drops.String(); got != "flow-table-full=3" {
 		t.Errorf("Drops = %q", got)
+	}
+}
+
+// TestPipelineEarlyDrop: a full table makes room for a new flow by
+// removing an unanswered one, whatever its policy.
+func TestPipelineEarlyDrop(t *testing.T) {
+	for _, policy := range []FullPolicy{RefuseNew, EvictOldest} {
+		t.Run(policy.String(), func(t *testing.T) {
+			s := newPLSlow(t)
+			pl := newPL(t, s, FlowTableConfig{MaxFlows: 2, Shards: 1, OnFull: policy})
+			w := pl.NewWorker()
+			est := plTCP4(40000, TCPAck).build(t)
+			plCheckVerdict(t, plRun(t, w, est, plClientPort, plNow), PathSlow, plServerPort, NotDropped)
+			// Half-open connections, one after the other, each taking the
+			// place of the one before.
+			for i := range 5 {
+				syn := plTCP4(41000+uint16(i), TCPSyn).build(t)
+				plCheckVerdict(t, plRun(t, w, syn, plClientPort, plNow+int64(i)), PathSlow, plServerPort, NotDropped)
+			}
+			st := pl.FlowTable().Stats()
+			if st.Flows != 2 || st.EarlyDropped != 4 || st.Evicted != 0 || st.Refused != 0 {
+				t.Errorf("flow table stats %+v, want Flows=2 EarlyDropped=4 Evicted=0 Refused=0", st)
+			}
+			plCheckVerdict(t, plRun(t, w, est, plClientPort, plNow+10), PathFast, plServerPort, NotDropped)
+		})
+	}
+}
+
+// TestPipelineFlowShare: a port holding its share of the table has its new
+// flows refused, counted on the port, while other ports go on.
+func TestPipelineFlowShare(t *testing.T) {
+	s := newPLSlow(t)
+	pl := newPL(t, s, FlowTableConfig{MaxFlows: 16, Shards: 1, PortShare: 2})
+	w := pl.NewWorker()
+	for i := range 2 {
+		f := plTCP4(40000+uint16(i), TCPAck).build(t)
+		plCheckVerdict(t, plRun(t, w, f, plClientPort, plNow), PathSlow, plServerPort, NotDropped)
+	}
+	over := plTCP4(40100, TCPAck).build(t)
+	for range 3 {
+		plCheckVerdict(t, plRun(t, w, over, plClientPort, plNow), PathSlow, NoPort, DropFlowShareExceeded)
+	}
+	// Another port has its own share.
+	other := plTCP4(40200, TCPAck).build(t)
+	plCheckVerdict(t, plRun(t, w, other, plServerPort, plNow), PathSlow, plServerPort, NotDropped)
+	if got := pl.PortCounters(plClientPort).Drops[DropFlowShareExceeded]; got != 3 {
+		t.Errorf("client port's flow-share-exceeded drops = %d, want 3", got)
+	}
+	if got := pl.PortCounters(plServerPort).Drops[DropFlowShareExceeded]; got != 0 {
+		t.Errorf("server port's flow-share-exceeded drops = %d, want 0", got)
+	}
+	ft := pl.FlowTable()
+	if st := ft.Stats(); st.ShareRefused != 3 || st.Refused != 3 {
+		t.Errorf("flow table stats %+v, want ShareRefused=3 Refused=3", st)
+	}
+	if n := ft.PortFlows(plClientPort); n != 2 {
+		t.Errorf("PortFlows(client) = %d, want 2", n)
 	}
 }
 

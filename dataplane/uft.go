@@ -16,13 +16,30 @@ import (
 // FullPolicy says what the flow table does with a new flow when it is full.
 type FullPolicy uint8
 
+// Whatever the policy, a full table first makes room by early drop, as
+// Linux conntrack does: it looks at up to EarlyDropSample flows in each of
+// up to EarlyDropShards shards, starting with the new flow's, and removes
+// the connection idle longest among the first shard's unassured ones (a
+// TCP connection whose handshake has not completed in both directions, a
+// UDP, ICMP or other flow never answered). An assured connection is never
+// early-dropped. Only when the sample holds no unassured flow does the
+// policy apply.
 const (
 	// RefuseNew drops the packet of a new flow that does not fit
-	// (DropFlowTableFull); established flows are untouched.
+	// (DropFlowTableFull); assured connections are untouched.
 	RefuseNew FullPolicy = iota
 	// EvictOldest makes room by evicting, from the new flow's shard, the
 	// connection idle longest among a sample of EvictSample.
 	EvictOldest
+)
+
+// EarlyDropShards and EarlyDropSample bound the work of one early drop:
+// at most their product of flows looked at per new flow that does not
+// fit, so that a flood into a table full of assured connections costs
+// little more per packet than one that fits.
+const (
+	EarlyDropShards = 4
+	EarlyDropSample = 16
 )
 
 // EvictSample is how many connections EvictOldest compares.
@@ -39,7 +56,8 @@ func (f FullPolicy) String() string {
 // protocol and TCP state. Zero fields take the defaults of DefaultTimeouts().
 type Timeouts struct {
 	TCPEstablished time.Duration // both directions seen, no FIN or RST
-	TCPTransitory  time.Duration // SYN not yet answered, or FIN in one direction
+	TCPHalfOpen    time.Duration // SYN seen, handshake not complete in both directions
+	TCPTransitory  time.Duration // FIN in one direction
 	TCPTimeWait    time.Duration // FIN seen in both directions
 	TCPClosed      time.Duration // RST seen
 	UDP            time.Duration // UDP with traffic in both directions
@@ -48,18 +66,29 @@ type Timeouts struct {
 	Other          time.Duration
 }
 
-// DefaultTimeouts returns the default timeouts. They follow the NAT
-// behaviour RFCs where they give a figure:
+// DefaultTimeouts returns the default timeouts. Connections both ends
+// take part in follow the NAT behaviour RFCs where they give a figure:
 // RFC 5382 (TCP established >= 2 h 4 min, transitory >= 4 min), RFC 4787
 // (UDP >= 2 min), RFC 5508 (ICMP query 60 s).
+//
+// Flows nobody answered age fast, so that a flood of them (spoofed SYNs,
+// UDP to random ports) leaves the table within seconds: TCP half-open 10 s
+// and UDP unreplied 10 s, where Linux conntrack keeps 120 s (syn_sent),
+// 60 s (syn_recv) and 30 s (udp unreplied). 10 s covers a client's first
+// four SYN retransmissions (Linux sends them 1, 2, 4 and 8 s apart) and a
+// resolver's retry (5 s); a later retry makes a new flow. This is shorter
+// than RFC 5382's 4 min for partially open connections, which matters
+// only to TCP simultaneous open through the NAT; set TCPHalfOpen to 4 min
+// where that is wanted.
 func DefaultTimeouts() Timeouts {
 	return Timeouts{
 		TCPEstablished: 2*time.Hour + 4*time.Minute,
+		TCPHalfOpen:    10 * time.Second,
 		TCPTransitory:  4 * time.Minute,
 		TCPTimeWait:    30 * time.Second,
 		TCPClosed:      10 * time.Second,
 		UDP:            2 * time.Minute,
-		UDPUnreplied:   30 * time.Second,
+		UDPUnreplied:   10 * time.Second,
 		ICMP:           60 * time.Second,
 		Other:          2 * time.Minute,
 	}
@@ -69,7 +98,7 @@ func (t *Timeouts) fill() {
 	def := DefaultTimeouts()
 	d := &def
 	for _, f := range []struct{ v, def *time.Duration }{
-		{&t.TCPEstablished, &d.TCPEstablished}, {&t.TCPTransitory, &d.TCPTransitory},
+		{&t.TCPEstablished, &d.TCPEstablished}, {&t.TCPHalfOpen, &d.TCPHalfOpen}, {&t.TCPTransitory, &d.TCPTransitory},
 		{&t.TCPTimeWait, &d.TCPTimeWait}, {&t.TCPClosed, &d.TCPClosed},
 		{&t.UDP, &d.UDP}, {&t.UDPUnreplied, &d.UDPUnreplied},
 		{&t.ICMP, &d.ICMP}, {&t.Other, &d.Other},
@@ -88,8 +117,16 @@ type FlowTableConfig struct {
 	// 0 means 64.
 	Shards int
 	// OnFull says what happens to a new flow when MaxFlows are held.
-	OnFull   FullPolicy
-	Timeouts Timeouts
+	OnFull FullPolicy
+	// PortShare bounds the flows charged to one port (0: MaxFlows). A
+	// connection's flows are charged to the port its origin came by (a
+	// pod's vNIC, or the uplink for connections from outside), and the
+	// bound is checked when an origin flow goes in: a port holds at most
+	// PortShare+1 flows. A port at its share makes room by early drop
+	// among its own flows; failing that its new flow is refused
+	// (DropFlowShareExceeded).
+	PortShare int
+	Timeouts  Timeouts
 }
 
 // Validate checks c and fills in defaults.
@@ -103,10 +140,16 @@ func (c *FlowTableConfig) Validate() error {
 	if c.Shards < 0 || c.Shards&(c.Shards-1) != 0 || c.Shards > 1<<16 {
 		return fmt.Errorf("flowTable.shards: must be a power of two up to 65536, got %d", c.Shards)
 	}
+	if c.PortShare < 0 {
+		return fmt.Errorf("flowTable.maxFlowsPerPort: must not be negative, got %d", c.PortShare)
+	}
+	if c.PortShare == 0 || c.PortShare > c.MaxFlows {
+		c.PortShare = c.MaxFlows
+	}
 	if c.OnFull > EvictOldest {
 		return fmt.Errorf("flowTable.onFull: unknown policy %d", c.OnFull)
 	}
-	for _, d := range []time.Duration{c.Timeouts.TCPEstablished, c.Timeouts.TCPTransitory, c.Timeouts.TCPTimeWait,
+	for _, d := range []time.Duration{c.Timeouts.TCPEstablished, c.Timeouts.TCPHalfOpen, c.Timeouts.TCPTransitory, c.Timeouts.TCPTimeWait,
 		c.Timeouts.TCPClosed, c.Timeouts.UDP, c.Timeouts.UDPUnreplied, c.Timeouts.ICMP, c.Timeouts.Other} {
 		if d < 0 {
 			return fmt.Errorf("flowTable.timeouts: negative duration %s", d)
@@ -141,7 +184,8 @@ type Flow struct {
 	macs  [12]byte // destination then source, as in the Ethernet header
 	outer unique.Handle[outerAddrs]
 
-	hash uint32 // key.Hash()
+	hash  uint32 // key.Hash()
+	owner PortID // the port the flow is charged to (FlowTableConfig.PortShare)
 }
 
 // outerAddrs are a packet's outer source and destination addresses, as
@@ -161,7 +205,7 @@ func NewFlow(key FlowKey, a *Action, srcMAC, dstMAC MAC, outerSrc, outerDst [16]
 
 // init makes f, a zero Flow, a new flow as NewFlow does.
 func (f *Flow) init(key FlowKey, a *Action, srcMAC, dstMAC MAC, outerSrc, outerDst [16]byte, now int64) {
-	f.key, f.hash = key, key.Hash()
+	f.key, f.hash, f.owner = key, key.Hash(), key.InPort
 	if outerSrc != ([16]byte{}) || outerDst != ([16]byte{}) {
 		f.outer = unique.Make(outerAddrs{outerSrc, outerDst})
 	}
@@ -333,16 +377,41 @@ type FlowTable struct {
 
 	count                               atomic.Int64
 	inserted, expired, evicted, refused atomic.Uint64
+	earlyDropped, shareRefused          atomic.Uint64
+	// perPort counts the flows charged to each port (Flow.owner).
+	perPort []atomic.Int32
 }
 
 // A shard maps key hashes to flows, chaining the rare flows whose keys
 // share a hash through Flow.next: a map keyed by the 44-byte FlowKey would
 // cost about 100 bytes more per flow.
+//
+// A Go map never gives back the memory of its deleted entries: a shard
+// whose map holds a quarter of its peak is rebuilt (shrinkLocked), so
+// that the memory of flows expired or flushed in bulk is returned.
 type shard struct {
-	mu sync.RWMutex
-	m  map[uint32]*Flow
+	mu   sync.RWMutex
+	m    map[uint32]*Flow
+	peak int // the most keys m held since it was made
 	// Keep shards on their own cache lines.
-	_ [(64 - (unsafe.Sizeof(sync.RWMutex{})+unsafe.Sizeof(map[uint32]*Flow(nil)))%64) % 64]byte
+	_ [(64 - (unsafe.Sizeof(sync.RWMutex{})+unsafe.Sizeof(map[uint32]*Flow(nil))+unsafe.Sizeof(0))%64) % 64]byte
+}
+
+// shrinkMin is the peak below which a shard's map is never rebuilt.
+const shrinkMin = 1024
+
+// shrinkLocked rebuilds s's map if it holds under a quarter of its peak:
+// the cost, one copy of what is left, is paid for by the removals since
+// the peak (at least three times as many).
+func (s *shard) shrinkLocked() {
+	if s.peak < shrinkMin || len(s.m) >= s.peak/4 {
+		return
+	}
+	m := make(map[uint32]*Flow, len(s.m))
+	for h, f := range s.m {
+		m[h] = f
+	}
+	s.m, s.peak = m, len(m)
 }
 
 // findLocked returns the flow of s with key k, whose hash is hash.
@@ -359,12 +428,13 @@ func NewFlowTable(cfg FlowTableConfig) (*FlowTable, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	t := &FlowTable{cfg: cfg, shards: make([]shard, cfg.Shards), mask: uint32(cfg.Shards - 1)}
+	t := &FlowTable{cfg: cfg, shards: make([]shard, cfg.Shards), mask: uint32(cfg.Shards - 1),
+		perPort: make([]atomic.Int32, int(NoPort)+1)}
 	for i := range t.shards {
 		t.shards[i].m = make(map[uint32]*Flow)
 	}
 	to := &cfg.Timeouts
-	for i, d := range [numTimeoutKinds]time.Duration{to.TCPEstablished, to.TCPTransitory, to.TCPTimeWait,
+	for i, d := range [numTimeoutKinds]time.Duration{to.TCPEstablished, to.TCPHalfOpen, to.TCPTransitory, to.TCPTimeWait,
 		to.TCPClosed, to.UDP, to.UDPUnreplied, to.ICMP, to.Other} {
 		t.tmo[i] = int64(d)
 	}
@@ -417,89 +487,185 @@ func (t *FlowTable) Lookup(k *FlowKey, hash uint32) *Flow {
 // Len returns the number of flows held.
 func (t *FlowTable) Len() int { return int(t.count.Load()) }
 
-// Stats are the table's counters.
+// Stats are the table's counters. Refused counts the new flows refused,
+// for want of room in the table or (ShareRefused of them) because their
+// port held its share; EarlyDropped the unassured flows removed to make
+// room (see FullPolicy), Evicted those EvictOldest removed.
 type FlowTableStats struct {
 	Flows                               int
 	Inserted, Expired, Evicted, Refused uint64
+	EarlyDropped, ShareRefused          uint64
 }
 
 // Stats returns the table's counters.
 func (t *FlowTable) Stats() FlowTableStats {
 	return FlowTableStats{Flows: t.Len(), Inserted: t.inserted.Load(), Expired: t.expired.Load(),
-		Evicted: t.evicted.Load(), Refused: t.refused.Load()}
+		Evicted: t.evicted.Load(), Refused: t.refused.Load(),
+		EarlyDropped: t.earlyDropped.Load(), ShareRefused: t.shareRefused.Load()}
 }
+
+// PortFlows returns the number of flows charged to port id.
+func (t *FlowTable) PortFlows(id PortID) int { return int(t.perPort[id].Load()) }
 
 // Insert adds f unless a flow with its key is present, in which case the
 // present flow is returned and f is not added. It returns nil if the table
-// is full and cannot make room (RefuseNew, or nothing to evict).
+// is full and cannot make room (RefuseNew, or nothing to evict), or f's
+// port holds its share.
 func (t *FlowTable) Insert(f *Flow) *Flow {
-	got, _ := t.InsertEvict(f)
+	got, _, _ := t.InsertWhy(f)
 	return got
 }
 
-// InsertEvict is Insert that also returns the flow evicted to make room
-// (EvictOldest), or nil. The evicted flow's partner is removed with it.
+// InsertEvict is Insert that also returns the flow evicted or early-dropped
+// to make room, or nil. The evicted flow's partner is removed with it.
 func (t *FlowTable) InsertEvict(f *Flow) (got, evicted *Flow) {
+	got, evicted, _ = t.InsertWhy(f)
+	return got, evicted
+}
+
+// InsertWhy is InsertEvict that also says why it returns nil:
+// DropFlowShareExceeded or DropFlowTableFull. f is an origin flow: its
+// port's share is checked.
+func (t *FlowTable) InsertWhy(f *Flow) (got, evicted *Flow, why DropReason) {
+	return t.insert(f, true)
+}
+
+// insertReply inserts rf, the reply flow of a connection whose origin is
+// in the table, charged to rf.owner but not held to its share: the origin
+// was.
+func (t *FlowTable) insertReply(rf *Flow) *Flow {
+	got, _, _ := t.insert(rf, false)
+	return got
+}
+
+// insert adds f as InsertWhy does, holding its port to its share if share.
+func (t *FlowTable) insert(f *Flow, share bool) (got, evicted *Flow, why DropReason) {
 	hash := f.hash
 	s := t.shardOf(hash)
 	s.mu.Lock()
 	if old := s.findLocked(&f.key, hash); old != nil {
 		s.mu.Unlock()
-		return old, nil
+		return old, nil, NotDropped
 	}
-	ok := t.reserve()
-	if !ok && t.cfg.OnFull == EvictOldest {
-		if evicted = t.evictLocked(s); evicted != nil {
-			ok = t.reserve()
-		}
-	}
-	if ok {
+	why = t.reserve(f.owner, share)
+	if why == NotDropped {
 		s.addLocked(f)
 	}
 	s.mu.Unlock()
-	// Evicted counts evictions; the partner leaves with the flow.
-	t.dropPartner(evicted)
-	if !ok && evicted == nil && t.cfg.OnFull == EvictOldest {
-		// The flow's shard has nothing to evict: make room in the next
-		// shard that has, then try once more.
-		for i := uint32(1); i < uint32(len(t.shards)) && evicted == nil; i++ {
-			o := &t.shards[(hash+i)&t.mask]
-			o.mu.Lock()
-			evicted = t.evictLocked(o)
-			o.mu.Unlock()
-		}
-		t.dropPartner(evicted)
-		if evicted != nil {
-			s.mu.Lock()
-			if old := s.findLocked(&f.key, hash); old != nil {
-				s.mu.Unlock()
-				return old, evicted
-			}
-			if ok = t.reserve(); ok {
-				s.addLocked(f)
-			}
-			s.mu.Unlock()
-		}
+	if why == NotDropped {
+		t.inserted.Add(1)
+		return f, nil, NotDropped
 	}
-	if !ok {
-		t.refused.Add(1)
-		return nil, evicted
+	// Make room (early drop, then EvictOldest), then try once more.
+	evicted = t.makeRoom(hash, f.owner, why == DropFlowShareExceeded)
+	if evicted == nil {
+		return nil, nil, t.refuse(why)
+	}
+	s.mu.Lock()
+	if old := s.findLocked(&f.key, hash); old != nil {
+		s.mu.Unlock()
+		return old, evicted, NotDropped
+	}
+	why = t.reserve(f.owner, share)
+	if why == NotDropped {
+		s.addLocked(f)
+	}
+	s.mu.Unlock()
+	if why != NotDropped {
+		return nil, evicted, t.refuse(why)
 	}
 	t.inserted.Add(1)
-	return f, evicted
+	return f, evicted, NotDropped
 }
 
-// reserve takes a place for a new flow unless MaxFlows are held. Inserts
-// into different shards race for the last places; reserving one before
-// adding the flow keeps Len within MaxFlows.
-func (t *FlowTable) reserve() bool {
+// refuse counts a refusal for why and returns it.
+func (t *FlowTable) refuse(why DropReason) DropReason {
+	t.refused.Add(1)
+	if why == DropFlowShareExceeded {
+		t.shareRefused.Add(1)
+	}
+	return why
+}
+
+// makeRoom removes a connection to make room for a new flow of hash,
+// charged to port owner: an unassured one by early drop, among owner's own
+// flows only if ownOnly (the port holds its share); failing that, with
+// EvictOldest and a full table, the one idle longest. It returns the flow
+// removed (its partner removed too), or nil.
+func (t *FlowTable) makeRoom(hash uint32, owner PortID, ownOnly bool) *Flow {
+	for i := uint32(0); i < EarlyDropShards && i < uint32(len(t.shards)); i++ {
+		o := &t.shards[(hash+i)&t.mask]
+		o.mu.Lock()
+		f := t.earlyDropLocked(o, owner, ownOnly)
+		o.mu.Unlock()
+		if f != nil {
+			t.dropPartner(f)
+			return f
+		}
+	}
+	if ownOnly || t.cfg.OnFull != EvictOldest {
+		return nil
+	}
+	// Evict from the new flow's shard, or the next one that has flows.
+	for i := uint32(0); i < uint32(len(t.shards)); i++ {
+		o := &t.shards[(hash+i)&t.mask]
+		o.mu.Lock()
+		f := t.evictLocked(o)
+		o.mu.Unlock()
+		if f != nil {
+			t.dropPartner(f)
+			return f
+		}
+	}
+	return nil
+}
+
+// earlyDropLocked removes from s the unassured connection idle longest
+// among a sample of EarlyDropSample flows (those charged to owner only, if
+// ownOnly) and returns it, or nil if the sample holds none.
+func (t *FlowTable) earlyDropLocked(s *shard, owner PortID, ownOnly bool) *Flow {
+	var victim *Flow
+	var victimSeen int64
+	n := 0
+	for _, f := range s.m {
+		for ; f != nil && n < EarlyDropSample; f = f.next {
+			n++
+			if ownOnly && f.owner != owner || !unassured(f) {
+				continue
+			}
+			if seen := connLastSeen(f); victim == nil || seen < victimSeen {
+				victim, victimSeen = f, seen
+			}
+		}
+		if n == EarlyDropSample {
+			break
+		}
+	}
+	if victim != nil {
+		t.deleteLocked(s, victim)
+		t.earlyDropped.Add(1)
+	}
+	return victim
+}
+
+// reserve takes a place for a new flow charged to port owner unless
+// MaxFlows are held (DropFlowTableFull) or, if share, owner holds its
+// share (DropFlowShareExceeded). Inserts into different shards race for
+// the last places; reserving one before adding the flow keeps Len within
+// MaxFlows.
+func (t *FlowTable) reserve(owner PortID, share bool) DropReason {
+	pc := &t.perPort[owner]
+	if share && t.cfg.PortShare < t.cfg.MaxFlows && int(pc.Load()) >= t.cfg.PortShare {
+		return DropFlowShareExceeded
+	}
 	for {
 		n := t.count.Load()
 		if n >= int64(t.cfg.MaxFlows) {
-			return false
+			return DropFlowTableFull
 		}
 		if t.count.CompareAndSwap(n, n+1) {
-			return true
+			pc.Add(1)
+			return NotDropped
 		}
 	}
 }
@@ -535,6 +701,7 @@ func (t *FlowTable) evictLocked(s *shard) *Flow {
 func (s *shard) addLocked(f *Flow) {
 	f.next = s.m[f.hash]
 	s.m[f.hash] = f
+	s.peak = max(s.peak, len(s.m))
 }
 
 // deleteLocked removes f, which s holds, from s.
@@ -555,6 +722,7 @@ func (t *FlowTable) deleteLocked(s *shard, f *Flow) {
 	f.next = nil
 	f.state.Or(flowRemoved)
 	t.count.Add(-1)
+	t.perPort[f.owner].Add(-1)
 	if m := f.action.Load().Meter; m != nil {
 		m.Retire(f.packets.Load(), f.bytes.Load())
 	}
@@ -584,6 +752,7 @@ func (t *FlowTable) Remove(f *Flow) bool {
 	ok := s.findLocked(&f.key, f.hash) == f
 	if ok {
 		t.deleteLocked(s, f)
+		s.shrinkLocked()
 	}
 	s.mu.Unlock()
 	return ok
@@ -602,7 +771,7 @@ func (t *FlowTable) replaceReply(got, rf, fwd *Flow) *Flow {
 			t.Remove(o)
 		}
 	}
-	return t.Insert(rf)
+	return t.insertReply(rf)
 }
 
 // origin returns the stateful connection f is the origin of, or nil.
@@ -663,6 +832,7 @@ type timeoutKind uint8
 
 const (
 	tmoTCPEstablished timeoutKind = iota
+	tmoTCPHalfOpen
 	tmoTCPTransitory
 	tmoTCPTimeWait
 	tmoTCPClosed
@@ -707,8 +877,8 @@ func (t *FlowTable) timeoutOf(f *Flow) int64 {
 			return t.tmo[tmoTCPTimeWait]
 		case (mine|theirs)&TCPFin != 0:
 			return t.tmo[tmoTCPTransitory]
-		case (mine|theirs)&TCPSyn != 0 && !replied(f, other):
-			return t.tmo[tmoTCPTransitory]
+		case (mine|theirs)&TCPSyn != 0 && !handshaken(mine, theirs, other):
+			return t.tmo[tmoTCPHalfOpen]
 		}
 		return t.tmo[tmoTCPEstablished]
 	case ProtoUDP:
@@ -720,6 +890,37 @@ func (t *FlowTable) timeoutOf(f *Flow) int64 {
 		return t.tmo[tmoICMP]
 	}
 	return t.tmo[tmoOther]
+}
+
+// handshaken reports whether both directions of a TCP connection, whose
+// flags seen are mine and theirs (other its partner flow, nil if none),
+// have sent an ACK: the origin's SYN has none, so a connection whose
+// origin sent nothing but SYNs (a spoofed SYN flood, answered or not) has
+// not completed its handshake.
+func handshaken(mine, theirs uint8, other *Flow) bool {
+	return other != nil && mine&theirs&TCPAck != 0
+}
+
+// unassured reports whether f's connection may be early-dropped: a TCP
+// connection that saw a SYN and has not completed its handshake, or one of
+// another protocol never answered. TCP seen without a SYN (taken up
+// mid-stream) counts as assured, as it is timed as established.
+func unassured(f *Flow) bool {
+	var other *Flow
+	if c := f.conn.Load(); c != nil {
+		if o := c.Other(f); o != f {
+			other = o
+		}
+	}
+	if f.key.Proto != ProtoTCP {
+		return !replied(f, other)
+	}
+	mine := uint8(f.state.Load())
+	var theirs uint8
+	if other != nil {
+		theirs = uint8(other.state.Load())
+	}
+	return (mine|theirs)&TCPSyn != 0 && !handshaken(mine, theirs, other)
 }
 
 // replied reports whether both directions of a connection, f and its
@@ -756,6 +957,7 @@ func (t *FlowTable) Expire(now int64) int {
 				f = next
 			}
 		}
+		s.shrinkLocked()
 		s.mu.Unlock()
 		// Partners expire with them: both directions share the idle time.
 		k := len(gone)
@@ -805,6 +1007,7 @@ func (t *FlowTable) Flush() {
 				f = next
 			}
 		}
+		s.m, s.peak = make(map[uint32]*Flow), 0
 		s.mu.Unlock()
 	}
 }

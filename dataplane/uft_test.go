@@ -227,6 +227,167 @@ func TestFlowTableEvictPaired(t *testing.T) {
 	}
 }
 
+// TestFlowTableEarlyDrop: a full table removes an unassured connection, the
+// one idle longest, before any assured one, whatever its policy; with
+// nothing unassured, the policy decides.
+func TestFlowTableEarlyDrop(t *testing.T) {
+	const (
+		syn, synack, ack = TCPSyn, TCPSyn | TCPAck, TCPAck
+		sec              = int64(time.Second)
+	)
+	type conn struct {
+		proto    uint8
+		fwd, rev uint8 // TCP flags; rev 0xff: no reply flow, 0xfe: a reply flow without packets
+		seen     int64 // seconds after uftT0
+	}
+	for _, tc := range []struct {
+		name    string
+		policy  FullPolicy
+		conns   []conn
+		dropped int // index into conns, -1: none (the new flow is refused)
+	}{
+		{name: "half-open-before-older-established", policy: EvictOldest, dropped: 1, conns: []conn{
+			{proto: ProtoTCP, fwd: syn | ack, rev: synack, seen: 1},
+			{proto: ProtoTCP, fwd: syn, rev: 0xff, seen: 5},
+		}},
+		{name: "refuse-new-early-drops", policy: RefuseNew, dropped: 1, conns: []conn{
+			{proto: ProtoTCP, fwd: syn | ack, rev: synack, seen: 1},
+			{proto: ProtoTCP, fwd: syn, rev: 0xff, seen: 5},
+		}},
+		{name: "syn-answered-not-acked", policy: RefuseNew, dropped: 1, conns: []conn{
+			{proto: ProtoTCP, fwd: ack, rev: ack, seen: 1},
+			{proto: ProtoTCP, fwd: syn, rev: synack, seen: 5},
+		}},
+		{name: "oldest-unassured", policy: RefuseNew, dropped: 2, conns: []conn{
+			{proto: ProtoUDP, fwd: 0, rev: 0xfe, seen: 4},
+			{proto: ProtoUDP, fwd: 0, rev: 0, seen: 1},
+			{proto: ProtoTCP, fwd: syn, rev: 0xfe, seen: 2},
+			{proto: ProtoICMPv4, fwd: 0, rev: 0xff, seen: 3},
+		}},
+		{name: "all-assured-refuse", policy: RefuseNew, dropped: -1, conns: []conn{
+			{proto: ProtoTCP, fwd: ack, rev: 0xff, seen: 1},
+			{proto: ProtoUDP, fwd: 0, rev: 0, seen: 2},
+		}},
+		{name: "all-assured-evict", policy: EvictOldest, dropped: 0, conns: []conn{
+			{proto: ProtoTCP, fwd: ack, rev: 0xff, seen: 1},
+			{proto: ProtoUDP, fwd: 0, rev: 0, seen: 2},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := 0
+			for _, c := range tc.conns {
+				n++
+				if c.rev != 0xff {
+					n++
+				}
+			}
+			ft := uftTable(t, FlowTableConfig{MaxFlows: n, Shards: 1, OnFull: tc.policy})
+			var fwds []*Flow
+			for i, c := range tc.conns {
+				at := uftT0 + c.seen*sec
+				f := uftNewFlow(uftKeyProto(i, c.proto), at)
+				if ft.Insert(f) != f {
+					t.Fatalf("conn %d not inserted", i)
+				}
+				f.Account(60, c.fwd, at)
+				if c.rev != 0xff {
+					r := uftNewFlow(f.Key().Reverse(2), at)
+					if ft.Insert(r) != r {
+						t.Fatalf("conn %d's reply not inserted", i)
+					}
+					ft.Pair(f, r, true, at)
+					if c.rev != 0xfe {
+						r.Account(60, c.rev, at)
+					}
+				}
+				fwds = append(fwds, f)
+			}
+			nf := uftNewFlow(uftKey(100), uftT0+10*sec)
+			got := ft.Insert(nf)
+			if tc.dropped < 0 {
+				if got != nil {
+					t.Fatalf("Insert = %p, want the new flow refused", got)
+				}
+			} else if got != nf {
+				t.Fatalf("Insert = %p, want the new flow", got)
+			}
+			for i, f := range fwds {
+				if want := i == tc.dropped; f.Removed() != want {
+					t.Errorf("conn %d removed = %v, want %v", i, f.Removed(), want)
+				}
+				if c := f.Conn(); c != nil && c.Rev() != nil && c.Rev().Removed() != f.Removed() {
+					t.Errorf("conn %d: its reply flow removed = %v, its origin %v", i, c.Rev().Removed(), f.Removed())
+				}
+			}
+			if tc.dropped >= 0 && ft.Len() > n {
+				t.Errorf("Len %d > MaxFlows %d", ft.Len(), n)
+			}
+		})
+	}
+}
+
+// TestFlowTablePortShare: flows are charged to their port; a port at its
+// share makes room among its own unassured flows, or is refused, and
+// never takes another port's place.
+func TestFlowTablePortShare(t *testing.T) {
+	ft := uftTable(t, FlowTableConfig{MaxFlows: 100, Shards: 1, PortShare: 3})
+	keyOn := func(i int, port PortID) FlowKey {
+		k := uftKey(i)
+		k.InPort = port
+		return k
+	}
+	// Port 1: three assured flows (taken up mid-stream).
+	for i := range 3 {
+		f := uftNewFlow(keyOn(i, 1), uftT0)
+		if ft.Insert(f) != f {
+			t.Fatalf("port 1 flow %d refused", i)
+		}
+		f.Account(60, TCPAck, uftT0)
+	}
+	got, _, why := ft.InsertWhy(uftNewFlow(keyOn(3, 1), uftT0))
+	if got != nil || why != DropFlowShareExceeded {
+		t.Errorf("port 1's fourth flow: %p, %s; want refused, flow-share-exceeded", got, why)
+	}
+	// Port 2: half-open flows, each new one early-dropping its oldest.
+	var half []*Flow
+	for i := range 5 {
+		f := uftNewFlow(keyOn(10+i, 2), uftT0+int64(i))
+		f.Account(60, TCPSyn, uftT0+int64(i))
+		if got, _, why := ft.InsertWhy(f); got != f {
+			t.Fatalf("port 2 half-open flow %d: %p, %s", i, got, why)
+		}
+		half = append(half, f)
+	}
+	for i, f := range half {
+		if want := i < 2; f.Removed() != want {
+			t.Errorf("port 2 flow %d removed = %v, want %v", i, f.Removed(), want)
+		}
+	}
+	// A reply flow is charged to its origin's port, beyond the share.
+	r := uftNewFlow(keyOn(20, 3), uftT0)
+	r.owner = 1
+	if ft.insertReply(r) != r {
+		t.Errorf("reply flow charged to port 1 refused")
+	}
+	for _, c := range []struct {
+		port PortID
+		want int
+	}{{1, 4}, {2, 3}, {3, 0}} {
+		if n := ft.PortFlows(c.port); n != c.want {
+			t.Errorf("PortFlows(%d) = %d, want %d", c.port, n, c.want)
+		}
+	}
+	if st := ft.Stats(); st.ShareRefused != 1 || st.EarlyDropped != 2 || st.Flows != 7 {
+		t.Errorf("stats %+v, want ShareRefused=1 EarlyDropped=2 Flows=7", st)
+	}
+	ft.Flush()
+	for _, p := range []PortID{1, 2, 3} {
+		if n := ft.PortFlows(p); n != 0 {
+			t.Errorf("after Flush PortFlows(%d) = %d", p, n)
+		}
+	}
+}
+
 // TestFlowTableEvictBound inserts far more flows than fit: the table never
 // holds more than MaxFlows.
 func TestFlowTableEvictBound(t *testing.T) {
@@ -269,6 +430,7 @@ func TestFlowTableEvictBound(t *testing.T) {
 
 var uftTimeouts = Timeouts{
 	TCPEstablished: 1000 * time.Second,
+	TCPHalfOpen:    20 * time.Second,
 	TCPTransitory:  100 * time.Second,
 	TCPTimeWait:    50 * time.Second,
 	TCPClosed:      10 * time.Second,
@@ -299,8 +461,11 @@ func TestFlowTableExpire(t *testing.T) {
 		{name: "icmp", proto: ProtoICMPv4, fwd: []uint8{0}, want: uftTimeouts.ICMP},
 		{name: "icmp-replied", proto: ProtoICMPv6, fwd: []uint8{0}, rev: []uint8{0}, want: uftTimeouts.ICMP},
 		{name: "other", proto: ProtoESP, fwd: []uint8{0}, rev: []uint8{0}, want: uftTimeouts.Other},
-		{name: "tcp-syn-only", proto: ProtoTCP, fwd: []uint8{syn, syn}, want: uftTimeouts.TCPTransitory},
-		{name: "tcp-syn-only-paired", proto: ProtoTCP, fwd: []uint8{syn}, rev: []uint8{}, want: uftTimeouts.TCPTransitory},
+		{name: "tcp-syn-only", proto: ProtoTCP, fwd: []uint8{syn, syn}, want: uftTimeouts.TCPHalfOpen},
+		{name: "tcp-syn-only-paired", proto: ProtoTCP, fwd: []uint8{syn}, rev: []uint8{}, want: uftTimeouts.TCPHalfOpen},
+		// A spoofed SYN the backend answers: the origin never ACKs.
+		{name: "tcp-syn-answered", proto: ProtoTCP, fwd: []uint8{syn, syn}, rev: []uint8{synack, synack}, want: uftTimeouts.TCPHalfOpen},
+		{name: "tcp-handshake-done", proto: ProtoTCP, fwd: []uint8{syn, ack}, rev: []uint8{synack}, want: uftTimeouts.TCPEstablished},
 		{name: "tcp-established", proto: ProtoTCP, fwd: []uint8{syn, ack, ack}, rev: []uint8{synack, ack}, want: uftTimeouts.TCPEstablished},
 		{name: "tcp-midstream", proto: ProtoTCP, fwd: []uint8{ack}, rev: []uint8{ack}, want: uftTimeouts.TCPEstablished},
 		{name: "tcp-fin-one-way", proto: ProtoTCP, fwd: []uint8{syn, ack, fin}, rev: []uint8{synack, ack}, want: uftTimeouts.TCPTransitory},
@@ -668,7 +833,7 @@ func TestFlowTableConcurrent(t *testing.T) {
 			}
 			s := ft.Stats()
 			t.Logf("%+v", s)
-			if s.Inserted == 0 || (policy == EvictOldest && s.Evicted == 0) || (policy == RefuseNew && s.Refused == 0) {
+			if s.Inserted == 0 || (policy == EvictOldest && s.Evicted+s.EarlyDropped == 0) || (policy == RefuseNew && s.Refused == 0) {
 				t.Errorf("stats %+v: the table never filled up", s)
 			}
 		})
@@ -828,5 +993,60 @@ func TestGuardOKMatchesGuardMatches(t *testing.T) {
 			t.Fatalf("flow src %s dst %s outer %x %x; packet src %s dst %s outer %v: guardOK %v, GuardMatches %v",
 				fsrc, fdst, osrc, odst, src, dst, outer, got, want)
 		}
+	}
+}
+
+// BenchmarkFlowTableExpireIdle is one expiry pass over a table of n flows
+// none of which has expired: what an idle switch pays per pass, against
+// the table's size.
+func BenchmarkFlowTableExpireIdle(b *testing.B) {
+	for _, n := range []int{1_000, 10_000, 100_000, 1_000_000} {
+		b.Run(fmt.Sprintf("flows=%d", n), func(b *testing.B) {
+			ft := uftTable(b, FlowTableConfig{MaxFlows: n})
+			for i := range n {
+				f := uftNewFlow(uftKey(i), uftT0)
+				f.Account(60, TCPAck, uftT0)
+				ft.Insert(f)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				if got := ft.Expire(uftT0 + int64(time.Second)); got != 0 {
+					b.Fatalf("Expire removed %d flows", got)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/flow")
+		})
+	}
+}
+
+// BenchmarkFlowTableInsertFull is a new half-open flow into a full table
+// (RefuseNew): half-open flows it early-drops, or assured ones, a
+// sample of which it looks at before refusing.
+func BenchmarkFlowTableInsertFull(b *testing.B) {
+	const n = 100_000
+	for _, tc := range []struct {
+		name  string
+		flags uint8
+		want  bool // inserted
+	}{{"early-drop-half-open", TCPSyn, true}, {"refuse-assured", TCPAck, false}} {
+		b.Run(tc.name, func(b *testing.B) {
+			ft := uftTable(b, FlowTableConfig{MaxFlows: n})
+			for i := range n {
+				f := uftNewFlow(uftKey(i), uftT0)
+				f.Account(60, tc.flags, uftT0)
+				ft.Insert(f)
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				f := uftNewFlow(uftKey(n+i), uftT0)
+				f.state.Store(uint32(TCPSyn))
+				if got := ft.Insert(f) == f; got != tc.want {
+					b.Fatalf("inserted %v, want %v", got, tc.want)
+				}
+				i++
+			}
+		})
 	}
 }

@@ -48,19 +48,28 @@ type PortStats struct {
 	TxBytes   uint64            `json:"txBytes"`
 	TxErrors  uint64            `json:"txErrors"`
 	Drops     map[string]uint64 `json:"drops"`
+	// Flows are the flows in the flow table charged to the port (both
+	// directions of the connections it originated).
+	Flows uint64 `json:"flows"`
 }
 
 // FlowTableStats are the flow table's occupancy (Flows of Capacity, one
 // flow per direction of a connection) and the counts of flows inserted,
 // expired (idle or closed), evicted to make room, and refused for want
-// of it, since the switch started.
+// of it, since the switch started. EarlyDropped counts the unassured
+// flows (half-open TCP, unanswered UDP) removed to make room, before any
+// eviction; ShareRefused the refusals because the new flow's port held
+// PortShare flows.
 type FlowTableStats struct {
-	Flows    uint64 `json:"flows"`
-	Capacity uint64 `json:"capacity"`
-	Inserted uint64 `json:"inserted"`
-	Expired  uint64 `json:"expired"`
-	Evicted  uint64 `json:"evicted"`
-	Refused  uint64 `json:"refused"`
+	Flows        uint64 `json:"flows"`
+	Capacity     uint64 `json:"capacity"`
+	PortShare    uint64 `json:"portShare"`
+	Inserted     uint64 `json:"inserted"`
+	Expired      uint64 `json:"expired"`
+	Evicted      uint64 `json:"evicted"`
+	EarlyDropped uint64 `json:"earlyDropped"`
+	Refused      uint64 `json:"refused"`
+	ShareRefused uint64 `json:"shareRefused"`
 }
 
 // NATPoolStats are one source NAT pool's occupancy: ports bound and ports

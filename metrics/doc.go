@@ -17,12 +17,16 @@
 //	port_tx_bytes_total{port}                  counter
 //	port_tx_errors_total{port}                 counter  frames whose write failed
 //	port_drops_total{port,reason}              counter  drops of frames that came by the port (non-zero ones)
+//	port_flows{port}                           gauge    flows charged to the port (connections it originated)
 //	flow_table_flows                           gauge    flows held (one per direction)
 //	flow_table_capacity                        gauge    flows the table holds at most
 //	flow_table_inserted_total                  counter
 //	flow_table_expired_total                   counter
 //	flow_table_evictions_total                 counter
-//	flow_table_refused_total                   counter
+//	flow_table_refused_total                   counter  full table, or the port held its share
+//	flow_table_port_share                      gauge    flows one port may hold
+//	flow_table_early_drops_total               counter  unassured flows removed to make room
+//	flow_table_share_refused_total             counter  new flows refused, their port at its share
 //	nat_pool_ports_in_use{address,protocol}    gauge    ports (ICMP: identifiers) bound
 //	nat_pool_ports{address,protocol}           gauge    ports the pool can bind
 //	nat_pool_exhausted_total{address}          counter  bindings refused, every port taken

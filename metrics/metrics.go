@@ -22,6 +22,7 @@ type collector struct {
 	generation, packets, drops                                *prometheus.Desc
 	rxPackets, rxBytes, txPackets, txBytes, txErrors, portDrp *prometheus.Desc
 	flows, capacity, inserted, expired, evicted, refused      *prometheus.Desc
+	portShare, earlyDropped, shareRefused, portFlows          *prometheus.Desc
 	natInUse, natPorts, natExhausted                          *prometheus.Desc
 	ruleHits, rulePackets, ruleBytes                          *prometheus.Desc
 	devFailures, txNoDevice, tooBigSent, fragmented           *prometheus.Desc
@@ -54,7 +55,11 @@ func newCollector(sw *vswitch.Switch) *collector {
 		inserted:     d("flow_table_inserted_total", "Flows inserted in the unified flow table."),
 		expired:      d("flow_table_expired_total", "Flows that expired (idle or closed)."),
 		evicted:      d("flow_table_evictions_total", "Flows evicted to make room for new ones."),
-		refused:      d("flow_table_refused_total", "New flows refused because the table was full."),
+		refused:      d("flow_table_refused_total", "New flows refused because the table was full or their port held its share."),
+		portShare:    d("flow_table_port_share", "Flows one port may hold in the unified flow table."),
+		earlyDropped: d("flow_table_early_drops_total", "Unassured flows (half-open TCP, unanswered UDP) removed to make room for new ones."),
+		shareRefused: d("flow_table_share_refused_total", "New flows refused because their port held its share of the table."),
+		portFlows:    d("port_flows", "Flows in the unified flow table charged to the port (connections it originated, both directions).", "port"),
 		natInUse:     d("nat_pool_ports_in_use", "Ports (ICMP: echo identifiers) of the source NAT pool bound.", "address", "protocol"),
 		natPorts:     d("nat_pool_ports", "Ports (ICMP: echo identifiers) the source NAT pool can bind.", "address", "protocol"),
 		natExhausted: d("nat_pool_exhausted_total", "Bindings refused because every port of the pool was taken.", "address"),
@@ -74,6 +79,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.generation, c.packets, c.drops,
 		c.rxPackets, c.rxBytes, c.txPackets, c.txBytes, c.txErrors, c.portDrp,
 		c.flows, c.capacity, c.inserted, c.expired, c.evicted, c.refused,
+		c.portShare, c.earlyDropped, c.shareRefused, c.portFlows,
 		c.natInUse, c.natPorts, c.natExhausted,
 		c.ruleHits, c.rulePackets, c.ruleBytes,
 		c.devFailures, c.txNoDevice, c.tooBigSent, c.fragmented,
@@ -114,6 +120,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		for reason, n := range p.Drops {
 			counter(c.portDrp, n, p.Name, reason)
 		}
+		gauge(c.portFlows, p.Flows, p.Name)
 	}
 	ft := st.FlowTable
 	gauge(c.flows, ft.Flows)
@@ -122,6 +129,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.expired, ft.Expired)
 	counter(c.evicted, ft.Evicted)
 	counter(c.refused, ft.Refused)
+	gauge(c.portShare, ft.PortShare)
+	counter(c.earlyDropped, ft.EarlyDropped)
+	counter(c.shareRefused, ft.ShareRefused)
 	for _, p := range st.NATPools {
 		addr := p.Address.String()
 		for proto, u := range p.Protocols {

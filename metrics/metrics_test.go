@@ -213,6 +213,9 @@ func TestHandler(t *testing.T) {
 		{"ufp_drops_total", map[string]string{"reason": "nat-ports-exhausted"}, 0},
 		{"ufp_port_tx_packets_total", map[string]string{"port": "pod-b"}, 3},
 		{"ufp_flow_table_capacity", nil, float64(sw.Pipeline().FlowTable().Config().MaxFlows)},
+		{"ufp_flow_table_port_share", nil, float64(sw.Pipeline().FlowTable().Config().PortShare)},
+		{"ufp_flow_table_share_refused_total", nil, 0},
+		{"ufp_flow_table_early_drops_total", nil, 0},
 		{"ufp_nat_pool_ports_in_use", map[string]string{"address": "192.0.2.1", "protocol": "tcp"}, 0},
 		{"ufp_tx_no_device_total", nil, 0},
 	} {
@@ -222,6 +225,10 @@ func TestHandler(t *testing.T) {
 	}
 	if got, ok := value("ufp_flow_table_inserted_total", nil); !ok || got < 1 {
 		t.Errorf("ufp_flow_table_inserted_total = %v (present %v)", got, ok)
+	}
+	// The flows a port originated are charged to it: both directions.
+	if got, ok := value("ufp_port_flows", nil); !ok || got < 1 {
+		t.Errorf("ufp_port_flows = %v (present %v), want a port holding flows", got, ok)
 	}
 	for _, name := range []string{"go_goroutines", "process_cpu_seconds_total", "ufp_flow_table_flows",
 		"ufp_flow_table_evictions_total", "ufp_flow_table_expired_total", "ufp_flow_table_refused_total",

@@ -13,9 +13,12 @@ import (
 )
 
 func (f *FlowTableConfig) Compile() (dataplane.FlowTableConfig, error) {
-	d := dataplane.FlowTableConfig{MaxFlows: f.MaxFlows, Shards: f.Shards}
+	d := dataplane.FlowTableConfig{MaxFlows: f.MaxFlows, Shards: f.Shards, PortShare: f.MaxFlowsPerPort}
 	if d.MaxFlows == 0 {
 		d.MaxFlows = DefaultMaxFlows
+	}
+	if d.PortShare == 0 {
+		d.PortShare = max(d.MaxFlows/DefaultPortShareDivisor, 1)
 	}
 	var err error
 	if d.OnFull, err = f.OnFull.compile(); err != nil {
@@ -23,8 +26,9 @@ func (f *FlowTableConfig) Compile() (dataplane.FlowTableConfig, error) {
 	}
 	if t := f.Timeouts; t != nil {
 		d.Timeouts = dataplane.Timeouts{
-			TCPEstablished: time.Duration(t.TCPEstablished), TCPTransitory: time.Duration(t.TCPTransitory),
-			TCPTimeWait: time.Duration(t.TCPTimeWait), TCPClosed: time.Duration(t.TCPClosed),
+			TCPEstablished: time.Duration(t.TCPEstablished), TCPHalfOpen: time.Duration(t.TCPHalfOpen),
+			TCPTransitory: time.Duration(t.TCPTransitory),
+			TCPTimeWait:   time.Duration(t.TCPTimeWait), TCPClosed: time.Duration(t.TCPClosed),
 			UDP: time.Duration(t.UDP), UDPUnreplied: time.Duration(t.UDPUnreplied),
 			ICMP: time.Duration(t.ICMP), Other: time.Duration(t.Other),
 		}

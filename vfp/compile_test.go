@@ -168,3 +168,35 @@ func TestCompileRefusesValues(t *testing.T) {
 		})
 	}
 }
+
+// TestFlowTableShare: a port's share of the flow table defaults to a
+// fraction of its size; a policy sets it, or lifts it up to the whole table.
+func TestFlowTableShare(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		cfg       FlowTableConfig
+		wantShare int
+	}{
+		{name: "defaults", cfg: FlowTableConfig{}, wantShare: DefaultMaxFlows / DefaultPortShareDivisor},
+		{name: "fraction of maxFlows", cfg: FlowTableConfig{MaxFlows: 1000}, wantShare: 250},
+		{name: "tiny table", cfg: FlowTableConfig{MaxFlows: 2}, wantShare: 1},
+		{name: "set", cfg: FlowTableConfig{MaxFlows: 1000, MaxFlowsPerPort: 600}, wantShare: 600},
+		{name: "beyond the table", cfg: FlowTableConfig{MaxFlows: 1000, MaxFlowsPerPort: 5000}, wantShare: 1000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, err := tc.cfg.Compile()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.PortShare != tc.wantShare {
+				t.Errorf("PortShare = %d, want %d", d.PortShare, tc.wantShare)
+			}
+			if want := dataplane.DefaultTimeouts().TCPHalfOpen; d.Timeouts.TCPHalfOpen != want {
+				t.Errorf("TCPHalfOpen = %s, want the default %s", d.Timeouts.TCPHalfOpen, want)
+			}
+		})
+	}
+	if _, err := (&FlowTableConfig{MaxFlowsPerPort: -1}).Compile(); err == nil || !strings.Contains(err.Error(), "switch.flowTable.maxFlowsPerPort") {
+		t.Errorf("negative maxFlowsPerPort: %v", err)
+	}
+}

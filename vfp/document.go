@@ -86,15 +86,21 @@ type GatewayConfig struct {
 
 // FlowTableConfig bounds and ages the unified flow table.
 type FlowTableConfig struct {
-	MaxFlows int             `json:"maxFlows,omitempty"`
-	Shards   int             `json:"shards,omitempty"`
-	OnFull   OnFull          `json:"onFull,omitempty"` // "refuse-new" (default) or "evict-oldest"
-	Timeouts *TimeoutsConfig `json:"timeouts,omitempty"`
+	MaxFlows int    `json:"maxFlows,omitempty"`
+	Shards   int    `json:"shards,omitempty"`
+	OnFull   OnFull `json:"onFull,omitempty"` // "refuse-new" (default) or "evict-oldest"
+	// MaxFlowsPerPort bounds the flows charged to one port: a pod's vNIC,
+	// or the uplink for connections from outside (default: maxFlows /
+	// DefaultPortShareDivisor). Both directions of a connection are
+	// charged to the port of its origin.
+	MaxFlowsPerPort int             `json:"maxFlowsPerPort,omitempty"`
+	Timeouts        *TimeoutsConfig `json:"timeouts,omitempty"`
 }
 
 // TimeoutsConfig are idle timeouts as Go durations ("30s", "2h4m").
 type TimeoutsConfig struct {
 	TCPEstablished Duration `json:"tcpEstablished,omitempty"`
+	TCPHalfOpen    Duration `json:"tcpHalfOpen,omitempty"`
 	TCPTransitory  Duration `json:"tcpTransitory,omitempty"`
 	TCPTimeWait    Duration `json:"tcpTimeWait,omitempty"`
 	TCPClosed      Duration `json:"tcpClosed,omitempty"`
@@ -127,6 +133,11 @@ func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Durat
 
 // DefaultMaxFlows is the flow table bound when a policy sets none.
 const DefaultMaxFlows = 1 << 20
+
+// DefaultPortShareDivisor: a port holds at most this fraction of the flow
+// table when a policy sets no maxFlowsPerPort, so that at least this many
+// ports must flood together to fill it.
+const DefaultPortShareDivisor = 4
 
 // PortConfig is one switch port: a pod's vNIC or the uplink.
 type PortConfig struct {

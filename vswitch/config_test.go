@@ -21,8 +21,8 @@ const basePolicy = `{
     "name": "sw-test",
     "gateway": {"mac": "02:00:00:00:00:01", "ips": ["10.0.0.1", "fd00::1"]},
     "flowTable": {
-      "maxFlows": 1000, "shards": 4, "onFull": "evict-oldest",
-      "timeouts": {"udp": "30s", "tcpEstablished": "2h", "icmp": "1500ms"}
+      "maxFlows": 1000, "shards": 4, "onFull": "evict-oldest", "maxFlowsPerPort": 300,
+      "timeouts": {"udp": "30s", "tcpEstablished": "2h", "icmp": "1500ms", "tcpHalfOpen": "5s"}
     }
   },
   "ports": [
@@ -259,6 +259,8 @@ func TestParseConfigErrors(t *testing.T) {
 			want: "switch.flowTable.timeouts.other: want a duration string"},
 		{name: "negative maxFlows", edit: func(d doc) { at(d, "switch", "flowTable")["maxFlows"] = -1 },
 			want: "switch.flowTable.maxFlows: must be positive"},
+		{name: "negative maxFlowsPerPort", edit: func(d doc) { at(d, "switch", "flowTable")["maxFlowsPerPort"] = -1 },
+			want: "switch.flowTable.maxFlowsPerPort: must not be negative"},
 		{name: "shards not a power of two", edit: func(d doc) { at(d, "switch", "flowTable")["shards"] = 3 },
 			want: "switch.flowTable.shards: must be a power of two"},
 
@@ -373,7 +375,8 @@ func TestParseConfigRoundTrip(t *testing.T) {
 		t.Fatalf("compiled policy: %d ports, uplink %v, gateway %v", len(pol.ports), pol.uplink, pol.gwIPs)
 	}
 	if pol.ftable.MaxFlows != 1000 || pol.ftable.Shards != 4 || pol.ftable.OnFull != dataplane.EvictOldest ||
-		pol.ftable.Timeouts.UDP.String() != "30s" || pol.ftable.Timeouts.ICMP.String() != "1.5s" {
+		pol.ftable.Timeouts.UDP.String() != "30s" || pol.ftable.Timeouts.ICMP.String() != "1.5s" ||
+		pol.ftable.PortShare != 300 || pol.ftable.Timeouts.TCPHalfOpen.String() != "5s" {
 		t.Errorf("flow table config %+v", pol.ftable)
 	}
 	if web := pol.byName["pod-a"].Layers[0].Groups[0].Rules[0]; web.Match.String() != "dir=in src=10.0.0.0/24,10.0.1.5/32 proto=tcp dport=80,8000-8080" {

@@ -1188,7 +1188,7 @@ func TestNATRevalidation(t *testing.T) {
 func natTimeoutsDoc(t *testing.T) *Config {
 	t.Helper()
 	return mustParse(t, string(editJSON(t, natL2Doc, func(d doc) {
-		at(d, "switch")["flowTable"] = jsonValue(t, `{"timeouts": {"tcpEstablished": "100s", "tcpTransitory": "40s",
+		at(d, "switch")["flowTable"] = jsonValue(t, `{"timeouts": {"tcpEstablished": "100s", "tcpHalfOpen": "30s", "tcpTransitory": "40s",
 			"tcpTimeWait": "5s", "tcpClosed": "3s", "udp": "20s", "udpUnreplied": "10s", "icmp": "7s", "other": "50s"}}`)
 	})))
 }
@@ -1215,7 +1215,8 @@ func TestNATConntrackTimeouts(t *testing.T) {
 		{name: "UDP replied", proto: "udp", steps: []step{{at: 1}, {at: 2, reply: true}}, timeout: 20 * time.Second},
 		{name: "UDP replied, idle from the last packet", proto: "udp", steps: []step{{at: 1}, {at: 2, reply: true}, {at: 9}}, timeout: 20 * time.Second},
 		{name: "UDP over IPv6 unreplied", proto: "udp", src: "fd00:1::100", dst: "2001:db8::5", steps: []step{{at: 1}}, timeout: 10 * time.Second},
-		{name: "TCP SYN unanswered", proto: "tcp", steps: []step{{1, false, "S"}}, timeout: 40 * time.Second},
+		{name: "TCP SYN unanswered", proto: "tcp", steps: []step{{1, false, "S"}}, timeout: 30 * time.Second},
+		{name: "TCP SYN answered, never acknowledged", proto: "tcp", steps: []step{{1, false, "S"}, {2, true, "SA"}}, timeout: 30 * time.Second},
 		{name: "TCP established", proto: "tcp", steps: est, timeout: 100 * time.Second},
 		{name: "TCP FIN from the pod", proto: "tcp", steps: append(slices.Clone(est), step{4, false, "FA"}), timeout: 40 * time.Second},
 		{name: "TCP FIN both ways (time-wait)", proto: "tcp",
@@ -1268,7 +1269,7 @@ func TestNATConntrackTimeouts(t *testing.T) {
 		timeout time.Duration
 	}{
 		{name: "UDP", proto: "udp", class: nat.ClassUDP, timeout: 10 * time.Second},
-		{name: "TCP", proto: "tcp", class: nat.ClassTCP, timeout: 40 * time.Second},
+		{name: "TCP", proto: "tcp", class: nat.ClassTCP, timeout: 30 * time.Second}, // half-open
 		{name: "ICMP echo identifier", proto: "echo", class: nat.ClassICMP, timeout: 7 * time.Second},
 	}
 	for _, tt := range shared {

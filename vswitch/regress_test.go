@@ -60,7 +60,7 @@ func rgOut(t *testing.T, sw *Switch, p *dataplane.Packet, port, trace string) {
 }
 
 const rgDNAT = `{
-  "switch": {"gateway": {"mac": "02:00:00:00:00:01", "ips": ["10.0.0.1"]}, "flowTable": {"maxFlows": %d}},
+  "switch": {"gateway": {"mac": "02:00:00:00:00:01", "ips": ["10.0.0.1"]}, "flowTable": {"maxFlows": %d, "maxFlowsPerPort": 1048576}},
   "ports": [
     {"name": "pod-a", "mac": "02:00:00:00:00:0a", "ips": ["10.0.0.10"],
      "layers": [{"name": "lb", "groups": [{"name": "vip", "rules": [

@@ -31,15 +31,17 @@ func (s *Switch) Stats() inspect.Stats {
 		ICMPTooBigSent: c.TooBigSent,
 		Fragmented:     c.Fragmented,
 	}
+	ft := s.pl.FlowTable()
 	for _, p := range pol.ports {
 		pc := c.Port(p.ID)
 		st.Ports = append(st.Ports, inspect.PortStats{Name: p.Name, RxPackets: pc.RxPackets, RxBytes: pc.RxBytes,
-			TxPackets: pc.TxPackets, TxBytes: pc.TxBytes, TxErrors: pc.TxErrors, Drops: dropMap(&pc.Drops)})
+			TxPackets: pc.TxPackets, TxBytes: pc.TxBytes, TxErrors: pc.TxErrors, Drops: dropMap(&pc.Drops),
+			Flows: uint64(max(ft.PortFlows(p.ID), 0))})
 	}
-	ft := s.pl.FlowTable()
-	fs := ft.Stats()
-	st.FlowTable = inspect.FlowTableStats{Flows: uint64(max(fs.Flows, 0)), Capacity: uint64(max(ft.Config().MaxFlows, 0)),
-		Inserted: fs.Inserted, Expired: fs.Expired, Evicted: fs.Evicted, Refused: fs.Refused}
+	fs, fc := ft.Stats(), ft.Config()
+	st.FlowTable = inspect.FlowTableStats{Flows: uint64(max(fs.Flows, 0)), Capacity: uint64(max(fc.MaxFlows, 0)),
+		PortShare: uint64(max(fc.PortShare, 0)), Inserted: fs.Inserted, Expired: fs.Expired, Evicted: fs.Evicted,
+		EarlyDropped: fs.EarlyDropped, Refused: fs.Refused, ShareRefused: fs.ShareRefused}
 	pools := s.env.NAT.Stats()
 	st.NATPools = make([]inspect.NATPoolStats, 0, len(pools))
 	for _, ps := range pools {

@@ -52,7 +52,7 @@ func TestStatsServe(t *testing.T) {
 		st := sw.Stats()
 		pa, pb := portStats(t, st, "pod-a"), portStats(t, st, "pod-b")
 		wantA := inspect.PortStats{Name: "pod-a", RxPackets: sent + 1, RxBytes: sentBytes + uint64(len(blocked)),
-			Drops: map[string]uint64{"blocked-by-policy": 1}}
+			Drops: map[string]uint64{"blocked-by-policy": 1}, Flows: 2} // the DNS flow, the SYN's drop flow
 		if !reflect.DeepEqual(pa, wantA) {
 			t.Errorf("%s: pod-a %+v\nwant       %+v", when, pa, wantA)
 		}

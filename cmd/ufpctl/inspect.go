@@ -284,8 +284,8 @@ func (c *cli) counters(args []string) error {
 	k.add("packets", "%d fast path, %d slow path", st.FastPath, st.SlowPath)
 	k.list("drops", dropLines(st.Drops))
 	ft := st.FlowTable
-	k.add("flow table", "%d of %d flows; %d inserted, %d expired, %d evicted, %d refused",
-		ft.Flows, ft.Capacity, ft.Inserted, ft.Expired, ft.Evicted, ft.Refused)
+	k.add("flow table", "%d of %d flows (%d per port); %d inserted, %d expired, %d early-dropped, %d evicted, %d refused (%d over a port's share)",
+		ft.Flows, ft.Capacity, ft.PortShare, ft.Inserted, ft.Expired, ft.EarlyDropped, ft.Evicted, ft.Refused, ft.ShareRefused)
 	k.add("devices", "%d failed, %d frames sent to a port with no device", st.DeviceFailures, st.TxNoDevice)
 	k.add("over an MTU", "%d answered with ICMP fragmentation needed or packet too big, %d fragmented", st.ICMPTooBigSent, st.Fragmented)
 	if err := k.flush(); err != nil {
@@ -313,10 +313,10 @@ func (c *cli) counters(args []string) error {
 		}
 	}
 	fmt.Fprintln(c.stdout)
-	t := newTable(c.stdout, "PORT", "RX PACKETS", "RX BYTES", "TX PACKETS", "TX BYTES", "TX ERRORS", "DROPS")
+	t := newTable(c.stdout, "PORT", "RX PACKETS", "RX BYTES", "TX PACKETS", "TX BYTES", "TX ERRORS", "FLOWS", "DROPS")
 	for _, p := range st.Ports {
 		t.row(p.Name, fmt.Sprint(p.RxPackets), fmt.Sprint(p.RxBytes), fmt.Sprint(p.TxPackets), fmt.Sprint(p.TxBytes),
-			fmt.Sprint(p.TxErrors), strings.Join(dropLines(p.Drops), ", "))
+			fmt.Sprint(p.TxErrors), fmt.Sprint(p.Flows), strings.Join(dropLines(p.Drops), ", "))
 	}
 	return t.flush()
 }
