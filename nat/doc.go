@@ -57,7 +57,9 @@
 // When a class of a pool has no free port, [Pool.Bind] returns
 // [ErrExhausted], counts the event in [PoolStats.Exhausted] and logs a
 // warning, at most one line per pool every 10 seconds; the line reports
-// how many events it suppressed since the previous one.
+// how many events it suppressed since the previous one. Warnings go to the
+// table's logger (given to [NewTable], replaced by [Table.SetLogger]); a
+// table without one discards them, never falling back to slog's default.
 //
 // # Cost
 //

@@ -1,9 +1,11 @@
 package nat
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"slices"
 	"strings"
@@ -610,5 +612,34 @@ func TestReservationString(t *testing.T) {
 		if got := tt.r.String(); got != tt.want {
 			t.Errorf("%#v.String() = %q, want %q", tt.r, got, tt.want)
 		}
+	}
+}
+
+// TestSetLogger checks that a table's pools log to the logger set last,
+// pools made before it included, and that a table without one logs
+// nothing anywhere (not to slog's default).
+func TestSetLogger(t *testing.T) {
+	tbl, clk, first := testTable(t, PoolConfig{IP: addr(poolIP), Ports: PortRange{2000, 2000}})
+	p := tbl.Pool(addr(poolIP))
+	mustBind(t, p, tcp, "10.0.0.1:1")
+	var second bytes.Buffer
+	tbl.SetLogger(slog.New(slog.NewJSONHandler(&second, nil)))
+	if _, err := p.Bind(tcp, addrPort("10.0.0.2:1")); err != ErrExhausted {
+		t.Fatalf("Bind: %v, want ErrExhausted", err)
+	}
+	if first.Len() != 0 {
+		t.Errorf("the first logger got %q after SetLogger", first.String())
+	}
+	if !strings.Contains(second.String(), `"msg":"NAT pool exhausted"`) {
+		t.Errorf("the logger set last got %q, want the exhaustion warning in JSON", second.String())
+	}
+	tbl.SetLogger(nil)
+	clk.t = clk.t.Add(time.Hour)
+	n := second.Len()
+	if _, err := p.Bind(tcp, addrPort("10.0.0.2:1")); err != ErrExhausted {
+		t.Fatalf("Bind: %v, want ErrExhausted", err)
+	}
+	if second.Len() != n {
+		t.Errorf("after SetLogger(nil) the old logger got %q", second.String()[n:])
 	}
 }

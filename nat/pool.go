@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ufp-dev/ufp/dataplane"
@@ -38,7 +39,7 @@ type bindKey struct {
 // by a [Table]; all methods are safe for concurrent use.
 type Pool struct {
 	ip  netip.Addr
-	log *slog.Logger
+	log *atomic.Pointer[slog.Logger] // the table's
 	now func() time.Time
 
 	mu       sync.Mutex
@@ -54,7 +55,7 @@ type Pool struct {
 	suppressed uint64    // exhaustion events not logged since lastLog
 }
 
-func newPool(ip netip.Addr, log *slog.Logger, now func() time.Time) *Pool {
+func newPool(ip netip.Addr, log *atomic.Pointer[slog.Logger], now func() time.Time) *Pool {
 	p := &Pool{ip: ip, log: log, now: now, bindings: make(map[bindKey]*Binding)}
 	p.classes[ClassICMP].reset(0, 65535)
 	return p
@@ -136,7 +137,7 @@ func (p *Pool) Bind(proto uint8, internal netip.AddrPort) (*Binding, error) {
 		rng := PortRange{Lo: uint16(cl.lo), Hi: uint16(cl.hi)}
 		p.mu.Unlock()
 		if warn {
-			p.log.LogAttrs(context.Background(), slog.LevelWarn, "NAT pool exhausted",
+			p.log.Load().LogAttrs(context.Background(), slog.LevelWarn, "NAT pool exhausted",
 				slog.String("ip", p.ip.String()),
 				slog.String("proto", className(c)),
 				slog.String("range", rng.String()),
