@@ -61,6 +61,10 @@ const (
 	// does not own (the uplink is promiscuous and sees its segment's
 	// traffic between other stations).
 	DropNotForUs
+	// DropNATShareExceeded: a new connection whose source already holds
+	// its share of its source NAT pool's ports (per address and
+	// protocol). Not cached: the next packet tries again.
+	DropNATShareExceeded
 
 	numDropReasons
 )
@@ -104,6 +108,7 @@ var dropNames = [numDropReasons]string{
 	DropNATExhausted:         "nat-ports-exhausted",
 	DropNoBackend:            "lb-no-backends",
 	DropNotForUs:             "not-for-this-switch",
+	DropNATShareExceeded:     "nat-share-exceeded",
 }
 
 // NumDropReasons is the number of distinct drop reasons, for sizing arrays.

@@ -18,6 +18,9 @@ import (
 var (
 	// ErrExhausted: every port of the class is bound or reserved.
 	ErrExhausted = errors.New("nat: pool exhausted")
+	// ErrShareExceeded: the internal address holds its port share of
+	// the class already ([PoolConfig.PortShare]).
+	ErrShareExceeded = errors.New("nat: port share exceeded")
 	// ErrRetired: the pool was removed from the configuration.
 	ErrRetired = errors.New("nat: pool retired")
 	// ErrInvalid: the protocol or the internal endpoint cannot be bound
@@ -25,7 +28,8 @@ var (
 	ErrInvalid = errors.New("nat: invalid bind")
 )
 
-// logEvery is the least time between two exhaustion warnings of a pool.
+// logEvery is the least time between two warnings of a pool of one kind
+// (exhaustion, share exceeded).
 const logEvery = 10 * time.Second
 
 // bindKey identifies an internal endpoint within a pool: pointer-free.
@@ -47,16 +51,39 @@ type Pool struct {
 	retired  bool
 	bindings map[bindKey]*Binding
 	classes  [numClasses]class
+	// held counts the bindings of each internal address per class; an
+	// address holding none has no entry.
+	held      map[[16]byte][numClasses]int32
+	portShare int // as configured: 0 is the default
 
-	allocated, released, exhausted, doubleRelease uint64
+	allocated, released, exhausted, shareExceeded, doubleRelease uint64
 
-	logged     bool      // a warning was logged, at lastLog
-	lastLog    time.Time // when the last exhaustion warning was logged
-	suppressed uint64    // exhaustion events not logged since lastLog
+	exhaustedLog, shareLog limiter
+}
+
+// limiter lets one warning through per logEvery and counts the others.
+type limiter struct {
+	logged     bool      // a warning was logged, at last
+	last       time.Time // when the last warning was logged
+	suppressed uint64    // events not logged since last
+}
+
+// allow reports whether to log an event at now and how many events went
+// unlogged before it.
+func (l *limiter) allow(now time.Time) (bool, uint64) {
+	if l.logged && now.Sub(l.last) < logEvery {
+		l.suppressed++
+		return false, 0
+	}
+	l.logged, l.last = true, now
+	n := l.suppressed
+	l.suppressed = 0
+	return true, n
 }
 
 func newPool(ip netip.Addr, log *atomic.Pointer[slog.Logger], now func() time.Time) *Pool {
-	p := &Pool{ip: ip, log: log, now: now, bindings: make(map[bindKey]*Binding)}
+	p := &Pool{ip: ip, log: log, now: now, bindings: make(map[bindKey]*Binding),
+		held: make(map[[16]byte][numClasses]int32)}
 	p.classes[ClassICMP].reset(0, 65535)
 	return p
 }
@@ -66,6 +93,7 @@ func (p *Pool) configure(c PoolConfig) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.ports = c.Ports
+	p.portShare = c.PortShare
 	p.retired = false
 	tcp, udp := &p.classes[ClassTCP], &p.classes[ClassUDP]
 	tcp.blocked, udp.blocked = bitmap{}, bitmap{}
@@ -112,8 +140,10 @@ func (p *Pool) IP() netip.Addr { return p.ip }
 //
 // internal's address must be of the pool's family (ICMPv4 only on an IPv4
 // pool, ICMPv6 only on an IPv6 one), else the error wraps [ErrInvalid]. Bind
-// returns [ErrExhausted] when the class has no free port and [ErrRetired]
-// when the pool is retired; these two allocate nothing.
+// returns [ErrShareExceeded] when the internal address holds its port
+// share of the class already (a new binding only: an existing one is
+// always returned), [ErrExhausted] when the class has no free port and
+// [ErrRetired] when the pool is retired; these three allocate nothing.
 func (p *Pool) Bind(proto uint8, internal netip.AddrPort) (*Binding, error) {
 	c, key, err := p.bindKey(proto, internal)
 	if err != nil {
@@ -131,9 +161,25 @@ func (p *Pool) Bind(proto uint8, internal netip.AddrPort) (*Binding, error) {
 		return b, nil
 	}
 	cl := &p.classes[c]
+	held := p.held[key.addr]
+	if share := p.share(c); int(held[c]) >= share && cl.free[0]+cl.free[1] > 0 {
+		p.shareExceeded++
+		warn, suppressed := p.shareLog.allow(p.now())
+		p.mu.Unlock()
+		if warn {
+			p.log.Load().LogAttrs(context.Background(), slog.LevelWarn, "NAT port share exceeded",
+				slog.String("ip", p.ip.String()),
+				slog.String("proto", className(c)),
+				slog.String("internal", addr.WithZone("").String()),
+				slog.Int("share", share),
+				slog.Uint64("suppressed", suppressed))
+		}
+		return nil, ErrShareExceeded
+	}
 	port := cl.pick(int(internal.Port()), c != ClassICMP)
 	if port < 0 {
-		warn, suppressed := p.noteExhausted()
+		p.exhausted++
+		warn, suppressed := p.exhaustedLog.allow(p.now())
 		rng := PortRange{Lo: uint16(cl.lo), Hi: uint16(cl.hi)}
 		p.mu.Unlock()
 		if warn {
@@ -146,6 +192,8 @@ func (p *Pool) Bind(proto uint8, internal netip.AddrPort) (*Binding, error) {
 		return nil, ErrExhausted
 	}
 	cl.take(port)
+	held[c]++
+	p.held[key.addr] = held
 	b := &Binding{
 		pool:     p,
 		internal: netip.AddrPortFrom(addr.WithZone(""), internal.Port()),
@@ -176,6 +224,8 @@ func (p *Pool) Peek(proto uint8, internal netip.AddrPort) (netip.AddrPort, error
 		return netip.AddrPort{}, ErrRetired
 	case p.bindings[key] != nil:
 		return netip.AddrPortFrom(p.ip, p.bindings[key].external), nil
+	case int(p.held[key.addr][c]) >= p.share(c) && p.classes[c].free[0]+p.classes[c].free[1] > 0:
+		return netip.AddrPort{}, ErrShareExceeded
 	}
 	port, _ := p.classes[c].choose(int(internal.Port()), c != ClassICMP)
 	if port < 0 {
@@ -203,19 +253,13 @@ func (p *Pool) bindKey(proto uint8, internal netip.AddrPort) (int, bindKey, erro
 	return c, bindKey{addr: addr.As16(), port: internal.Port(), class: uint8(c)}, nil
 }
 
-// noteExhausted counts an exhaustion event and reports whether to log it
-// (at most once per logEvery) and how many events went unlogged before it.
-// p.mu is held.
-func (p *Pool) noteExhausted() (warn bool, suppressed uint64) {
-	p.exhausted++
-	now := p.now()
-	if p.logged && now.Sub(p.lastLog) < logEvery {
-		p.suppressed++
-		return false, 0
+// share returns the port share of class c: the most bindings of the class
+// one internal address may hold. p.mu is held.
+func (p *Pool) share(c int) int {
+	if p.portShare > 0 {
+		return p.portShare
 	}
-	p.logged, p.lastLog = true, now
-	suppressed, p.suppressed = p.suppressed, 0
-	return true, suppressed
+	return DefaultPortShare(p.classes[c].capacity)
 }
 
 // PoolStats is a snapshot of a pool's state and counters.
@@ -229,10 +273,16 @@ type PoolStats struct {
 	// Capacity is how many bindings the class can hold: the ports of the
 	// range that are not reserved.
 	Capacity [3]int
+	// PortShare is the most bindings of the class one internal address
+	// may hold: [PoolConfig.PortShare], or its default.
+	PortShare [3]int
+	// Endpoints is how many internal addresses hold a binding.
+	Endpoints int
 	// Allocated and Released count bindings made and removed; Exhausted
-	// counts Binds refused with ErrExhausted; DoubleRelease counts Releases
-	// of a binding already gone.
-	Allocated, Released, Exhausted, DoubleRelease uint64
+	// counts Binds refused with ErrExhausted and ShareExceeded those
+	// refused with ErrShareExceeded; DoubleRelease counts Releases of a
+	// binding already gone.
+	Allocated, Released, Exhausted, ShareExceeded, DoubleRelease uint64
 }
 
 // Stats returns a snapshot of the pool's state and counters.
@@ -246,11 +296,14 @@ func (p *Pool) Stats() PoolStats {
 		Allocated:     p.allocated,
 		Released:      p.released,
 		Exhausted:     p.exhausted,
+		ShareExceeded: p.shareExceeded,
 		DoubleRelease: p.doubleRelease,
+		Endpoints:     len(p.held),
 	}
 	for i := range p.classes {
 		s.InUse[i] = p.classes[i].inUse
 		s.Capacity[i] = p.classes[i].capacity
+		s.PortShare[i] = p.share(i)
 	}
 	return s
 }
@@ -307,6 +360,12 @@ func (b *Binding) Release() {
 		delete(p.bindings, b.key)
 		p.classes[b.key.class].put(int(b.external))
 		p.released++
+		held := p.held[b.key.addr]
+		if held[b.key.class]--; held == ([numClasses]int32{}) {
+			delete(p.held, b.key.addr)
+		} else {
+			p.held[b.key.addr] = held
+		}
 	}
 	p.mu.Unlock()
 }

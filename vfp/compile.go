@@ -301,7 +301,7 @@ func (s *SwitchConfig) CompilePools() ([]nat.PoolConfig, error) {
 			return nil, fmt.Errorf("%s.ip: %s is also the address of natPools[%d]", at, ip, j)
 		}
 		seen[ip] = i
-		cfg := nat.PoolConfig{IP: ip, Ports: pc.Ports}
+		cfg := nat.PoolConfig{IP: ip, Ports: pc.Ports, PortShare: pc.PortShare}
 		for j, r := range pc.Reserved {
 			if r.Proto != TCP && r.Proto != UDP {
 				return nil, fmt.Errorf("%s.reserved[%d]: %s is not tcp/PORT or udp/PORT", at, j, r)

@@ -42,6 +42,12 @@ type NATPoolConfig struct {
 	// Reserved are ports never handed out, "tcp/8080" or "udp/53":
 	// those of static port mappings.
 	Reserved []Reservation `json:"reserved,omitempty"`
+	// PortShare is the most ports of each protocol (ICMP: echo
+	// identifiers) one source address may hold at once, 1 to 65536
+	// (zero: an eighth of the protocol's ports, at least 64; see
+	// nat.DefaultPortShare). A new connection over it is dropped as
+	// nat-share-exceeded.
+	PortShare int `json:"portShare,omitempty"`
 }
 
 // GatewayConfig is the switch's own router identity.
