@@ -61,13 +61,30 @@
 // table's logger (given to [NewTable], replaced by [Table.SetLogger]); a
 // table without one discards them, never falling back to slog's default.
 //
+// # Port shares
+//
+// One internal address may hold at most its port share of each class of
+// a pool at once ([PoolConfig.PortShare]; by default [DefaultPortShare]:
+// an eighth of the class, at least 64 ports), so that one endpoint sending
+// to ever new destinations from ever new ports cannot take the whole pool
+// from the others. A Bind that would make a new binding over the share
+// returns [ErrShareExceeded] (the snat decision drops the packet as
+// nat-share-exceeded, uncached), counts it in [PoolStats.ShareExceeded]
+// and logs a warning, rate-limited as exhaustion warnings are. A binding
+// that exists is returned whatever the share (the same internal endpoint
+// to another destination takes no new port), and a released binding
+// returns its port to its address's share. When the class has no free
+// port at all, Bind reports [ErrExhausted] rather than the share. A share
+// lowered by Configure applies to new bindings only.
+//
 // # Cost
 //
 // Each class keeps a bitmap of its 65536 ports, scanned 64 ports at a time
 // with math/bits (and parity masks for step 2), plus counts of its free
 // ports by parity, so a search never runs when it cannot succeed. Bind and
 // Release allocate nothing in steady state apart from a new Binding and its
-// map entry.
+// map entry (and the entry counting an address's bindings, when it held
+// none).
 //
 // # Configuration
 //
