@@ -81,12 +81,77 @@ func (d CsumDelta) Add(e CsumDelta) CsumDelta {
 	return CsumDelta((s & 0xffff) + (s >> 16))
 }
 
-// Update applies d to the checksum field value hc (RFC 1624 eqn. 3).
+// Update applies d to the checksum field value hc (RFC 1624 eqn. 3) and
+// returns the value a full computation over the changed data gives,
+// whenever that data is not all zero: never 0xffff.
+//
+// Ones' complement arithmetic has two zeros, 0x0000 (+0) and 0xffff (-0).
+// The end-around-carry sum of 16-bit words is +0 only if every word is
+// zero, so the checksum a sender computes in full (the complement of that
+// sum) is 0xffff only for all-zero data, and 0x0000 wherever the sum is
+// -0 (RFC 1624 section 3; RFC 1071 section 2). A receiver verifies by
+// summing data and field and accepts -0 alone: for non-zero data both
+// 0x0000 and 0xffff verify when the data sums to -0, for all-zero data
+// only 0xffff does. Eqn. 3 as written yields 0xffff from an input of
+// 0xffff (-0 sent by a sender that complements its sum the other way)
+// and a change d of +0; Update returns 0x0000 there, the full
+// computation's value. What Update cannot see is whether the data is all
+// zero: only an ICMPv4 echo message (type 0, code 0, identifier,
+// sequence and payload zero) can be, since an IPv4 header has its version
+// and the TCP, UDP and ICMPv6 checksums cover a pseudo-header with the
+// protocol number. Callers that rewrite ICMPv4 check (icmpv4Zero), and a
+// UDP checksum of 0x0000 is sent as 0xffff (RFC 768).
 func (d CsumDelta) Update(hc uint16) uint16 {
 	s := uint32(^hc) + uint32(d)
 	s = (s & 0xffff) + (s >> 16)
-	s = (s & 0xffff) + (s >> 16)
+	s = (s & 0xffff) + (s >> 16) // a delta may hold 0x10000 (Word folds once)
+	// A sum of +0 here is -0 in the data (only all-zero data sums to
+	// +0, and that is the caller's case): the sum is 0xffff.
+	if s == 0 {
+		s = 0xffff
+	}
 	return ^uint16(s)
+}
+
+// sentForm returns v, the value Update gave for the L4 checksum of a
+// message msg of protocol proto, as a sender computing it in full sends
+// it: a UDP checksum of 0x0000 as 0xffff (RFC 768: zero means none), and
+// an ICMPv4 checksum of 0x0000 as 0xffff if the message is all zero
+// (icmpv4Zero). Where msg is not the whole message (cut, a fragment of
+// it: whole false), an ICMPv4 checksum of 0x0000 is sent as 0xffff too,
+// the one value of the two that verifies whatever the rest holds.
+func sentForm(v uint16, proto uint8, msg []byte, whole bool) uint16 {
+	if v != 0 {
+		return v
+	}
+	switch {
+	case proto == ProtoUDP:
+		return 0xffff
+	case proto == ProtoICMPv4 && (!whole || icmpv4Zero(msg)):
+		return 0xffff
+	}
+	return 0
+}
+
+// icmpv4Zero reports whether the ICMPv4 message msg is all zero but for
+// its checksum field: an echo reply whose identifier, sequence number and
+// data are zero, whose checksum computed in full is 0xffff.
+func icmpv4Zero(msg []byte) bool {
+	if len(msg) < ICMPLen || msg[icmpType]|msg[icmpCode] != 0 {
+		return false
+	}
+	b := msg[icmpCsum+2:]
+	for ; len(b) >= 8; b = b[8:] {
+		if binary.LittleEndian.Uint64(b) != 0 {
+			return false
+		}
+	}
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // UpdatePartial applies d to a partial checksum, the kind a packet carries when

@@ -33,7 +33,19 @@ const (
 	DropTruncatedUDP
 	DropBadUDPLength
 	DropTruncatedICMP
+	// DropBadVXLAN: a datagram to the VXLAN port too short for a VXLAN
+	// header, or an outer fragment (its inner frame is incomplete).
 	DropBadVXLAN
+	// DropBadVXLANHeader: a VXLAN header without the I flag, or with a
+	// reserved bit set (RFC 7348 says to ignore them; Linux's vxlan
+	// driver drops such frames, and so does ufp).
+	DropBadVXLANHeader
+	// DropBadIPv4Checksum: the outer IPv4 header of a tunnelled packet
+	// does not verify.
+	DropBadIPv4Checksum
+	// DropBadUDPChecksum: the outer UDP checksum of a tunnelled packet
+	// does not verify, or is zero over IPv6 (RFC 6936's default).
+	DropBadUDPChecksum
 	DropNestedVXLAN
 	DropFrameTooLarge
 
@@ -65,6 +77,37 @@ const (
 	// its share of its source NAT pool's ports (per address and
 	// protocol). Not cached: the next packet tries again.
 	DropNATShareExceeded
+	// DropTunnelECN: a tunnelled packet marked congestion experienced
+	// outside whose inner IP packet is not ECN-capable (RFC 6040 4.2:
+	// the decapsulator must drop it).
+	DropTunnelECN
+	// DropICMPRateLimited: a packet over its output port's MTU that an
+	// ICMP error was due for, dropped unanswered because the worker's
+	// ICMP rate limit was reached (mtu.go).
+	DropICMPRateLimited
+	// Fragments (fragtrack.go). DropFragmentTimeout: a held later
+	// fragment whose first fragment did not come in time.
+	DropFragmentTimeout
+	// DropFragmentsHeldFull: a later fragment arrived before its first
+	// and the worker had no room left to hold it (by count or bytes).
+	DropFragmentsHeldFull
+	// DropFragmentTableFull: a fragment of a datagram the worker could
+	// not track (every entry of its fragment table in use).
+	DropFragmentTableFull
+	// DropFragmentOverlap: a fragment overlapping another of its
+	// datagram (RFC 5722; RFC 1858's attacks on the TCP header), and the
+	// datagram's other fragments.
+	DropFragmentOverlap
+	// DropFragmentInvalid: a fragment whose offset and length cannot be
+	// (past 65535 bytes, past its datagram's last fragment, empty, or
+	// not a multiple of 8 bytes where more follow), and the datagram's
+	// other fragments.
+	DropFragmentInvalid
+	// DropNATFiltered: a packet to a port a NAT mapping holds that the
+	// mapping does not take: its pool's filtering refuses the sender, or
+	// it opens no connection (RFC 4787 section 5, RFC 5382 REQ-4: dropped
+	// silently).
+	DropNATFiltered
 
 	numDropReasons
 )
@@ -89,6 +132,9 @@ var dropNames = [numDropReasons]string{
 	DropBadUDPLength:         "bad-udp-length",
 	DropTruncatedICMP:        "truncated-icmp",
 	DropBadVXLAN:             "bad-vxlan",
+	DropBadVXLANHeader:       "bad-vxlan-header",
+	DropBadIPv4Checksum:      "bad-ipv4-checksum",
+	DropBadUDPChecksum:       "bad-udp-checksum",
 	DropNestedVXLAN:          "nested-vxlan",
 	DropFrameTooLarge:        "frame-too-large",
 	DropUnsupportedEtherType: "unsupported-ethertype",
@@ -109,6 +155,14 @@ var dropNames = [numDropReasons]string{
 	DropNoBackend:            "lb-no-backends",
 	DropNotForUs:             "not-for-this-switch",
 	DropNATShareExceeded:     "nat-share-exceeded",
+	DropTunnelECN:            "tunnel-ce-not-ect",
+	DropICMPRateLimited:      "icmp-rate-limited",
+	DropFragmentTimeout:      "fragment-timeout",
+	DropFragmentsHeldFull:    "fragments-held-full",
+	DropFragmentTableFull:    "fragment-table-full",
+	DropFragmentOverlap:      "fragment-overlap",
+	DropFragmentInvalid:      "fragment-invalid",
+	DropNATFiltered:          "nat-filtered",
 }
 
 // NumDropReasons is the number of distinct drop reasons, for sizing arrays.

@@ -169,10 +169,10 @@ func (g *groHead) finish() {
 // groSegment reports whether p is a TCP segment coalescing can take: an
 // untagged Ethernet frame, IPv4 without options and unfragmented or IPv6
 // without extension headers, TCP with only ACK (and PSH) set and a
-// payload. It returns the frame's headers, its TCP header length and its
-// payload length.
+// payload, not marked for fragmentation. It returns the frame's headers,
+// its TCP header length and its payload length.
 func groSegment(p *Packet) (h Headers, tcpLen, payload int, ok bool) {
-	if p.Offload.GSOType != GSONone {
+	if p.Offload.GSOType != GSONone || p.Frag.MTU != 0 {
 		return h, 0, 0, false
 	}
 	b := p.Bytes()

@@ -20,13 +20,16 @@ import "encoding/binary"
 // both header sets are made per segment. A GSO type of UDP fragmentation
 // (GSOUDP, UFO) is not segmented: such a frame is refused.
 
-// Segmenter splits super-frames into segments in buffers it keeps from
-// call to call, so that segmenting allocates nothing once its buffers are
-// large and many enough. Not safe for concurrent use.
+// Segmenter splits super-frames into segments, and packets marked for
+// fragmentation into fragments (fragment.go), in buffers it keeps from call
+// to call, so that it allocates nothing once its buffers are large and many
+// enough. Not safe for concurrent use.
 type Segmenter struct {
 	segs []*Packet
 	one  [1]*Packet
 	pr   Parsed
+	// later is the header of the fragments after the first.
+	later [60]byte
 }
 
 // tcpCwr is the TCP flag Congestion Window Reduced (RFC 3168), which only
@@ -54,12 +57,17 @@ func GSOPlain(p *Packet) bool {
 
 // Segment returns the frames the super-frame p stands for, in the
 // Segmenter's buffers (valid until the next call), each with its headers
-// complete and its checksums computed (no offload metadata left). A frame
-// that is not a super-frame is returned alone, as it is. It reports false
-// if p's offload metadata does not describe its frame (the header length
-// is not where a TCP or UDP header ends, a segment size of zero) or the
-// GSO type is UFO.
+// complete and its checksums computed (no offload metadata left); or the
+// fragments of a packet marked for fragmentation (Packet.Frag, see
+// fragment.go). A frame that is neither is returned alone, as it is. It
+// reports false if p's offload metadata does not describe its frame (the
+// header length is not where a TCP or UDP header ends, a segment size of
+// zero), the GSO type is UFO, or p's mark does not describe a packet that
+// can be fragmented.
 func (s *Segmenter) Segment(p *Packet) ([]*Packet, bool) {
+	if p.Frag.MTU != 0 {
+		return s.fragment(p)
+	}
 	o := p.Offload
 	if o.GSOType == GSONone {
 		s.one[0] = p

@@ -415,4 +415,11 @@ type VXLAN []byte
 const vxlanFlagI = 0x08
 
 func (v VXLAN) ValidFlag() bool { return v[0]&vxlanFlagI != 0 }
-func (v VXLAN) VNI() uint32     { return uint32(v[4])<<16 | uint32(v[5])<<8 | uint32(v[6]) }
+
+// Valid reports whether the header has the I flag and no other bit of
+// its flags and reserved fields set: what Linux's vxlan driver accepts
+// when no extension (GBP, GPE, remote checksum offload) is configured.
+func (v VXLAN) Valid() bool {
+	return binary.BigEndian.Uint32(v) == uint32(vxlanFlagI)<<24 && v[7] == 0
+}
+func (v VXLAN) VNI() uint32 { return uint32(v[4])<<16 | uint32(v[5])<<8 | uint32(v[6]) }

@@ -244,7 +244,8 @@ func (t Transposition) String() string {
 type Action struct {
 	Out  PortID
 	Drop DropReason
-	// MTU is the largest IP packet Out takes, 0 for no limit.
+	// MTU is the largest IP packet Out takes, 0 for no limit (mtu.go
+	// says what happens to a larger one).
 	MTU uint16
 	HT  Transposition
 	Gen uint64
@@ -399,6 +400,9 @@ func (a *Action) apply(p *Packet, b []byte, pr *Parsed, hash uint32) DropReason 
 		if !pr.Encap {
 			return DropTransposition
 		}
+		if r := decapECN(b, pr); r != NotDropped {
+			return r
+		}
 		// Drop the outer headers and any Ethernet padding behind the
 		// outer IP packet.
 		p.truncate(int(pr.TunnelEnd))
@@ -454,26 +458,6 @@ func (a *Action) segmentLen(p *Packet, pr *Parsed) int {
 		from = pr.Outer.L3
 	}
 	return int(h.L4-from) + l4 + int(o.GSOSize)
-}
-
-// tooBig reports whether the frame p, transposed by a, carries an IP
-// packet larger than a.MTU; seg is segmentLen's answer from before the
-// transposition (a GSO super-frame is measured by its segments).
-func (a *Action) tooBig(p *Packet, pr *Parsed, seg int) bool {
-	if seg > 0 {
-		return seg > int(a.MTU)
-	}
-	l2 := EthernetLen
-	if a.HT.Push == nil {
-		h := pr.Tenant()
-		if pr.Encap && a.HT.Outer != OuterPop {
-			h = &pr.Outer // forwarded still encapsulated
-		}
-		if h.Flags&FlagVLAN != 0 {
-			l2 += VLANLen
-		}
-	}
-	return p.Len()-l2 > int(a.MTU)
 }
 
 // shift moves the offload offsets by n bytes (a push or a pop).
@@ -605,10 +589,7 @@ func (a *Action) modify(b []byte, h *Headers, base int32, off *Offload, track bo
 		}
 		return frame
 	}
-	v := pseudo.Add(l4).Update(old)
-	if v == 0 && h.Proto == ProtoUDP {
-		v = 0xffff // RFC 768: a computed zero is sent as all ones
-	}
+	v := sentForm(pseudo.Add(l4).Update(old), h.Proto, seg[:h.End-h.L4], h.Flags&FlagFragment == 0)
 	binary.BigEndian.PutUint16(field, v)
 	if track {
 		frame = frame.Add(l4).Word(old, v)

@@ -265,7 +265,10 @@ func htReference(t testing.TB, frame []byte, ht *Transposition) []byte {
 	if ht.Set&FieldDstMAC != 0 {
 		copy(eth[ethDst:ethDst+6], ht.DstMAC[:])
 	}
-	if h.IPVersion != 0 {
+	// A modify of MACs alone leaves the IP and L4 checksums as they came
+	// (valid, possibly as the other zero); any other rewrite writes them
+	// as a full computation does.
+	if h.IPVersion != 0 && ht.Set&(FieldSrcIP|FieldDstIP|FieldSrcPort|FieldDstPort) != 0 {
 		l3 := b[h.L3:]
 		if h.IPVersion == 4 {
 			if ht.Set&FieldSrcIP != 0 && ht.SrcIP.Is4() {
@@ -308,6 +311,13 @@ func htReference(t testing.TB, frame []byte, ht *Transposition) []byte {
 				}
 			}
 			htFixL4(b, h)
+			if h.Proto == ProtoICMPv4 && h.Flags&FlagFragment != 0 && ICMP(l4).Checksum() == 0 {
+				// A first fragment: the checksum covers the whole
+				// message, whose rest this packet does not hold.
+				// Of the two zeros, 0xffff verifies whatever the
+				// rest is (sentForm).
+				binary.BigEndian.PutUint16(l4[icmpCsum:], 0xffff)
+			}
 		}
 	}
 	if pr.Encap {
@@ -914,6 +924,8 @@ func TestApplyNoAllocs(t *testing.T) {
 		{name: "push-v4", frame: tcp4, ht: Transposition{Push: htOuter4}},
 		{name: "push-v6-csum", frame: tcp4, ht: Transposition{Set: htSNAT4.Set, SrcMAC: htMACC, DstMAC: htMACD, SrcIP: htSNAT4.SrcIP, SrcPort: 1, Push: htOuter6}},
 		{name: "modify-encapsulated", frame: enc, ht: htAll4},
+		{name: "modify-icmp-echo-of-zeros", frame: ceFrame(t, false, ProtoICMPv4, ceICMP(ICMPv4EchoReply, 0xbeef, 56, 0), false, false),
+			ht: Transposition{Set: FieldSrcIP | FieldSrcPort, SrcIP: htSNAT4.SrcIP}},
 		{name: "pop-modify-push", frame: enc, ht: Transposition{Outer: OuterPop, Set: FieldDstIP, DstIP: htAll4.DstIP, Push: htOuter4}},
 	} {
 		a := htAction(t, tc.ht)
@@ -1070,9 +1082,15 @@ func TestApplyModifyProperty(t *testing.T) {
 	}
 }
 
-// FuzzApplyModify applies a modify HT to an arbitrary frame whose checksums
-// were first made valid, and compares with full recomputation.
+// FuzzApplyModify applies a modify HT (addresses, ports, ICMP echo
+// identifier, MACs) to an arbitrary frame whose checksums were first made
+// valid, and compares with full recomputation. With alt, a checksum that
+// computes to 0x0000 arrives as 0xffff, the other zero, which receivers
+// accept too: the result must still be what a full computation gives.
+// The seeds include data of all zeros (an ICMPv4 echo reply of zeros,
+// whose only valid checksum is 0xffff) and of all ones.
 func FuzzApplyModify(f *testing.F) {
+	seed := []byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
 	for _, fr := range []htFrame{
 		{proto: ProtoTCP, payload: 10},
 		{proto: ProtoUDP, options: true, payload: 3},
@@ -1080,11 +1098,29 @@ func FuzzApplyModify(f *testing.F) {
 		{v6: true, proto: ProtoICMPv6, payload: 5},
 		{proto: ProtoICMPv4, payload: 5},
 		{proto: ProtoUDP, laterFragment: true, payload: 16},
+		{proto: ProtoUDP, udpZeroCsum: true, payload: 7},
 	} {
-		f.Add(fr.build(f), uint8(0x3f), []byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, uint16(1), uint16(0xffff))
+		f.Add(fr.build(f), uint8(0x3f), seed, uint16(1), uint16(0xffff), false)
 	}
-	f.Add(htOuterFrame(f, htFrame{proto: ProtoTCP}.build(f), true, false, 1), uint8(0x3f), []byte{0xff, 0xff}, uint16(0), uint16(0))
-	f.Fuzz(func(t *testing.T, frame []byte, set uint8, addr []byte, sport, dport uint16) {
+	f.Add(htOuterFrame(f, htFrame{proto: ProtoTCP}.build(f), true, false, 1), uint8(0x3f), []byte{0xff, 0xff}, uint16(0), uint16(0), false)
+	for _, fr := range [][]byte{
+		ceFrame(f, false, ProtoICMPv4, ceICMP(ICMPv4EchoReply, 0, 56, 0), false, false),
+		ceFrame(f, false, ProtoICMPv4, ceICMP(ICMPv4EchoReply, 0xbeef, 56, 0), false, false),
+		ceFrame(f, false, ProtoICMPv4, ceICMP(ICMPv4EchoReply, 0xffff, 56, 0xff), false, false),
+		ceFrame(f, false, ProtoICMPv4, ceICMP(ICMPv4EchoReply, 0xbeef, 56, 0), false, true),
+		ceFrame(f, true, ProtoICMPv6, ceICMP(ICMPv6EchoReply, 0, 56, 0), false, false),
+		ceFrame(f, false, ProtoTCP, ceL4(ProtoTCP, 0, 0, 64, 0), false, false),
+		ceFrame(f, false, ProtoTCP, ceL4(ProtoTCP, 0xffff, 0xffff, 64, 0xff), false, false),
+		ceFrame(f, false, ProtoUDP, ceL4(ProtoUDP, 0, 0, 64, 0), false, false),
+		ceFrame(f, false, ProtoUDP, ceL4(ProtoUDP, 0xffff, 0xffff, 64, 0xff), false, false),
+		ceFrame(f, true, ProtoUDP, ceL4(ProtoUDP, 0xffff, 0xffff, 64, 0xff), false, false),
+		ceFrame(f, true, ProtoUDP, ceL4(ProtoUDP, 5000, 53, 8, 0), true, false),
+	} {
+		f.Add(fr, uint8(0x3c), make([]byte, 32), uint16(0), uint16(0), false)
+		f.Add(fr, uint8(0x3c), bytes.Repeat([]byte{0xff}, 32), uint16(0xffff), uint16(0xffff), true)
+		f.Add(htOuterFrame(f, fr, false, false, 7), uint8(0x3f), make([]byte, 32), uint16(0), uint16(0), true)
+	}
+	f.Fuzz(func(t *testing.T, frame []byte, set uint8, addr []byte, sport, dport uint16, alt bool) {
 		var pr Parsed
 		if pr.Decode(frame) != NotDropped {
 			return
@@ -1097,6 +1133,9 @@ func FuzzApplyModify(f *testing.F) {
 				htFixIPv4(frame[h.L3:])
 			}
 			htFixL4(frame, h)
+			if alt {
+				htOtherZero(frame, h)
+			}
 			if !pr.Encap {
 				break
 			}
@@ -1107,6 +1146,9 @@ func FuzzApplyModify(f *testing.F) {
 		ht := Transposition{Set: Fields(set) & 0x3f, SrcMAC: MAC(a[:6]), DstMAC: MAC(a[6:12]), SrcPort: sport, DstPort: dport}
 		if h.IPVersion == 6 {
 			ht.SrcIP, ht.DstIP = netip.AddrFrom16([16]byte(a[:16])), netip.AddrFrom16([16]byte(a[16:]))
+			if ht.SrcIP.Is4In6() || ht.DstIP.Is4In6() {
+				return // NewAction refuses them: no policy writes one
+			}
 		} else {
 			ht.SrcIP, ht.DstIP = netip.AddrFrom4([4]byte(a[:4])), netip.AddrFrom4([4]byte(a[4:8]))
 		}
@@ -1121,12 +1163,44 @@ func FuzzApplyModify(f *testing.F) {
 	})
 }
 
+// htOtherZero writes 0xffff, the other ones' complement zero, for any
+// checksum of h's IPv4 header or L4 header (TCP, ICMP) that is 0x0000:
+// the same sum, which receivers accept as well.
+func htOtherZero(b []byte, h *Headers) {
+	if h.IPVersion == 4 && IPv4(b[h.L3:]).Checksum() == 0 {
+		IPv4(b[h.L3:]).SetChecksum(0xffff)
+	}
+	if h.Flags&FlagL4 == 0 {
+		return
+	}
+	var f int32
+	switch h.Proto {
+	case ProtoTCP:
+		f = h.L4 + tcpCsum
+	case ProtoICMPv4, ProtoICMPv6:
+		f = h.L4 + icmpCsum
+	default:
+		return // UDP: zero is no checksum
+	}
+	if binary.BigEndian.Uint16(b[f:]) == 0 {
+		binary.BigEndian.PutUint16(b[f:], 0xffff)
+	}
+}
+
 // FuzzPushPop pushes an outer header set onto an arbitrary frame, checks
 // the outer headers and pops them again: the frame comes back unchanged.
 func FuzzPushPop(f *testing.F) {
 	f.Add(htFrame{proto: ProtoTCP, payload: 10}.build(f), true, false, uint32(4096), uint32(1))
 	f.Add(htFrame{v6: true, proto: ProtoUDP, payload: 1}.build(f), false, false, uint32(1), uint32(0xffffffff))
 	f.Add([]byte{1, 2, 3}, false, true, uint32(0), uint32(0))
+	// Inner frames of all zeros and all ones: the outer UDP checksum
+	// over IPv6 must still be what a full computation sends.
+	for _, n := range []int{14, 64, 1400} {
+		f.Add(make([]byte, n), false, false, uint32(0), uint32(0))
+		f.Add(bytes.Repeat([]byte{0xff}, n), false, false, uint32(0xffffff), uint32(0xffffffff))
+		f.Add(bytes.Repeat([]byte{0xff}, n), true, false, uint32(0xffffff), uint32(0xffffffff))
+	}
+	f.Add(ceFrame(f, false, ProtoICMPv4, ceICMP(ICMPv4EchoReply, 0, 56, 0), false, false), false, false, uint32(0), uint32(0))
 	f.Fuzz(func(t *testing.T, inner []byte, v4, zeroCsum bool, vni, hash uint32) {
 		o := &Outer{SrcMAC: htMACC, DstMAC: htMACD, Src: netip.MustParseAddr("2001:db8::1"), Dst: netip.MustParseAddr("2001:db8::2"),
 			VNI: vni & 0xffffff, ZeroUDPChecksum: zeroCsum}
@@ -1165,6 +1239,11 @@ func FuzzPushPop(f *testing.F) {
 			seg := b[o4.L4:o4.End]
 			if s := htSum(seg, htPseudo(b[o4.L3+ipv6Src:o4.L3+ipv6Src+16], b[o4.L3+ipv6Dst:o4.L3+ipv6Dst+16], ProtoUDP, len(seg))); s != 0xffff {
 				t.Fatalf("outer UDP checksum invalid (sum %#04x)", s)
+			}
+			want := bytes.Clone(b)
+			htFixL4(want, o4)
+			if got, w := UDP(b[o4.L4:]).Checksum(), UDP(want[o4.L4:]).Checksum(); got != w {
+				t.Fatalf("outer UDP checksum %#04x, a full computation sends %#04x", got, w)
 			}
 		}
 		if epr.VNI != o.VNI || UDP(b[o4.L4:]).SrcPort() != EntropyPort(hash) || int(o4.End) != len(b) {

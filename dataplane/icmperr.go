@@ -292,7 +292,7 @@ func RewriteQuote(b []byte, h *Headers, q *Quote, r *QuoteRewrite, partial bool)
 		}
 		msg = pseudo
 		if pseudo != 0 {
-			msg = updateQuoteChecksum(l3[ipv4Csum:], pseudo, false, msg)
+			msg = updateQuoteChecksum(l3[ipv4Csum:], pseudo.Update(IPv4(l3).Checksum()), msg)
 		}
 	} else {
 		if r.Set&FieldSrcIP != 0 && r.SrcIP.Is6() {
@@ -304,18 +304,19 @@ func RewriteQuote(b []byte, h *Headers, q *Quote, r *QuoteRewrite, partial bool)
 		msg = pseudo
 	}
 	if q.L4 != 0 {
-		msg = rewriteQuoteL4(b[q.L4:], q, r, pseudo, msg)
+		msg = rewriteQuoteL4(b, q, r, pseudo, msg)
 	}
 	if !partial && msg != 0 {
 		msg.UpdateChecksumField(b[h.L4+icmpCsum:])
 	}
 }
 
-// rewriteQuoteL4 rewrites the quoted L4 header seg (at least 8 bytes, up to
-// the end of the quote) and its checksum if the quote holds it. pseudo is
-// the change of the quoted addresses; it returns msg with the changes to
-// seg added.
-func rewriteQuoteL4(seg []byte, q *Quote, r *QuoteRewrite, pseudo, msg CsumDelta) CsumDelta {
+// rewriteQuoteL4 rewrites the quoted L4 header (at least 8 bytes, up to
+// the end of the quote b) and its checksum if the quote holds it. pseudo
+// is the change of the quoted addresses; it returns msg with the changes
+// to the L4 header added.
+func rewriteQuoteL4(b []byte, q *Quote, r *QuoteRewrite, pseudo, msg CsumDelta) CsumDelta {
+	seg := b[q.L4:]
 	var l4 CsumDelta
 	csum := -1
 	switch q.Proto {
@@ -354,21 +355,39 @@ func rewriteQuoteL4(seg []byte, q *Quote, r *QuoteRewrite, pseudo, msg CsumDelta
 		return msg
 	}
 	msg = msg.Add(l4)
-	if d := pseudo.Add(l4); csum >= 0 && d != 0 {
-		msg = updateQuoteChecksum(seg[csum:], d, q.Proto == ProtoUDP, msg)
+	if csum < 0 {
+		return msg
 	}
-	return msg
+	// Even a change of zero (0xffff to 0x0000 and back) is applied: the
+	// ICMPv4 echo of all zeros has only one valid checksum.
+	d := pseudo.Add(l4)
+	f := seg[csum:]
+	quoted, whole := q.message(b)
+	return updateQuoteChecksum(f, sentForm(d.Update(binary.BigEndian.Uint16(f)), q.Proto, quoted, whole), msg)
 }
 
-// updateQuoteChecksum applies d to the checksum field at f[0:2] and returns
-// msg with the field's own change added. udp maps a result of zero to all
-// ones (RFC 768: zero means no checksum).
-func updateQuoteChecksum(f []byte, d CsumDelta, udp bool, msg CsumDelta) CsumDelta {
-	old := binary.BigEndian.Uint16(f)
-	v := d.Update(old)
-	if v == 0 && udp {
-		v = 0xffff
+// message returns the quoted L4 message in the quote b (from q.L4 to the
+// end of the quote, cut to the quoted packet's length), and whether that
+// is the whole message: the quote holds all of an IPv4 packet that is not
+// a fragment. Only a quoted ICMPv4 echo needs to know: its checksum is
+// 0xffff when it is all zero (sentForm).
+func (q *Quote) message(b []byte) ([]byte, bool) {
+	seg := b[q.L4:]
+	if q.IPVersion != 4 {
+		return seg, false
 	}
+	ip := IPv4(b[q.L3:])
+	n := int(ip.TotalLen()) - int(q.L4-q.L3)
+	if ip.FragField()&(ipv4FlagMF|ipv4OffsetMask) != 0 || n < 0 || n > len(seg) {
+		return seg, false
+	}
+	return seg[:n], true
+}
+
+// updateQuoteChecksum writes v to the checksum field at f[0:2] and returns
+// msg with the field's change added.
+func updateQuoteChecksum(f []byte, v uint16, msg CsumDelta) CsumDelta {
+	old := binary.BigEndian.Uint16(f)
 	binary.BigEndian.PutUint16(f, v)
 	return msg.Word(old, v)
 }

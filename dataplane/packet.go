@@ -49,6 +49,11 @@ const (
 	PathNone Path = iota // not processed (or dropped before the flow lookup)
 	PathFast             // hit in the unified flow table
 	PathSlow             // missed and went through the layers
+	// PathHeld: a later IP fragment that arrived before its first
+	// fragment. The worker keeps a copy and forwards it (Worker.Released)
+	// or drops it when the first arrives; the packet itself is neither
+	// sent nor dropped (OutPort NoPort, Drop NotDropped).
+	PathHeld
 )
 
 func (p Path) String() string {
@@ -57,6 +62,8 @@ func (p Path) String() string {
 		return "fast"
 	case PathSlow:
 		return "slow"
+	case PathHeld:
+		return "held"
 	}
 	return "none"
 }
@@ -80,9 +87,14 @@ type Packet struct {
 	Drop    DropReason
 	Path    Path
 	// Rejected: the packet was dropped for this reason and rewritten
-	// into the answer to its sender (a TCP reset, an ICMP unreachable),
-	// which leaves by OutPort.
+	// into the answer to its sender (a TCP reset, an ICMP unreachable,
+	// an ICMP fragmentation needed or packet too big), which leaves by
+	// OutPort.
 	Rejected DropReason
+	// Frag, when its MTU is set, asks the egress to send the frame as
+	// IPv4 fragments (Segmenter.Segment): the pipeline sets it on a
+	// packet larger than its output port's MTU that may be fragmented.
+	Frag Fragmentation
 }
 
 // NewPacket returns a packet with a buffer of size bytes (Headroom included)
@@ -99,7 +111,7 @@ func NewPacket(size int) *Packet {
 // frame before calling SetLen.
 func (p *Packet) Reset() []byte {
 	p.off, p.n = Headroom, 0
-	p.Offload = Offload{}
+	p.Offload, p.Frag = Offload{}, Fragmentation{}
 	p.InPort, p.OutPort, p.Drop, p.Path, p.Rejected = NoPort, NoPort, NotDropped, PathNone, NotDropped
 	return p.buf[Headroom:]
 }

@@ -112,7 +112,9 @@ const MaxFrameLen = 65535 + EthernetLen + VLANLen + MaxOuterLen
 // The inner frame of a VXLAN packet ends where the outer UDP length says.
 // The first fragment of a datagram to the VXLAN port is dropped
 // (DropBadVXLAN): its inner frame is incomplete and Decode does not
-// reassemble.
+// reassemble. The VXLAN header must have the I flag and no other flag or
+// reserved bit set (DropBadVXLANHeader), as Linux's vxlan driver requires
+// without extensions; the checksums that cover it are CheckTunnel's.
 func (p *Parsed) Decode(b []byte) DropReason {
 	p.Encap = false
 	p.VNI, p.TunnelEnd = 0, 0
@@ -144,8 +146,8 @@ func (p *Parsed) Decode(b []byte) DropReason {
 		return DropBadVXLAN
 	}
 	vx := VXLAN(b[v:])
-	if !vx.ValidFlag() {
-		return DropBadVXLAN
+	if !vx.Valid() {
+		return DropBadVXLANHeader
 	}
 	p.VNI = vx.VNI()
 	p.TunnelEnd = int32(end)
@@ -400,7 +402,7 @@ func (p *Parsed) decodeCommon(b []byte) bool {
 		return false
 	}
 	vx := VXLAN(b[v : v+VXLANLen])
-	if !vx.ValidFlag() || !decodeIPv4L4(b[:end], int32(v+VXLANLen), &p.Inner) {
+	if !vx.Valid() || !decodeIPv4L4(b[:end], int32(v+VXLANLen), &p.Inner) {
 		return false
 	}
 	if in := &p.Inner; in.Proto == ProtoUDP && in.DstPort == port {

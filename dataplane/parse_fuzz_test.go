@@ -87,7 +87,7 @@ func checkParsed(t *testing.T, b []byte, p *Parsed) {
 		if in.Proto == ProtoUDP && in.Flags&FlagL4 != 0 && in.DstPort == port {
 			t.Fatal("nested VXLAN accepted")
 		}
-		if p.VNI != VXLAN(b[o.L4+UDPLen:]).VNI() || !VXLAN(b[o.L4+UDPLen:]).ValidFlag() {
+		if vx := VXLAN(b[o.L4+UDPLen:]); p.VNI != vx.VNI() || !vx.ValidFlag() || vx[0] != 0x08 || vx[1]|vx[2]|vx[3]|vx[7] != 0 {
 			t.Fatalf("VNI = %d, header %x", p.VNI, b[o.L4+UDPLen:o.L4+UDPLen+VXLANLen])
 		}
 		if p.Tenant() != in {
@@ -420,9 +420,10 @@ func compareFrame(t *testing.T, which string, b []byte, h *Headers, f *gpFrame) 
 // accepts is one of the checks Decode makes and gopacket does not.
 func stricterThanGopacket(b []byte, p *Parsed, r DropReason, frames []*gpFrame) bool {
 	switch r {
-	case DropNestedVXLAN, DropBadVXLAN, DropTooManyExtHeaders, DropFrameTooLarge:
-		// gopacket does not check the VXLAN I flag, decodes VXLAN in
-		// VXLAN, and has no limit on extension headers.
+	case DropNestedVXLAN, DropBadVXLAN, DropBadVXLANHeader, DropTooManyExtHeaders, DropFrameTooLarge:
+		// gopacket checks neither the VXLAN I flag nor the reserved
+		// bits, decodes VXLAN in VXLAN, and has no limit on extension
+		// headers.
 		return true
 	case DropBadIPv6ExtHeader:
 		// gopacket accepts hop-by-hop options anywhere in the chain.

@@ -328,6 +328,13 @@ func decodeCases() []decodeCase {
 		oip.Flags = layers.IPv4MoreFragments
 		return build(ethL(macC, macD, layers.EthernetTypeIPv4), oip, raw(full[34:34+48]))
 	}
+	// vxlanHeader is frameVXLAN4 with the VXLAN header's bytes but the
+	// VNI's first (0) replaced: flags, reserved, VNI's low two, reserved.
+	vxlanHeader := func(flags, r1, r2, r3, vni1, vni2, r7 byte) []byte {
+		b := frameVXLAN4(VXLANPort, 0, nil)
+		copy(b[42:50], []byte{flags, r1, r2, r3, 0, vni1, vni2, r7})
+		return b
+	}
 	vxlanUDPLen := func(n uint16) []byte {
 		b := frameVXLAN4(VXLANPort, 5001, nil)
 		binary.BigEndian.PutUint16(b[34+udpLength:], n)
@@ -474,7 +481,17 @@ func decodeCases() []decodeCase {
 		{name: "vxlan-udp-length-excludes-inner-padding", frame: vxlanUDPLen(UDPLen + VXLANLen + 54),
 			outer: vxlanOuter, inner: vxlanInner, encap: true, vni: 5001},
 		{name: "vxlan-nested", frame: vxlanNested(), want: DropNestedVXLAN},
-		{name: "vxlan-bad-flag", frame: frameVXLAN4(VXLANPort, 5001, &layers.VXLAN{VNI: 5001}), want: DropBadVXLAN},
+		// The header as Linux's vxlan driver wants it without extensions:
+		// the I flag, every other flag and reserved bit clear.
+		{name: "vxlan-bad-flag", frame: frameVXLAN4(VXLANPort, 5001, &layers.VXLAN{VNI: 5001}), want: DropBadVXLANHeader},
+		{name: "vxlan-reserved-flag", frame: vxlanHeader(0x0c, 0, 0, 0, 0x13, 0x89, 0), want: DropBadVXLANHeader},
+		{name: "vxlan-gbp-flag", frame: vxlanHeader(0x88, 0, 0, 0, 0x13, 0x89, 0), want: DropBadVXLANHeader},
+		{name: "vxlan-reserved-byte-1", frame: vxlanHeader(0x08, 0x01, 0, 0, 0x13, 0x89, 0), want: DropBadVXLANHeader},
+		{name: "vxlan-reserved-byte-3", frame: vxlanHeader(0x08, 0, 0, 0x80, 0x13, 0x89, 0), want: DropBadVXLANHeader},
+		{name: "vxlan-reserved-byte-7", frame: vxlanHeader(0x08, 0, 0, 0, 0x13, 0x89, 0x01), want: DropBadVXLANHeader},
+		{name: "vxlan-all-ones", frame: vxlanHeader(0xff, 0xff, 0xff, 0xff, 0x13, 0x89, 0xff), want: DropBadVXLANHeader},
+		{name: "vxlan-clean-header", frame: vxlanHeader(0x08, 0, 0, 0, 0x13, 0x89, 0),
+			outer: vxlanOuter, inner: vxlanInner, encap: true, vni: 5001},
 		{name: "vxlan-short", frame: vxlanRaw([]byte{8, 0, 0, 0}), want: DropBadVXLAN},
 		{name: "vxlan-inner-truncated", frame: vxlanRaw(slices.Concat([]byte{8, 0, 0, 0, 0, 0, 1, 0}, zeros(10))),
 			want: DropTruncatedEthernet},
@@ -1285,11 +1302,12 @@ func TestParseInlining(t *testing.T) {
 		"IPv4.Checksum", "IPv4.SrcBytes", "IPv4.DstBytes", "IPv4.Src", "IPv4.Dst", "IPv4.SetChecksum",
 		"IPv6.Version", "IPv6.PayloadLen", "IPv6.NextHeader", "IPv6.HopLimit", "IPv6.SrcBytes", "IPv6.DstBytes",
 		"IPv6.Src", "IPv6.Dst", "IPv6.SetPayloadLen",
+		"IPv6Fragment.NextHeader", "IPv6Fragment.Offset", "IPv6Fragment.More", "IPv6Fragment.ID",
 		"UDP.SrcPort", "UDP.DstPort", "UDP.Length", "UDP.Checksum",
 		"TCP.SrcPort", "TCP.DstPort", "TCP.HeaderLen", "TCP.Flags", "TCP.Checksum",
 		"ICMP.Type", "ICMP.Code", "ICMP.Checksum", "ICMP.ID",
 		"ARP.Op", "ARP.SenderMAC", "ARP.SenderIP", "ARP.TargetMAC", "ARP.TargetIP", "ARP.valid", "ARP.MakeReply",
-		"VXLAN.ValidFlag", "VXLAN.VNI",
+		"VXLAN.ValidFlag", "VXLAN.Valid", "VXLAN.VNI",
 		"(*Parsed).Tenant", "isEcho", "FlowKey.Reverse",
 	}
 	for _, f := range want {

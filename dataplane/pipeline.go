@@ -76,7 +76,8 @@ type Decision struct {
 	Meter Meter
 	// MTU is the largest IP packet the output port takes (0: no limit);
 	// ReplyMTU is the input port's, for the reply direction of a
-	// stateful decision. Larger packets are dropped (DropMTUExceeded).
+	// stateful decision. Larger packets are fragmented or answered
+	// (mtu.go).
 	MTU, ReplyMTU uint16
 	// Own: HT writes a value of the connection's own, a source port its
 	// NAT binding (or its load balancer) gave it. The pipeline keeps such
@@ -95,8 +96,19 @@ type Decision struct {
 // PipelineConfig configures a Pipeline.
 type PipelineConfig struct {
 	FlowTable FlowTableConfig
+	// Fragments bounds each worker's tracking of fragmented datagrams
+	// (fragtrack.go); the zero value takes the defaults.
+	Fragments FragmentConfig
 	// VXLANPort is the UDP port decoded as VXLAN; 0 means 4789.
 	VXLANPort uint16
+	// VXLANZeroChecksum6 accepts VXLAN over IPv6 with a zero UDP
+	// checksum (RFC 6935); by default it is dropped (CheckTunnel).
+	VXLANZeroChecksum6 bool
+	// ICMPRate and ICMPBurst bound the ICMP errors each worker sends
+	// about packets over an MTU (mtu.go): a token bucket of ICMPBurst
+	// errors refilled at ICMPRate a second. Zero means DefaultICMPRate
+	// and DefaultICMPBurst; a negative ICMPRate, no limit.
+	ICMPRate, ICMPBurst int
 }
 
 // Pipeline runs packets through the unified flow table and, on a miss, the
@@ -111,6 +123,11 @@ type Pipeline struct {
 	slow      SlowPath
 	uft       *FlowTable
 	vxlanPort uint16
+	zero6     bool // VXLANZeroChecksum6
+	// errSrc is slow as an ErrorSourcer, nil if it is not one.
+	errSrc              ErrorSourcer
+	icmpRate, icmpBurst int
+	frag                FragmentConfig
 
 	// Drops reads the drops by reason, summed over the workers, and
 	// counts drops outside them (DropTotals.Add).
@@ -147,11 +164,17 @@ const maxInterned = 1 << 16
 
 // NewPipeline returns a pipeline over slow path s.
 func NewPipeline(cfg PipelineConfig, s SlowPath) (*Pipeline, error) {
+	frag, err := cfg.Fragments.withDefaults()
+	if err != nil {
+		return nil, err
+	}
 	uft, err := NewFlowTable(cfg.FlowTable)
 	if err != nil {
 		return nil, err
 	}
-	pl := &Pipeline{slow: s, uft: uft, vxlanPort: cfg.VXLANPort, actions: make(map[actionKey]*Action)}
+	pl := &Pipeline{slow: s, uft: uft, vxlanPort: cfg.VXLANPort, frag: frag, zero6: cfg.VXLANZeroChecksum6, actions: make(map[actionKey]*Action),
+		icmpRate: cfg.ICMPRate, icmpBurst: cfg.ICMPBurst}
+	pl.errSrc, _ = s.(ErrorSourcer)
 	pl.Drops.pl = pl
 	return pl, nil
 }
@@ -335,6 +358,8 @@ type Worker struct {
 	// Flow is the flow the last packet used (nil if none), for tracing.
 	Flow  *Flow
 	quote Quote
+	// icmp rate-limits the ICMP errors the worker sends (mtu.go).
+	icmp tokenBucket
 
 	// ctr are the worker's counters, published to the pipeline's
 	// readers; ports is the worker's own view of ctr.ports. A run of
@@ -346,6 +371,10 @@ type Worker struct {
 	rxPort  PortID
 	rxPkts  uint64
 	rxBytes uint64
+
+	// frags tracks fragmented datagrams (fragtrack.go); nil until the
+	// worker sees its first fragment.
+	frags *fragTable
 }
 
 // emcSize is the number of entries of a worker's exact-match cache (a power
@@ -354,7 +383,7 @@ const emcSize = 8192
 
 // NewWorker returns a worker of pl.
 func (pl *Pipeline) NewWorker() *Worker {
-	w := &Worker{pl: pl, emc: new([emcSize]*Flow)}
+	w := &Worker{pl: pl, emc: new([emcSize]*Flow), icmp: newTokenBucket(pl.icmpRate, pl.icmpBurst)}
 	w.parsed.VXLANPort = pl.vxlanPort
 	pl.register(w)
 	return w
@@ -362,12 +391,19 @@ func (pl *Pipeline) NewWorker() *Worker {
 
 // Process runs a batch of packets, each arrived on its InPort, at time now
 // (nanoseconds on the caller's clock). On return every packet has OutPort
-// set, or Drop set and OutPort == NoPort. Each packet is counted as
-// received on its InPort, at the length it arrived with. A packet the
-// slow path does not admit (SlowPath.Admit) is dropped before anything
-// else looks at it, on neither path.
+// set, or Drop set and OutPort == NoPort, but for a later IP fragment that
+// came before its first fragment: it is held (Path PathHeld, neither sent
+// nor dropped; the worker keeps a copy), and comes out of a later batch's
+// Released. Each packet is counted as received on its InPort, at the
+// length it arrived with. A packet the slow path does not admit
+// (SlowPath.Admit) is dropped before anything else looks at it, on neither
+// path.
 func (w *Worker) Process(pkts []*Packet, now int64) {
 	gen := w.pl.slow.Generation()
+	w.icmp.refill(now)
+	if w.frags != nil {
+		w.fragBatch(now)
+	}
 	for _, p := range pkts {
 		w.countRx(p.InPort, p.Len())
 		w.process(p, gen, now)
@@ -403,7 +439,7 @@ func (w *Worker) countDrop(in PortID, r DropReason) {
 // the flow table) and applies its action (the fast path), or hands p to
 // the slow path.
 func (w *Worker) process(p *Packet, gen uint64, now int64) {
-	p.OutPort, p.Drop, p.Path, p.Rejected = NoPort, NotDropped, PathNone, NotDropped
+	p.OutPort, p.Drop, p.Path, p.Rejected, p.Frag = NoPort, NotDropped, PathNone, NotDropped, Fragmentation{}
 	w.Flow = nil
 	if r := w.pl.slow.Admit(p, w.Trace); r != NotDropped {
 		w.drop(p, r) // on no path: neither fast nor slow
@@ -415,12 +451,13 @@ func (w *Worker) process(p *Packet, gen uint64, now int64) {
 	// nothing for it) is decoded by decodeCommon where it can.
 	if len(b) < EthernetLen || binary.BigEndian.Uint16(b[ethType:]) != EtherTypeIPv4 || !pr.decodeCommon(b) {
 		if r := pr.Decode(b); r != NotDropped && !w.decodePlain(p) {
+			w.fragRefused(p, pr, r, now) // a first fragment's later ones go too
 			w.drop(p, r)
 			return
 		}
 	}
-	if pr.Encap && !w.pl.slow.Decapsulates(p.InPort) {
-		pr.Encap = false
+	if pr.Encap && !w.tunnel(p, b, pr) {
+		return
 	}
 	h := pr.Tenant()
 	if h.IPVersion == 0 || isNeighborDiscovery(h) {
@@ -431,6 +468,15 @@ func (w *Worker) process(p *Packet, gen uint64, now int64) {
 			w.drop(p, p.Drop)
 		}
 		return
+	}
+	// A fragment: a later one follows its first fragment (or waits for
+	// it); a first one leaves its verdict for them (frag, fragDecided).
+	frag := int32(-1)
+	if h.Flags&FlagFragment != 0 {
+		var done bool
+		if frag, done = w.fragment(p, b, pr, now); done {
+			return
+		}
 	}
 	// ICMP errors are never cached: each may belong to another
 	// connection, and is translated as that connection's replies are
@@ -462,6 +508,9 @@ func (w *Worker) process(p *Packet, gen uint64, now int64) {
 			p.Path = PathFast
 			w.Flow = f
 			w.fast++
+			if frag >= 0 {
+				w.fragDecided(frag, p, a, hash, now)
+			}
 			return
 		}
 	}
@@ -475,6 +524,25 @@ func (w *Worker) process(p *Packet, gen uint64, now int64) {
 		sp.outerSrc, sp.outerDst = outer.Src, outer.Dst
 	}
 	w.slowPath(&sp)
+	if frag >= 0 {
+		w.fragDecided(frag, p, sp.applied, sp.appliedHash, now)
+	}
+}
+
+// tunnel takes the VXLAN packet p (frame b, decoded into pr) as plain UDP
+// on a port that does not terminate tunnels (pr.Encap cleared), and on
+// one that does checks its outer headers (CheckTunnel) before anything
+// reads the inner frame. It reports false if it dropped p.
+func (w *Worker) tunnel(p *Packet, b []byte, pr *Parsed) bool {
+	if !w.pl.slow.Decapsulates(p.InPort) {
+		pr.Encap = false
+		return true
+	}
+	if r := CheckTunnel(b, pr, &p.Offload, w.pl.zero6); r != NotDropped {
+		w.drop(p, r)
+		return false
+	}
+	return true
 }
 
 // decodePlain decodes p, which failed to decode, again without VXLAN
@@ -544,8 +612,11 @@ func isNeighborDiscovery(h *Headers) bool {
 	return t >= 133 && t <= 137
 }
 
-func (w *Worker) apply(p *Packet, pr *Parsed, a *Action, hash uint32) {
-	w.applyTo(p, p.Bytes(), pr, a, hash)
+// apply applies action a to the slow path's packet sp.p, with flow hash
+// hash, and records it in sp.
+func (w *Worker) apply(sp *slowPacket, a *Action, hash uint32) {
+	sp.applied, sp.appliedHash = a, hash
+	w.applyTo(sp.p, sp.p.Bytes(), &w.parsed, a, hash)
 }
 
 // applyTo is apply where b is p's frame, p.Bytes().
@@ -554,20 +625,21 @@ func (w *Worker) applyTo(p *Packet, b []byte, pr *Parsed, a *Action, hash uint32
 		w.drop(p, a.Drop)
 		return
 	}
-	seg := 0
-	if a.MTU != 0 && p.Offload.GSOType != GSONone {
-		seg = a.segmentLen(p, pr)
+	// Measured before the transposition, which a packet too large is
+	// answered without (mtu.go).
+	var c MTUCheck
+	if a.MTU != 0 && (p.Offload.GSOType != GSONone || a.mayExceed(len(b))) {
+		if c = a.checkMTU(p, b, pr); c.Verdict >= MTUAnswer {
+			w.overMTU(p, pr, a, &c)
+			return
+		}
 	}
 	if r := a.apply(p, b, pr, hash); r != NotDropped {
 		w.drop(p, r)
 		return
 	}
-	if a.MTU != 0 && a.tooBig(p, pr, seg) {
-		if w.Trace.On() {
-			w.Trace.Addf("packet larger than the output port's MTU of %d bytes", a.MTU)
-		}
-		w.drop(p, DropMTUExceeded)
-		return
+	if c.Verdict == MTUFragment {
+		w.fragmentAt(p, &c)
 	}
 	p.OutPort = a.Out
 }
@@ -604,6 +676,11 @@ type slowPacket struct {
 	// any: its state (backend, NAT mapping) holds for the packet as for
 	// the connection's own packets.
 	held *Conn
+	// applied is the action the slow path applied to the packet, with
+	// the flow hash it applied it with (apply); nil if none: what a
+	// first fragment's later fragments follow.
+	applied     *Action
+	appliedHash uint32
 }
 
 // slowPath handles a packet the fast path could not. An ICMP error related
@@ -718,7 +795,7 @@ func (w *Worker) commit(sp *slowPacket, d *Decision) *Conn {
 		return sp.held
 	}
 	if d.NoCache || sp.alone || sp.icmpErr {
-		w.apply(p, pr, a, sp.hash)
+		w.apply(sp, a, sp.hash)
 		return sp.held
 	}
 	return w.install(sp, d, a)
@@ -751,7 +828,7 @@ func (w *Worker) install(sp *slowPacket, d *Decision, a *Action) *Conn {
 		return c
 	}
 	n := p.Len()
-	w.apply(p, pr, a, sp.hash)
+	w.apply(sp, a, sp.hash)
 	f.Account(n, pr.Tenant().TCPFlags, sp.now)
 	return c
 }
@@ -922,7 +999,7 @@ func (w *Worker) revalidate(sp *slowPacket, f *Flow, c *Conn) bool {
 	}
 	w.Flow = f
 	n := p.Len()
-	w.apply(p, &w.parsed, f.action.Load(), sp.hash)
+	w.apply(sp, f.action.Load(), sp.hash)
 	f.Account(n, w.parsed.Tenant().TCPFlags, sp.now)
 	return true
 }
@@ -1062,7 +1139,7 @@ func (w *Worker) related(sp *slowPacket) bool {
 	if w.Trace.On() {
 		w.Trace.Addf("  quote rewritten to %s -> %s, error %s", q.SrcAddr(), q.DstAddr(), ht)
 	}
-	w.apply(p, pr, oa, f.hash)
+	w.apply(sp, oa, f.hash)
 	return true
 }
 

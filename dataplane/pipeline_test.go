@@ -802,8 +802,8 @@ func TestPipelineVXLANPortOnVNIC(t *testing.T) {
 	f.dstPort = VXLANPort
 	frame := f.build(t) // the payload is not a VXLAN header (I flag clear)
 	var pr Parsed
-	if r := pr.Decode(frame); r != DropBadVXLAN {
-		t.Fatalf("fixture decodes to %s, want %s", r, DropBadVXLAN)
+	if r := pr.Decode(frame); r != DropBadVXLANHeader {
+		t.Fatalf("fixture decodes to %s, want %s", r, DropBadVXLANHeader)
 	}
 	want := f
 	want.dstMAC, want.dst = plServerMAC, plServer4
@@ -822,7 +822,7 @@ func TestPipelineVXLANPortOnVNIC(t *testing.T) {
 	// Where VXLAN is decapsulated, the same datagram is a bad VXLAN packet.
 	s.decaps = true
 	p := plRun(t, w, frame, plClientPort, plNow)
-	plCheckVerdict(t, p, PathNone, NoPort, DropBadVXLAN)
+	plCheckVerdict(t, p, PathNone, NoPort, DropBadVXLANHeader)
 }
 
 // plBenchFrames are the fast path benchmark's packet kinds.

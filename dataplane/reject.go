@@ -119,54 +119,72 @@ func Reject(p *Packet, pr *Parsed) bool {
 // rejectDue reports whether the plain frame b, which h describes, gets an
 // answer, checking on the way that h's offsets fit b.
 func rejectDue(b []byte, h *Headers) bool {
+	if h.Eth != 0 || h.Flags&FlagFragment != 0 || answerRefused(b, h) != "" {
+		return false
+	}
+	if h.Proto == ProtoTCP {
+		l3, l4, end := int(h.L3), int(h.L4), int(h.End)
+		if h.Flags&FlagL4 == 0 || l4 < l3+rejectIPLen(h) || end-l4 < TCPMinLen ||
+			TCP(b[l4:end]).HeaderLen() > end-l4 || h.TCPFlags&TCPRst != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// answerRefused returns why the packet h describes in frame b (its
+// Ethernet header at h.Eth) gets no ICMP error, checking on the way that
+// h's offsets fit b; "" if it may get one. No error is sent about a
+// fragment other than the first, a frame to a multicast or broadcast MAC or
+// from a multicast one, a packet to or from an address that is
+// unspecified, multicast, loopback or the limited broadcast, an ICMP error
+// (RFC 1812 4.3.2.7, RFC 4443 2.4(e)), an ICMPv4 source quench or redirect,
+// or an ICMPv6 router or neighbour discovery message. The reasons are
+// constants, for traces.
+func answerRefused(b []byte, h *Headers) string {
 	l3, end := int(h.L3), int(h.End)
 	l2 := EthernetLen
 	if h.Flags&FlagVLAN != 0 {
 		l2 += VLANLen
 	}
-	if h.Eth != 0 || l3 != l2 || end > len(b) || h.Flags&FlagFragment != 0 {
-		return false
+	if h.Eth < 0 || l3 != int(h.Eth)+l2 || end > len(b) {
+		return "headers it does not describe"
 	}
-	eth := Ethernet(b)
+	if h.Flags&FlagLaterFragment != 0 {
+		return "a fragment other than the first"
+	}
+	eth := Ethernet(b[h.Eth:])
 	if eth.Dst().IsMulticast() || eth.Src().IsMulticast() {
-		return false
+		return "a multicast or broadcast frame"
 	}
 	switch h.IPVersion {
 	case 4:
 		if end-l3 < IPv4MinLen {
-			return false
+			return "a truncated IP header"
 		}
 	case 6:
 		if end-l3 < IPv6Len {
-			return false
+			return "a truncated IP header"
 		}
 	default:
-		return false
+		return "a packet that is not IP"
 	}
 	if !rejectAddrOK(h.SrcAddr()) || !rejectAddrOK(h.DstAddr()) {
-		return false
+		return "a packet from or to an address that is not unicast"
 	}
-	switch h.Proto {
-	case ProtoTCP:
-		l4 := int(h.L4)
-		if h.Flags&FlagL4 == 0 || l4 < l3+rejectIPLen(h) || end-l4 < TCPMinLen ||
-			TCP(b[l4:end]).HeaderLen() > end-l4 || h.TCPFlags&TCPRst != 0 {
-			return false
-		}
-	case ProtoICMPv4, ProtoICMPv6:
-		if h.Flags&FlagL4 == 0 {
-			return true // of the other IP version: not parsed, not ours to judge
-		}
-		t := uint8(h.DstPort >> 8)
-		if IsICMPError(h) {
-			return false
-		}
-		if h.IPVersion == 4 {
-			return t != icmpv4SourceQuench && t != icmpv4Redirect
-		}
-		return t >= icmpv6FirstInfo && (t < icmpv6RouterSolicit || t > icmpv6Redirect)
+	if h.Proto != ProtoICMPv4 && h.Proto != ProtoICMPv6 || h.Flags&FlagL4 == 0 {
+		return "" // ICMP of the other IP version: not parsed, not ours to judge
 	}
-	return true
+	t := uint8(h.DstPort >> 8)
+	switch {
+	case IsICMPError(h):
+		return "an ICMP error"
+	case h.IPVersion == 4 && (t == icmpv4SourceQuench || t == icmpv4Redirect):
+		return "an ICMP error"
+	case h.IPVersion == 6 && (t < icmpv6FirstInfo || t >= icmpv6RouterSolicit && t <= icmpv6Redirect):
+		return "an ICMPv6 error or neighbour discovery message"
+	}
+	return ""
 }
 
 // rejectAddrOK reports whether a may be an address of an answer: a unicast
@@ -209,7 +227,7 @@ func rejectTCP(p *Packet, b []byte, h *Headers) {
 	}
 
 	swapMACs(b)
-	n := rejectIP(b[l3:], h, ProtoTCP, TCPMinLen)
+	n := rejectIP(b[l3:], h, &h.Dst, ProtoTCP, TCPMinLen)
 	r := b[l3+n : l3+n+TCPMinLen]
 	binary.BigEndian.PutUint16(r[tcpSrcPort:], dport)
 	binary.BigEndian.PutUint16(r[tcpDstPort:], sport)
@@ -220,7 +238,7 @@ func rejectTCP(p *Packet, b []byte, h *Headers) {
 	binary.BigEndian.PutUint16(r[tcpWindow:], 0)
 	binary.BigEndian.PutUint16(r[tcpCsum:], 0)
 	binary.BigEndian.PutUint16(r[tcpUrgent:], 0)
-	acc := rejectPseudo(h, ProtoTCP, TCPMinLen)
+	acc := rejectPseudo(h, &h.Dst, ProtoTCP, TCPMinLen)
 	binary.BigEndian.PutUint16(r[tcpCsum:], Checksum(r, acc))
 	p.truncate(l3 + n + TCPMinLen)
 }
@@ -229,21 +247,48 @@ func rejectTCP(p *Packet, b []byte, h *Headers) {
 // ICMP destination unreachable that quotes it. It reports false, b
 // unchanged, if p's buffer cannot hold the error.
 func rejectICMP(p *Packet, b []byte, h *Headers) bool {
-	l3, end := int(h.L3), int(h.End)
-	hdr := rejectIPLen(h) + icmpErrorHdrLen
-	limit, typ, code := rejectMaxIPv4, uint8(ICMPv4DestUnreachable), uint8(ICMPv4CodeAdminProhibited)
-	proto := uint8(ProtoICMPv4)
+	m := icmpAnswer{limit: rejectMaxIPv4, typ: ICMPv4DestUnreachable, code: ICMPv4CodeAdminProhibited, src: &h.Dst}
 	if h.IPVersion == 6 {
-		limit, typ, code = rejectMaxIPv6, ICMPv6DestUnreachable, ICMPv6CodeAdminProhibited
-		proto = ProtoICMPv6
+		m.limit, m.typ, m.code = rejectMaxIPv6, ICMPv6DestUnreachable, ICMPv6CodeAdminProhibited
 	}
 	if h.Proto == ProtoUDP {
-		code = ICMPv4CodePortUnreachable
+		m.code = ICMPv4CodePortUnreachable
 		if h.IPVersion == 6 {
-			code = ICMPv6CodePortUnreachable
+			m.code = ICMPv6CodePortUnreachable
 		}
 	}
-	quote := min(end-l3, limit-hdr)
+	return answerICMP(p, b, h, &m)
+}
+
+// icmpAnswer is an ICMP error the switch answers a packet with.
+type icmpAnswer struct {
+	typ, code uint8
+	// word is the message's second word: unused (zero), or the next-hop
+	// MTU of a fragmentation needed (its low 16 bits) or a packet too big.
+	word uint32
+	// src is the error's source address (IPv4 in the first 4 bytes).
+	src *[16]byte
+	// limit is the largest the error's IP packet may be.
+	limit int
+}
+
+// answerICMP turns p, whose bytes are b and in which h describes the packet
+// to answer, into the ICMP error m that quotes it, sent back to its sender
+// from m.src: the bytes in front of h's IP header (a link-layer header, or
+// a tunnel's headers and the inner one) are kept, with the first Ethernet
+// header's MACs swapped. It reports false, b unchanged, if p's buffer
+// cannot hold the error.
+func answerICMP(p *Packet, b []byte, h *Headers, m *icmpAnswer) bool {
+	l3, end := int(h.L3), int(h.End)
+	hdr := rejectIPLen(h) + icmpErrorHdrLen
+	proto := uint8(ProtoICMPv4)
+	if h.IPVersion == 6 {
+		proto = ProtoICMPv6
+	}
+	quote := min(end-l3, m.limit-hdr)
+	if quote <= 0 {
+		return false
+	}
 	n := l3 + hdr + quote // the answer's frame length
 	front := p.HeadroomLen() >= hdr
 	if !front && p.HeadroomLen()+n > len(p.buf) {
@@ -251,8 +296,8 @@ func rejectICMP(p *Packet, b []byte, h *Headers) bool {
 	}
 	finishPartial(b, &p.Offload, end)
 	if front {
-		// Move the link-layer header in front of the new headers; the
-		// quote stays where it is.
+		// Move the headers in front of the IP header before the new
+		// ones; the quote stays where it is.
 		p.push(hdr)
 		p.truncate(n)
 		b = p.Bytes()
@@ -264,14 +309,15 @@ func rejectICMP(p *Packet, b []byte, h *Headers) bool {
 	}
 
 	swapMACs(b)
-	ipLen := rejectIP(b[l3:], h, proto, icmpErrorHdrLen+quote)
+	ipLen := rejectIP(b[l3:], h, m.src, proto, icmpErrorHdrLen+quote)
 	msg := b[l3+ipLen : n]
-	msg[icmpType] = typ
-	msg[icmpCode] = code
-	clear(msg[icmpCsum:icmpErrorHdrLen]) // checksum, then the unused word
+	msg[icmpType] = m.typ
+	msg[icmpCode] = m.code
+	clear(msg[icmpCsum : icmpCsum+2])
+	binary.BigEndian.PutUint32(msg[icmpCsum+2:], m.word)
 	var acc uint64
 	if proto == ProtoICMPv6 {
-		acc = rejectPseudo(h, ProtoICMPv6, len(msg))
+		acc = rejectPseudo(h, m.src, ProtoICMPv6, len(msg))
 	}
 	binary.BigEndian.PutUint16(msg[icmpCsum:], Checksum(msg, acc))
 	return true
@@ -293,9 +339,10 @@ func finishPartial(b []byte, o *Offload, end int) {
 	binary.BigEndian.PutUint16(b[field:], c)
 }
 
-// rejectIP writes at ip the header of an answer to the packet h describes,
-// carrying n bytes of protocol proto, and returns its length.
-func rejectIP(ip []byte, h *Headers, proto uint8, n int) int {
+// rejectIP writes at ip the header of an answer from src to the sender of
+// the packet h describes, carrying n bytes of protocol proto, and returns
+// its length.
+func rejectIP(ip []byte, h *Headers, src *[16]byte, proto uint8, n int) int {
 	if h.IPVersion == 4 {
 		ip = ip[:IPv4MinLen]
 		ip[ipv4VerIHL] = 4<<4 | IPv4MinLen/4
@@ -305,7 +352,7 @@ func rejectIP(ip []byte, h *Headers, proto uint8, n int) int {
 		binary.BigEndian.PutUint16(ip[ipv4FragOff:], ipv4FlagDF)
 		ip[ipv4TTL] = rejectHopLimit
 		ip[ipv4Proto] = proto
-		copy(ip[ipv4Src:ipv4Src+4], h.Dst[:4])
+		copy(ip[ipv4Src:ipv4Src+4], src[:4])
 		copy(ip[ipv4Dst:ipv4Dst+4], h.Src[:4])
 		IPv4(ip).SetChecksum(IPv4(ip).CalculateChecksum())
 		return IPv4MinLen
@@ -315,18 +362,18 @@ func rejectIP(ip []byte, h *Headers, proto uint8, n int) int {
 	IPv6(ip).SetPayloadLen(n)
 	ip[ipv6NextHeader] = proto
 	ip[ipv6HopLimit] = rejectHopLimit
-	copy(ip[ipv6Src:ipv6Src+16], h.Dst[:])
+	copy(ip[ipv6Src:ipv6Src+16], src[:])
 	copy(ip[ipv6Dst:ipv6Dst+16], h.Src[:])
 	return IPv6Len
 }
 
 // rejectPseudo returns the pseudo-header sum of an answer to the packet h
-// describes: n bytes of protocol proto from h's destination to its source.
-func rejectPseudo(h *Headers, proto uint8, n int) uint64 {
+// describes: n bytes of protocol proto from src to h's source.
+func rejectPseudo(h *Headers, src *[16]byte, proto uint8, n int) uint64 {
 	if h.IPVersion == 4 {
-		return PseudoHeaderSum(h.Dst[:4], h.Src[:4], proto, n)
+		return PseudoHeaderSum(src[:4], h.Src[:4], proto, n)
 	}
-	return PseudoHeaderSum(h.Dst[:], h.Src[:], proto, n)
+	return PseudoHeaderSum(src[:], h.Src[:], proto, n)
 }
 
 // swapMACs exchanges the source and destination of the Ethernet header at

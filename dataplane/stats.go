@@ -58,6 +58,10 @@ type Counters struct {
 	// Ports holds the counters of each port, indexed by PortID; a port
 	// beyond its end has counted nothing.
 	Ports []PortCounters
+	// TooBigSent counts the ICMP fragmentation needed and ICMPv6 packet
+	// too big errors sent about packets over an MTU; Fragmented the
+	// packets marked to leave as IPv4 fragments (mtu.go).
+	TooBigSent, Fragmented uint64
 }
 
 // Port returns the counters of port id (zero if it counted nothing).
@@ -79,6 +83,8 @@ func (c *Counters) port(id PortID) *PortCounters {
 func (c *Counters) add(o *Counters) {
 	c.Fast += o.Fast
 	c.Slow += o.Slow
+	c.TooBigSent += o.TooBigSent
+	c.Fragmented += o.Fragmented
 	for i := range c.Drops {
 		c.Drops[i] += o.Drops[i]
 	}
@@ -114,6 +120,8 @@ func (p *portCells) loadInto(c *PortCounters, total *[NumDropReasons]uint64) {
 // released (or collected) they are folded into the pipeline's base.
 type workerCounters struct {
 	fast, slow atomic.Uint64
+	// tooBigSent and fragmented: Counters.TooBigSent and Fragmented.
+	tooBigSent, fragmented atomic.Uint64
 	// ports is the worker's cells by PortID, republished (a new array)
 	// whenever the worker adds a port, so readers never see an array
 	// being written. Entries may be nil.
@@ -126,6 +134,8 @@ type workerCounters struct {
 func (wc *workerCounters) loadInto(c *Counters) {
 	c.Fast += wc.fast.Load()
 	c.Slow += wc.slow.Load()
+	c.TooBigSent += wc.tooBigSent.Load()
+	c.Fragmented += wc.fragmented.Load()
 	var skip PortCounters
 	wc.other.loadInto(&skip, &c.Drops)
 	if ps := wc.ports.Load(); ps != nil {
@@ -243,7 +253,8 @@ func (pl *Pipeline) register(w *Worker) {
 }
 
 // Release ends the worker: its counters are folded into the pipeline's
-// totals, and it must not be used again. Call it when the goroutine that
+// totals (the fragments it holds are dropped, as fragment-timeout), and it
+// must not be used again. Call it when the goroutine that
 // owns the worker is done with it; a worker never released keeps its
 // counters in the pipeline until it is garbage collected, and they count
 // all the same. Not safe for concurrent use with the worker's other
@@ -251,6 +262,9 @@ func (pl *Pipeline) register(w *Worker) {
 func (w *Worker) Release() {
 	if w.ctr == nil {
 		return
+	}
+	if w.frags != nil {
+		w.fragDropAll() // held fragments go, counted as timed out
 	}
 	w.endRun()
 	w.flushRx()

@@ -64,6 +64,7 @@ func TestDecapLayerValidatesWhatArrives(t *testing.T) {
 		Remotes: []Tunnel{{Prefix: netip.MustParsePrefix("10.244.2.0/24"), VNI: 4096, Remote: netip.MustParseAddr("192.168.1.11")}}}
 	l := DecapLayer([]Network{n})
 	want := []string{
+		"vxlan-from-remote-hosts/own-router-mac-02:00:00:00:00:fe@10",
 		"vxlan-from-remote-hosts/from-192.168.1.11-10.244.2.0/24@100",
 		"vxlan-from-remote-hosts/inner-source-not-behind-provider@60000",
 		"vxlan-from-remote-hosts/unknown-provider-address@60001",
@@ -72,7 +73,10 @@ func TestDecapLayerValidatesWhatArrives(t *testing.T) {
 	if got := ruleNames(l); !slices.Equal(got, want) {
 		t.Errorf("rules %v, want %v", got, want)
 	}
-	m := l.Groups[0].Rules[0].Match
+	if m := l.Groups[0].Rules[0].Match; !slices.Equal(m.VNIs, []uint32{4096}) || !slices.Equal(m.SrcMACs, []dataplane.MAC{{2, 0, 0, 0, 0, 0xfe}}) {
+		t.Errorf("the loop rule matches %+v", *m)
+	}
+	m := l.Groups[0].Rules[1].Match
 	if !slices.Equal(m.VNIs, []uint32{4096}) || !slices.Equal(m.OuterDstIPs, vfp.Hosts(netip.MustParseAddr("192.168.1.10"))) ||
 		!slices.Equal(m.DstIPs, vfp.Prefixes(netip.MustParsePrefix("10.244.1.0/24"))) {
 		t.Errorf("the decap rule matches %+v", *m)

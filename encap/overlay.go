@@ -127,14 +127,17 @@ type Network struct {
 // endpoints); the inner frame is then addressed to the network's router,
 // which routes it to the endpoint by IP. Other VXLAN is dropped, by
 // reason: spoofed-source (a known provider address, an inner source
-// outside its prefixes), unknown-provider-address (a VNI the switch owns,
-// from elsewhere), unknown-vni. Nil if no network owns a VNI. The networks
+// outside its prefixes; or an inner frame from the network's own router
+// MAC, which Linux's vxlan driver drops as a loop when it is the device's
+// own address), unknown-provider-address (a VNI the switch owns, from
+// elsewhere), unknown-vni. Nil if no network owns a VNI. The networks
 // have at most MaxRemoteRoutes remotes in all.
 func DecapLayer(nets []Network) *vfp.LayerConfig {
 	g := vfp.GroupConfig{Name: "vxlan-from-remote-hosts", Match: &vfp.MatchConfig{Direction: vfp.Out, Encapsulated: true}}
 	prio := uint32(decapFirst)
 	var owned []uint32
 	var known []netip.Addr
+	var loops []vfp.RuleConfig // one per router MAC, before the tunnels' rules
 	for _, n := range nets {
 		var vnis []uint32
 		for _, v := range n.VNIs {
@@ -144,6 +147,9 @@ func DecapLayer(nets []Network) *vfp.LayerConfig {
 			if !slices.Contains(owned, v) {
 				owned = append(owned, v)
 			}
+		}
+		if len(vnis) > 0 && !n.RouterMAC.IsZero() {
+			loops = addLoopRule(loops, n.RouterMAC, vnis)
 		}
 		for _, r := range n.Remotes {
 			g.Rules = append(g.Rules, vfp.RuleConfig{
@@ -161,6 +167,7 @@ func DecapLayer(nets []Network) *vfp.LayerConfig {
 	if len(owned) == 0 {
 		return nil
 	}
+	g.Rules = append(loops, g.Rules...)
 	if len(known) > 0 {
 		g.Rules = append(g.Rules, vfp.RuleConfig{
 			Name: "inner-source-not-behind-provider", Priority: vfp.Priority(decapBlock), Terminating: true,
@@ -179,4 +186,25 @@ func DecapLayer(nets []Network) *vfp.LayerConfig {
 			Action: vfp.ActionConfig{Type: vfp.Block, Reason: dataplane.DropUnknownVNI},
 		})
 	return &vfp.LayerConfig{Name: LayerPARoute, Groups: []vfp.GroupConfig{g}}
+}
+
+// addLoopRule adds to rules the VNIs of a network whose router is mac: an
+// inner frame from that MAC is blocked (spoofed-source), one rule per MAC.
+func addLoopRule(rules []vfp.RuleConfig, mac dataplane.MAC, vnis []uint32) []vfp.RuleConfig {
+	name := "own-router-mac-" + mac.String()
+	for i := range rules {
+		if rules[i].Name == name {
+			for _, v := range vnis {
+				if !slices.Contains(rules[i].Match.VNIs, v) {
+					rules[i].Match.VNIs = append(rules[i].Match.VNIs, v)
+				}
+			}
+			return rules
+		}
+	}
+	return append(rules, vfp.RuleConfig{
+		Name: name, Priority: vfp.Priority(uint32(10 + len(rules))), Terminating: true,
+		Match:  &vfp.MatchConfig{VNIs: slices.Clone(vnis), SrcMACs: []dataplane.MAC{mac}},
+		Action: vfp.ActionConfig{Type: vfp.Block, Reason: dataplane.DropSpoofedSource},
+	})
 }

@@ -43,11 +43,13 @@ type UplinkConfig struct {
 	// vEthernet adapter is: the node's network stack on the switch, with
 	// MacAddress and IpAddresses (an address may be written with its
 	// underlay prefix length, "192.168.50.1/24", which the vNIC's link
-	// set-up uses). Pods reach the host at its addresses without NAT, the
-	// host reaches the pods through routes to the networks' subnets, and
-	// traffic of the host's own to the underlay passes unchanged. A host
-	// address used for NAT then keeps to ports 1024-32767 unless
-	// PortRange says otherwise, clear of Linux's ephemeral ports.
+	// set-up uses). Pods reach the host at its addresses without NAT
+	// (unless they reach a mapping: a hairpin), the host reaches the pods
+	// through routes to the networks' subnets, and traffic of the host's
+	// own to the underlay passes unchanged but for the port of a
+	// connection whose port a pod's mapping holds: the host's connections
+	// and the pods' mappings share the ports of a NAT pool on the host's
+	// address, over its whole range.
 	HostPort string `json:"HostPort,omitempty"`
 }
 

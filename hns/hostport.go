@@ -5,15 +5,8 @@ import (
 	"net/netip"
 	"slices"
 
-	"github.com/ufp-dev/ufp/nat"
 	"github.com/ufp-dev/ufp/vfp"
 )
-
-// HostNATPorts returns the default NAT port range on a host address that the
-// host's own stack uses too (Uplink.HostPort): below Linux's default
-// ephemeral range (32768-60999), so that the host's connections and the
-// pods' translated ones never share a port.
-func HostNATPorts() nat.PortRange { return nat.PortRange{Lo: 1024, Hi: 32767} }
 
 // parseHostAddr parses an Uplink.IpAddresses entry: an address, or an
 // address with its underlay prefix length.
@@ -77,7 +70,42 @@ func (l *lowering) hostPort() *vfp.PortConfig {
 			}
 		}
 	}
+	if layer := l.hostNATLayer(); layer != nil {
+		pc.Layers = append(pc.Layers, *layer)
+	}
 	return pc
+}
+
+// hostNATLayer is the NAT_LAYER of the host's vNIC when a NAT pool is on a
+// host address: the host's own connections to the outside bind their
+// ports in that pool (Site.Host: each keeps its port unless a pod's
+// mapping holds it, and is then remapped, as Linux conntrack remaps a
+// local connection), so that the host's connections and the pods'
+// mappings never share an external port, across the whole port range.
+// Connections to the endpoints are the host's business alone.
+func (l *lowering) hostNATLayer() *vfp.LayerConfig {
+	g := vfp.GroupConfig{Name: "host-connections", Match: &vfp.MatchConfig{Direction: vfp.Out}}
+	var local []netip.Prefix
+	for _, n := range l.nets {
+		local = append(local, n.subnets...)
+	}
+	if len(local) > 0 {
+		g.Rules = append(g.Rules, vfp.RuleConfig{Name: "endpoints", Priority: vfp.Priority(1000), Terminating: true,
+			Match: &vfp.MatchConfig{DstIPs: vfp.Prefixes(local...)}, Action: vfp.ActionConfig{Type: vfp.Allow}})
+	}
+	for i, v4 := range []bool{true, false} {
+		a, ok := l.hostIPs[v4]
+		if !ok || !slices.ContainsFunc(l.nat.pools, func(p *poolPlan) bool { return p.ip == a }) {
+			continue
+		}
+		g.Rules = append(g.Rules, vfp.RuleConfig{Name: "host-ports-" + a.String(), Priority: vfp.Priority(uint32(1100 + i)),
+			Match:  &vfp.MatchConfig{SrcIPs: vfp.Hosts(a)},
+			Action: vfp.ActionConfig{Type: vfp.Allow, SNAT: a}, Terminating: true, Stateful: true})
+	}
+	if len(g.Rules) == 0 || !g.Rules[len(g.Rules)-1].Action.SNAT.IsValid() {
+		return nil
+	}
+	return &vfp.LayerConfig{Name: LayerNAT, Groups: []vfp.GroupConfig{g}}
 }
 
 // endpointLink is the link set-up of an endpoint's interface: its

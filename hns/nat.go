@@ -2,6 +2,7 @@ package hns
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -44,6 +45,10 @@ type (
 		PortShare int `json:"PortShare,omitempty"`
 		// Nat66 translates IPv6 as well.
 		Nat66 bool `json:"Nat66,omitempty"`
+		// Filtering is which new connections from the network reach the
+		// endpoint's mappings on VirtualIP's pool (default
+		// AddressDependent); endpoints sharing a VirtualIP must agree.
+		Filtering NATFiltering `json:"Filtering,omitempty"`
 	}
 	// PortMappingSettings: connections from the underlay to VIP's
 	// ExternalPort are forwarded to the endpoint's InternalPort, and
@@ -59,6 +64,55 @@ type (
 	}
 )
 
+// NATFiltering is an OutBoundNAT policy's filtering behaviour (RFC 4787
+// section 5): which new connections from the network reach a live mapping
+// of the pool.
+type NATFiltering string
+
+// The filtering behaviours of OutBoundNAT's Filtering.
+const (
+	// FilterEndpointIndependent: from any remote address and port, for as
+	// long as the mapping lives.
+	FilterEndpointIndependent NATFiltering = "EndpointIndependent"
+	// FilterAddressDependent (the default): from any port of an address
+	// the mapping's connections are with.
+	FilterAddressDependent NATFiltering = "AddressDependent"
+	// FilterAddressAndPortDependent: none; only the remote endpoints the
+	// mapping's connections are with reach it, through those connections
+	// (Linux masquerade's behaviour).
+	FilterAddressAndPortDependent NATFiltering = "AddressAndPortDependent"
+)
+
+// natFilterings maps the HNS names to the VFP level's.
+var natFilterings = map[NATFiltering]vfp.Filtering{
+	FilterEndpointIndependent:     vfp.FilterEndpointIndependent,
+	FilterAddressDependent:        vfp.FilterAddressDependent,
+	FilterAddressAndPortDependent: vfp.FilterAddressAndPortDependent,
+}
+
+// UnmarshalJSON accepts the names of the filtering behaviours.
+func (f *NATFiltering) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("want a filtering behaviour as a string")
+	}
+	if err := NATFiltering(s).Validate(); err != nil {
+		return err
+	}
+	*f = NATFiltering(s)
+	return nil
+}
+
+// Validate reports an error unless f names a filtering behaviour or is
+// empty (the default).
+func (f NATFiltering) Validate() error {
+	if _, ok := natFilterings[f]; !ok && f != "" {
+		return fmt.Errorf("%q is not a filtering behaviour (%s, %s or %s)", string(f),
+			FilterEndpointIndependent, FilterAddressDependent, FilterAddressAndPortDependent)
+	}
+	return nil
+}
+
 // natPlan is what lowering learns about NAT.
 type natPlan struct {
 	pools []*poolPlan // in order of first use
@@ -66,12 +120,14 @@ type natPlan struct {
 }
 
 type poolPlan struct {
-	ip       netip.Addr
-	ports    nat.PortRange // zero: not set
-	portsAt  string
-	share    int // zero: not set
-	shareAt  string
-	reserved []vfp.Reservation
+	ip          netip.Addr
+	ports       nat.PortRange // zero: not set
+	portsAt     string
+	share       int // zero: not set
+	shareAt     string
+	reserved    []vfp.Reservation
+	filtering   NATFiltering
+	filteringAt string
 }
 
 type outNATPlan struct {
@@ -263,6 +319,12 @@ func (l *lowering) outboundNAT(ep *epPlan, at string, pc *PolicyConfig) error {
 			}
 			p.share, p.shareAt = s.PortShare, sat+".PortShare"
 		}
+		if f := s.Filtering; f != "" {
+			if p.filtering != "" && p.filtering != f {
+				return fmt.Errorf("%s.Filtering: %s, but %s gives %s the filtering %s", sat, f, p.filteringAt, a, p.filtering)
+			}
+			p.filtering, p.filteringAt = f, sat+".Filtering"
+		}
 	}
 	for _, f := range []struct {
 		name string
@@ -415,10 +477,13 @@ func (m *portMap) name() string {
 	return fmt.Sprintf("port-mapping-%s-%s-%d", m.vip, m.proto, m.external)
 }
 
-// natLayer is an endpoint's NAT_LAYER: port mappings of its network
-// reached from the endpoint (hairpin: to itself also translated from the
-// VIP, so that its replies come back through the switch), then
-// OutBoundNAT.
+// natLayer is an endpoint's NAT_LAYER: load balancers, then port
+// mappings reached from the endpoint, then the dynamic mappings of every
+// pool (hairpins), then OutBoundNAT. A hairpinned connection reaches the
+// mapped endpoint from the sender's own mapping (RFC 4787 REQ-9: its
+// source translated as OutBoundNAT translates it, else to the address it
+// reached), so that the replies come back through the switch, whichever
+// network either is on.
 func (l *lowering) natLayer(ep *epPlan) *vfp.LayerConfig {
 	var groups []vfp.GroupConfig
 	if g := l.lbGroup(ep, false); g != nil {
@@ -426,18 +491,27 @@ func (l *lowering) natLayer(ep *epPlan) *vfp.LayerConfig {
 	}
 	hair := vfp.GroupConfig{Name: "port-mapping-hairpin"}
 	for _, m := range l.nat.maps {
-		if m.ep.net != ep.net {
+		if !ep.has(m.vip.Is4()) {
 			continue
 		}
-		a := vfp.ActionConfig{Type: vfp.Allow, Modify: l.dnat(m)}
-		if m.ep == ep {
-			a.SNAT = m.vip
-		}
+		a := vfp.ActionConfig{Type: vfp.Allow, Modify: l.dnat(m), SNAT: ep.hairpinSource(m.vip)}
 		hair.Rules = append(hair.Rules, vfp.RuleConfig{Name: m.name(), Priority: vfp.Priority(uint32(100 + len(hair.Rules))),
 			Match: m.match(vfp.Out), Action: a, Terminating: true, Stateful: true})
 	}
 	if len(hair.Rules) > 0 {
 		groups = append(groups, hair)
+	}
+	mapped := vfp.GroupConfig{Name: "hairpin", Match: &vfp.MatchConfig{Direction: vfp.Out}}
+	for _, p := range l.nat.pools {
+		if !ep.has(p.ip.Is4()) {
+			continue
+		}
+		a := vfp.ActionConfig{Type: vfp.Allow, Mapped: true, SNAT: ep.hairpinSource(p.ip)}
+		mapped.Rules = append(mapped.Rules, vfp.RuleConfig{Name: "hairpin-to-" + p.ip.String(), Priority: vfp.Priority(uint32(100 + len(mapped.Rules))),
+			Match: mappedMatch(p.ip), Action: a, Terminating: true, Stateful: true})
+	}
+	if len(mapped.Rules) > 0 {
+		groups = append(groups, mapped)
 	}
 	for _, o := range ep.outNAT {
 		g := vfp.GroupConfig{Name: "outbound-nat-" + familyName(o), Match: &vfp.MatchConfig{Direction: vfp.Out}}
@@ -486,6 +560,34 @@ func (l *lowering) natLayer(ep *epPlan) *vfp.LayerConfig {
 	return &vfp.LayerConfig{Name: LayerNAT, Groups: groups}
 }
 
+// has reports whether the endpoint has an address of the family (IPv4 if
+// v4).
+func (ep *epPlan) has(v4 bool) bool {
+	return slices.ContainsFunc(ep.ips, func(a netip.Addr) bool { return a.Is4() == v4 })
+}
+
+// hairpinSource is the address a connection from the endpoint to dst, a
+// NAT address, reaches a mapping from: its OutBoundNAT's VirtualIP of
+// dst's family, or else dst itself.
+func (ep *epPlan) hairpinSource(dst netip.Addr) netip.Addr {
+	for _, o := range ep.outNAT {
+		if a, ok := o.vip[dst.Is4()]; ok {
+			return a
+		}
+	}
+	return dst
+}
+
+// mappedMatch matches the connections to NAT address a that can reach a
+// mapping: TCP, UDP and ICMP echo (by identifier).
+func mappedMatch(a netip.Addr) *vfp.MatchConfig {
+	icmp := vfp.ICMP
+	if a.Is6() {
+		icmp = vfp.ICMPv6
+	}
+	return &vfp.MatchConfig{Protocols: []vfp.Proto{vfp.TCP, vfp.UDP, icmp}, DstIPs: vfp.Hosts(a)}
+}
+
 // familyName names an OutBoundNAT policy's group by the families it
 // translates.
 func familyName(o *outNATPlan) string {
@@ -501,8 +603,10 @@ func familyName(o *outNATPlan) string {
 }
 
 // portMapLayer is the uplink's NAT_LAYER: connections to a load balancer
-// frontend reached from the network are balanced, and connections to a
-// port mapping forwarded to its endpoint.
+// frontend reached from the network are balanced, connections to a port
+// mapping forwarded to its endpoint, and connections to a NAT address
+// reach the dynamic mapping of their port where the pool's filtering
+// admits them.
 func (l *lowering) portMapLayer() *vfp.LayerConfig {
 	var groups []vfp.GroupConfig
 	if g := l.lbGroup(nil, true); g != nil {
@@ -516,6 +620,14 @@ func (l *lowering) portMapLayer() *vfp.LayerConfig {
 		}
 		groups = append(groups, g)
 	}
+	if len(l.nat.pools) > 0 {
+		g := vfp.GroupConfig{Name: "mappings", Match: &vfp.MatchConfig{Direction: "out"}}
+		for _, p := range l.nat.pools {
+			g.Rules = append(g.Rules, vfp.RuleConfig{Name: "mapped-" + p.ip.String(), Priority: vfp.Priority(uint32(100 + len(g.Rules))),
+				Match: mappedMatch(p.ip), Action: vfp.ActionConfig{Type: vfp.Allow, Mapped: true}, Terminating: true, Stateful: true})
+		}
+		groups = append(groups, g)
+	}
 	if len(groups) == 0 {
 		return nil
 	}
@@ -526,11 +638,7 @@ func (l *lowering) portMapLayer() *vfp.LayerConfig {
 func (l *lowering) natPools() []vfp.NATPoolConfig {
 	var ps []vfp.NATPoolConfig
 	for _, p := range l.nat.pools {
-		ports := p.ports
-		if ports == (nat.PortRange{}) && l.c.Uplink.HostPort != "" && l.hostIPs[p.ip.Is4()] == p.ip {
-			ports = HostNATPorts()
-		}
-		ps = append(ps, vfp.NATPoolConfig{IP: p.ip, Ports: ports, Reserved: p.reserved, PortShare: p.share})
+		ps = append(ps, vfp.NATPoolConfig{IP: p.ip, Ports: p.ports, Reserved: p.reserved, PortShare: p.share, Filtering: natFilterings[p.filtering]})
 	}
 	return ps
 }

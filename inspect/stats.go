@@ -26,6 +26,13 @@ type Stats struct {
 	// TxNoDevice frames forwarded to a port with no (working) device.
 	DeviceFailures uint64 `json:"deviceFailures"`
 	TxNoDevice     uint64 `json:"txNoDevice"`
+	// ICMPTooBigSent counts the ICMP fragmentation needed and ICMPv6
+	// packet too big errors the switch sent about packets larger than
+	// the MTU of the port they were to leave by (each also counts as an
+	// mtu-exceeded drop); Fragmented the packets it sent on as IPv4
+	// fragments instead.
+	ICMPTooBigSent uint64 `json:"icmpTooBigSent"`
+	Fragmented     uint64 `json:"fragmented"`
 }
 
 // PortStats are one port's counters. Rx counts the frames read from the

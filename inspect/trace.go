@@ -49,6 +49,10 @@ type TraceRequest struct {
 	VXLAN *TraceOuter `json:"vxlan,omitempty"`
 	// Length is the L4 payload's length in bytes (for MTU checks).
 	Length int `json:"length,omitempty"`
+	// DontFragment sets DF on an IPv4 packet (the inner one, in VXLAN):
+	// one larger than its output port's MTU is then answered with an
+	// ICMP fragmentation needed rather than fragmented.
+	DontFragment bool `json:"dontFragment,omitempty"`
 }
 
 // TraceOuter is the VXLAN outer header set of a traced packet.
@@ -94,8 +98,12 @@ type TraceResult struct {
 	Verdict string `json:"verdict"`
 	Drop    string `json:"drop,omitempty"`
 	// Answer, for a drop the switch answers (a TCP reset, an ICMP
-	// unreachable), is the answer in one line; it leaves by the input port.
+	// unreachable, an ICMP fragmentation needed or packet too big), is
+	// the answer in one line; it leaves by the input port.
 	Answer string `json:"answer,omitempty"`
+	// Fragments, for an IPv4 packet larger than its output port's MTU
+	// with DF clear, is how many fragments it leaves as (0: whole).
+	Fragments int `json:"fragments,omitempty"`
 	// OutPort is the port the packet leaves by, and Output the packet as
 	// it leaves, in one line.
 	OutPort string `json:"outPort,omitempty"`
@@ -150,6 +158,7 @@ type traceRequestJSON struct {
 	DstMAC   string          `json:"dstMAC"`
 	VXLAN    json.RawMessage `json:"vxlan"`
 	Length   int             `json:"length"`
+	DF       bool            `json:"dontFragment"`
 }
 
 type traceOuterJSON struct {
@@ -168,7 +177,7 @@ func (r *TraceRequest) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	t := TraceRequest{Port: j.Port, Proto: j.Proto, SrcPort: j.SrcPort, DstPort: j.DstPort, TCPFlags: j.TCPFlags,
-		ICMPType: j.ICMPType, ICMPCode: j.ICMPCode, SrcMAC: j.SrcMAC, DstMAC: j.DstMAC, Length: j.Length}
+		ICMPType: j.ICMPType, ICMPCode: j.ICMPCode, SrcMAC: j.SrcMAC, DstMAC: j.DstMAC, Length: j.Length, DontFragment: j.DF}
 	var err error
 	if t.Src, err = jsonAddr("src", j.Src); err != nil {
 		return err

@@ -31,6 +31,8 @@
 //	rule_bytes_total{port,layer,group,rule}    counter
 //	device_failures_total                      counter  port devices that stopped on an error
 //	tx_no_device_total                         counter  frames forwarded to a port with no device
+//	icmp_too_big_sent_total                    counter  ICMP fragmentation needed / packet too big sent
+//	fragmented_packets_total                   counter  packets over an egress MTU sent as IPv4 fragments
 //
 // The slow-path rate is rate(ufp_packets_total{path="slow"}[1m]); the rule
 // counters start from zero with each policy the switch applies.

@@ -25,7 +25,7 @@ type collector struct {
 	natInUse, natPorts, natExhausted                          *prometheus.Desc
 	natShare, natShareExceeded, natEndpoints                  *prometheus.Desc
 	ruleHits, rulePackets, ruleBytes                          *prometheus.Desc
-	devFailures, txNoDevice                                   *prometheus.Desc
+	devFailures, txNoDevice, tooBigSent, fragmented           *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*collector)(nil)
@@ -68,6 +68,8 @@ func newCollector(sw *vswitch.Switch) *collector {
 		ruleBytes:    d("rule_bytes_total", "Bytes of the flows the rule decided, since the policy was applied.", rule...),
 		devFailures:  d("device_failures_total", "Port devices whose worker stopped on an error."),
 		txNoDevice:   d("tx_no_device_total", "Frames forwarded to a port with no working device."),
+		tooBigSent:   d("icmp_too_big_sent_total", "ICMP fragmentation needed and ICMPv6 packet too big errors sent about packets over an egress MTU."),
+		fragmented:   d("fragmented_packets_total", "Packets over an egress MTU sent on as IPv4 fragments."),
 	}
 }
 
@@ -80,7 +82,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.natInUse, c.natPorts, c.natExhausted,
 		c.natShare, c.natShareExceeded, c.natEndpoints,
 		c.ruleHits, c.rulePackets, c.ruleBytes,
-		c.devFailures, c.txNoDevice,
+		c.devFailures, c.txNoDevice, c.tooBigSent, c.fragmented,
 	} {
 		ch <- d
 	}
@@ -139,6 +141,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	counter(c.devFailures, st.DeviceFailures)
 	counter(c.txNoDevice, st.TxNoDevice)
+	counter(c.tooBigSent, st.ICMPTooBigSent)
+	counter(c.fragmented, st.Fragmented)
 
 	// Rules are summed by their labels: two rules that would give the
 	// same series (unnamed ones, say) must not fail the scrape.

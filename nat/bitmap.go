@@ -105,11 +105,18 @@ func (c *class) search(pat uint64) int {
 	return c.scan(c.lo, c.cursor-1, pat)
 }
 
-// pick chooses the port for a new binding whose internal port is want, or
-// returns -1 when the class is full. See the package comment for the order.
+// pick chooses the port for a new binding whose internal port is want (of
+// the host's own endpoint if host: chooseHost), or returns -1 when the
+// class is full. See the package comment for the order.
 // A port found by the search moves the cursor past it.
-func (c *class) pick(want int, parity bool) int {
-	p, searched := c.choose(want, parity)
+func (c *class) pick(want int, parity, host bool) int {
+	var p int
+	var searched bool
+	if host {
+		p, searched = c.chooseHost(want, parity)
+	} else {
+		p, searched = c.choose(want, parity)
+	}
 	if p >= 0 && searched {
 		c.cursor = p + 1
 		if c.cursor > c.hi {
@@ -138,11 +145,25 @@ func (c *class) choose(want int, parity bool) (port int, searched bool) {
 	return p, p >= 0 // -1 only if the free counts were wrong
 }
 
-// take marks port, which pick returned, as held.
+// take marks port, which pick returned (or a host's binding keeps outside
+// the range or on a reserved port), as held.
 func (c *class) take(port int) {
 	c.used.set(port)
-	c.free[port&1]--
+	if c.lo <= port && port <= c.hi && !c.blocked.has(port) {
+		c.free[port&1]--
+	}
 	c.inUse++
+}
+
+// chooseHost is choose for the host's own endpoint (parity: a TCP or UDP
+// port, not an ICMP identifier): its port itself wherever it lies, range
+// and reservations aside, unless a binding holds it; otherwise what choose
+// gives.
+func (c *class) chooseHost(want int, parity bool) (port int, searched bool) {
+	if (want != 0 || !parity) && !c.used.has(want) { // TCP and UDP have no port 0
+		return want, false
+	}
+	return c.choose(want, parity)
 }
 
 // put frees a port a binding held.

@@ -120,6 +120,71 @@ func (r Reservation) String() string {
 	return protoName(r.Proto) + "/" + strconv.Itoa(int(r.Port))
 }
 
+// Filtering is which new connections from the outside a pool's mappings
+// take (RFC 4787 section 5, RFC 5382 section 4.3, RFC 5508 for ICMP
+// queries): a packet to an external port that a live mapping holds, from a
+// remote endpoint no connection of the mapping is with yet. The zero value
+// is [DefaultFiltering]'s choice.
+type Filtering uint8
+
+const (
+	// FilterDefault is the zero value: [DefaultFiltering].
+	FilterDefault Filtering = iota
+	// EndpointIndependent: from any remote endpoint, for as long as the
+	// mapping lives (RFC 4787 REQ-8, when application transparency matters
+	// most).
+	EndpointIndependent
+	// AddressDependent: from any port of a remote address some connection
+	// of the mapping is with (RFC 4787 REQ-8, when stricter filtering
+	// matters; RFC 5382 REQ-3 for TCP).
+	AddressDependent
+	// AddressAndPortDependent: from no one: only the remote endpoints the
+	// mapping's connections are with reach it, through those connections
+	// (Linux masquerade's behaviour).
+	AddressAndPortDependent
+)
+
+// DefaultFiltering is the filtering of a pool that sets none:
+// address-dependent. A node's outbound NAT is shared by every workload on
+// it, none of which the cluster exposes unless a Service or a port mapping
+// says so; RFC 4787 REQ-8 and RFC 5382 REQ-3 recommend address-dependent
+// filtering where stricter filtering matters, and it is the least strict
+// such choice: a peer a pod talks to may answer from any of its ports
+// (STUN's change-port test, RTP and RTCP, FTP-style data connections), a
+// host the pod never talked to cannot reach it.
+const DefaultFiltering = AddressDependent
+
+// String returns the RFC 4787 name: "endpoint-independent",
+// "address-dependent" or "address-and-port-dependent" (the default's for
+// FilterDefault).
+func (f Filtering) String() string {
+	switch f {
+	case FilterDefault:
+		return DefaultFiltering.String()
+	case EndpointIndependent:
+		return "endpoint-independent"
+	case AddressDependent:
+		return "address-dependent"
+	case AddressAndPortDependent:
+		return "address-and-port-dependent"
+	}
+	return "filtering-" + strconv.Itoa(int(f))
+}
+
+// ParseFiltering parses a Filtering by its String name; "" is
+// FilterDefault.
+func ParseFiltering(s string) (Filtering, error) {
+	if s == "" {
+		return FilterDefault, nil
+	}
+	for f := EndpointIndependent; f <= AddressAndPortDependent; f++ {
+		if s == f.String() {
+			return f, nil
+		}
+	}
+	return FilterDefault, fmt.Errorf("%q is not a filtering behaviour (endpoint-independent, address-dependent or address-and-port-dependent)", s)
+}
+
 // PoolConfig configures one pool: an external address and the ports it
 // allocates from. Validate it (or let [Table.Configure] do so) before use.
 type PoolConfig struct {
@@ -136,14 +201,22 @@ type PoolConfig struct {
 	// one internal address may hold at once; 0 means the default,
 	// [DefaultPortShare] of the class's capacity. At most 65536.
 	PortShare int
+	// Filtering is which new connections from the outside the pool's
+	// mappings take; zero is DefaultFiltering.
+	Filtering Filtering
+	// Host says that IP is the host's own address and that the host's
+	// connections cross the switch (its vNIC is a port): the ports they
+	// use are the host's, kept from mappings while they live (see
+	// [Pool.BindHost] and [Pool.Claim]).
+	Host bool
 }
 
 // DefaultPortShare returns the port share a class of capacity ports gets
 // when its pool's PortShare is zero: an eighth of the class, so that no
 // fewer than eight internal addresses together can take the whole of it,
 // but never fewer than 64 ports (or the whole class, if smaller), so that
-// a small pool still serves a busy endpoint. The host's default pool
-// (1024-32767) gives each endpoint 3,967 TCP ports: far more connections
+// a small pool still serves a busy endpoint. The default range
+// (1024-65535) gives each endpoint 8,064 TCP ports: far more connections
 // to the outside than a pod keeps open, and a flood held to it leaves
 // seven eighths of the pool to the others.
 func DefaultPortShare(capacity int) int {
@@ -153,8 +226,8 @@ func DefaultPortShare(capacity int) int {
 // maxPortShare is the largest PortShare: a class has 65536 ports.
 const maxPortShare = 1 << 16
 
-// Validate checks c and fills in the default port range. Its errors name
-// the field at fault: "ip: ...", "ports: ...", "reserved[2]: ...".
+// Validate checks c and fills in the default port range and filtering. Its
+// errors name the field at fault: "ip: ...", "ports: ...", "reserved[2]: ...".
 func (c *PoolConfig) Validate() error {
 	ip := c.IP
 	switch {
@@ -173,6 +246,12 @@ func (c *PoolConfig) Validate() error {
 	}
 	if c.Ports == (PortRange{}) {
 		c.Ports = DefaultPortRange()
+	}
+	if c.Filtering == FilterDefault {
+		c.Filtering = DefaultFiltering
+	}
+	if c.Filtering > AddressAndPortDependent {
+		return fmt.Errorf("filtering: %s is not a filtering behaviour", c.Filtering)
 	}
 	if err := c.Ports.validate(); err != nil {
 		return fmt.Errorf("ports: %w", err)

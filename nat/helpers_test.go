@@ -94,6 +94,14 @@ func (p *Pool) check() error {
 			return fmt.Errorf("%s port %d is bound twice", className(c), b.external)
 		}
 		seen[s] = true
+		if p.byExt[c][b.external] != b {
+			return fmt.Errorf("%s port %d is not found by its external port", className(c), b.external)
+		}
+		for a, n := range b.peers {
+			if n <= 0 || n > b.refs {
+				return fmt.Errorf("binding %s counts %d connections with %s, and has %d references", b.internal, n, a, b.refs)
+			}
+		}
 		if !p.classes[c].used.has(int(b.external)) {
 			return fmt.Errorf("%s port %d is bound but not marked used", className(c), b.external)
 		}
@@ -114,6 +122,9 @@ func (p *Pool) check() error {
 		}
 	}
 	for c := range p.classes {
+		if len(p.byExt[c]) != n[c] {
+			return fmt.Errorf("%s: %d bindings found by external port, %d bindings", className(c), len(p.byExt[c]), n[c])
+		}
 		cl := &p.classes[c]
 		used := 0
 		for _, w := range cl.used {

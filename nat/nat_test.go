@@ -649,7 +649,7 @@ func TestSetLogger(t *testing.T) {
 func TestDefaultPortShare(t *testing.T) {
 	for _, tt := range []struct{ capacity, want int }{
 		{0, 0}, {1, 1}, {10, 10}, {64, 64}, {100, 64}, {512, 64}, {520, 65},
-		{31742, 3967}, // the host's pool, 1024-32767 less two reservations
+		{31742, 3967}, // 1024-32767 less two reservations
 		{64512, 8064}, // the default range, 1024-65535
 		{65536, 8192}, // ICMP echo identifiers
 	} {

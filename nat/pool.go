@@ -46,11 +46,16 @@ type Pool struct {
 	log *atomic.Pointer[slog.Logger] // the table's
 	now func() time.Time
 
-	mu       sync.Mutex
-	ports    PortRange
-	retired  bool
-	bindings map[bindKey]*Binding
-	classes  [numClasses]class
+	mu        sync.Mutex
+	ports     PortRange
+	filtering Filtering
+	host      bool // ip is the host's own, and its connections cross the switch
+	retired   bool
+	bindings  map[bindKey]*Binding
+	// byExt finds a class's binding by its external port: the mapping an
+	// inbound or hairpinned connection reaches.
+	byExt   [numClasses]map[uint16]*Binding
+	classes [numClasses]class
 	// held counts the bindings of each internal address per class; an
 	// address holding none has no entry.
 	held      map[[16]byte][numClasses]int32
@@ -84,6 +89,9 @@ func (l *limiter) allow(now time.Time) (bool, uint64) {
 func newPool(ip netip.Addr, log *atomic.Pointer[slog.Logger], now func() time.Time) *Pool {
 	p := &Pool{ip: ip, log: log, now: now, bindings: make(map[bindKey]*Binding),
 		held: make(map[[16]byte][numClasses]int32)}
+	for c := range p.byExt {
+		p.byExt[c] = make(map[uint16]*Binding)
+	}
 	p.classes[ClassICMP].reset(0, 65535)
 	return p
 }
@@ -94,6 +102,7 @@ func (p *Pool) configure(c PoolConfig) {
 	defer p.mu.Unlock()
 	p.ports = c.Ports
 	p.portShare = c.PortShare
+	p.filtering, p.host = c.Filtering, c.Host
 	p.retired = false
 	tcp, udp := &p.classes[ClassTCP], &p.classes[ClassUDP]
 	tcp.blocked, udp.blocked = bitmap{}, bitmap{}
@@ -132,6 +141,21 @@ func (p *Pool) live() int {
 // IP returns the pool's external address.
 func (p *Pool) IP() netip.Addr { return p.ip }
 
+// Filtering returns the pool's filtering behaviour.
+func (p *Pool) Filtering() Filtering {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.filtering
+}
+
+// Host reports whether the pool's address is the host's own, with the
+// host's connections crossing the switch (PoolConfig.Host).
+func (p *Pool) Host() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.host
+}
+
 // Bind returns the binding of the internal endpoint for proto (TCP, UDP,
 // ICMPv4 or ICMPv6; for ICMP the port is the echo identifier), making one
 // if there is none: endpoint-independent mapping, see the package comment.
@@ -145,6 +169,23 @@ func (p *Pool) IP() netip.Addr { return p.ip }
 // always returned), [ErrExhausted] when the class has no free port and
 // [ErrRetired] when the pool is retired; these three allocate nothing.
 func (p *Pool) Bind(proto uint8, internal netip.AddrPort) (*Binding, error) {
+	return p.bind(proto, internal, false)
+}
+
+// BindHost is Bind for the host's own endpoint, a connection the host
+// opens through its vNIC: its port is kept wherever it lies, outside the
+// range or on a reserved port too, unless a binding holds it; only then is
+// it remapped, to a port Bind would choose, as Linux conntrack remaps a
+// local connection whose tuple is taken. internal's address is the pool's.
+// The host is held to no port share: its ports are its own.
+func (p *Pool) BindHost(proto uint8, internal netip.AddrPort) (*Binding, error) {
+	if internal.Addr() != p.ip {
+		return nil, fmt.Errorf("%w: %s is not the host's address %s", ErrInvalid, internal.Addr(), p.ip)
+	}
+	return p.bind(proto, internal, true)
+}
+
+func (p *Pool) bind(proto uint8, internal netip.AddrPort, host bool) (*Binding, error) {
 	c, key, err := p.bindKey(proto, internal)
 	if err != nil {
 		return nil, err
@@ -162,7 +203,7 @@ func (p *Pool) Bind(proto uint8, internal netip.AddrPort) (*Binding, error) {
 	}
 	cl := &p.classes[c]
 	held := p.held[key.addr]
-	if share := p.share(c); int(held[c]) >= share && cl.free[0]+cl.free[1] > 0 {
+	if share := p.share(c); !host && int(held[c]) >= share && cl.free[0]+cl.free[1] > 0 {
 		p.shareExceeded++
 		warn, suppressed := p.shareLog.allow(p.now())
 		p.mu.Unlock()
@@ -176,7 +217,7 @@ func (p *Pool) Bind(proto uint8, internal netip.AddrPort) (*Binding, error) {
 		}
 		return nil, ErrShareExceeded
 	}
-	port := cl.pick(int(internal.Port()), c != ClassICMP)
+	port := cl.pick(int(internal.Port()), c != ClassICMP, host)
 	if port < 0 {
 		p.exhausted++
 		warn, suppressed := p.exhaustedLog.allow(p.now())
@@ -191,21 +232,30 @@ func (p *Pool) Bind(proto uint8, internal netip.AddrPort) (*Binding, error) {
 		}
 		return nil, ErrExhausted
 	}
-	cl.take(port)
-	held[c]++
+	b := p.add(key, proto, netip.AddrPortFrom(addr.WithZone(""), internal.Port()), port)
+	p.mu.Unlock()
+	return b, nil
+}
+
+// add makes the binding of the internal endpoint key to port, which is
+// free. p.mu is held.
+func (p *Pool) add(key bindKey, proto uint8, internal netip.AddrPort, port int) *Binding {
+	p.classes[key.class].take(port)
+	held := p.held[key.addr]
+	held[key.class]++
 	p.held[key.addr] = held
 	b := &Binding{
 		pool:     p,
-		internal: netip.AddrPortFrom(addr.WithZone(""), internal.Port()),
+		internal: internal,
 		key:      key,
 		external: uint16(port),
 		proto:    proto,
 		refs:     1,
 	}
 	p.bindings[key] = b
+	p.byExt[key.class][b.external] = b
 	p.allocated++
-	p.mu.Unlock()
-	return b, nil
+	return b
 }
 
 // Peek returns the external endpoint Bind would give the internal
@@ -213,6 +263,18 @@ func (p *Pool) Bind(proto uint8, internal netip.AddrPort) (*Binding, error) {
 // binding, else the port the pool would choose for it. It fails as Bind
 // would, without counting or logging an exhaustion.
 func (p *Pool) Peek(proto uint8, internal netip.AddrPort) (netip.AddrPort, error) {
+	return p.peek(proto, internal, false)
+}
+
+// PeekHost is Peek for BindHost.
+func (p *Pool) PeekHost(proto uint8, internal netip.AddrPort) (netip.AddrPort, error) {
+	if internal.Addr() != p.ip {
+		return netip.AddrPort{}, fmt.Errorf("%w: %s is not the host's address %s", ErrInvalid, internal.Addr(), p.ip)
+	}
+	return p.peek(proto, internal, true)
+}
+
+func (p *Pool) peek(proto uint8, internal netip.AddrPort, host bool) (netip.AddrPort, error) {
 	c, key, err := p.bindKey(proto, internal)
 	if err != nil {
 		return netip.AddrPort{}, err
@@ -224,10 +286,16 @@ func (p *Pool) Peek(proto uint8, internal netip.AddrPort) (netip.AddrPort, error
 		return netip.AddrPort{}, ErrRetired
 	case p.bindings[key] != nil:
 		return netip.AddrPortFrom(p.ip, p.bindings[key].external), nil
-	case int(p.held[key.addr][c]) >= p.share(c) && p.classes[c].free[0]+p.classes[c].free[1] > 0:
+	case !host && int(p.held[key.addr][c]) >= p.share(c) && p.classes[c].free[0]+p.classes[c].free[1] > 0:
 		return netip.AddrPort{}, ErrShareExceeded
 	}
-	port, _ := p.classes[c].choose(int(internal.Port()), c != ClassICMP)
+	cl, want := &p.classes[c], int(internal.Port())
+	var port int
+	if host {
+		port, _ = cl.chooseHost(want, c != ClassICMP)
+	} else {
+		port, _ = cl.choose(want, c != ClassICMP)
+	}
 	if port < 0 {
 		return netip.AddrPort{}, ErrExhausted
 	}
@@ -318,6 +386,10 @@ type Binding struct {
 	external uint16
 	proto    uint8
 	refs     int // guarded by pool.mu; 0 once the binding is gone
+	// peers counts the binding's connections by remote address (those
+	// that said, AddPeer): address-dependent filtering admits a new
+	// connection from these. Guarded by pool.mu; made on first use.
+	peers map[netip.Addr]int
 }
 
 // Proto returns the IP protocol the binding was made for.
@@ -350,22 +422,34 @@ func (b *Binding) Refs() int {
 func (b *Binding) Release() {
 	p := b.pool
 	p.mu.Lock()
+	p.release(b)
+	p.mu.Unlock()
+}
+
+// release drops one reference of b. p.mu is held.
+func (p *Pool) release(b *Binding) {
 	switch {
 	case b.refs == 0:
 		p.doubleRelease++
 	case b.refs > 1:
 		b.refs--
 	default:
-		b.refs = 0
-		delete(p.bindings, b.key)
-		p.classes[b.key.class].put(int(b.external))
-		p.released++
-		held := p.held[b.key.addr]
-		if held[b.key.class]--; held == ([numClasses]int32{}) {
-			delete(p.held, b.key.addr)
-		} else {
-			p.held[b.key.addr] = held
-		}
+		p.remove(b)
 	}
-	p.mu.Unlock()
+}
+
+// remove drops b, whose last reference goes. p.mu is held.
+func (p *Pool) remove(b *Binding) {
+	b.refs = 0
+	delete(p.bindings, b.key)
+	delete(p.byExt[b.key.class], b.external)
+	p.classes[b.key.class].put(int(b.external))
+	clear(b.peers)
+	p.released++
+	held := p.held[b.key.addr]
+	if held[b.key.class]--; held == ([numClasses]int32{}) {
+		delete(p.held, b.key.addr)
+	} else {
+		p.held[b.key.addr] = held
+	}
 }

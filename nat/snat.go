@@ -14,10 +14,13 @@ import (
 // lives; the connection's reply flow translates replies back.
 
 // Action is the stateful action of a rule that source-translates to the
-// pool of one address (VFP level: action snat). Immutable.
+// pool of one address (VFP level: action snat), turns connections to a
+// pool's address toward the mapping of the port they reach (action
+// mapped), or both (a hairpin). Immutable.
 type Action struct {
-	table *Table
-	ip    netip.Addr
+	table  *Table
+	ip     netip.Addr // the pool sources are translated to; invalid: none
+	mapped bool
 }
 
 var _ rules.StatefulAction = (*Action)(nil)
@@ -27,32 +30,95 @@ var _ rules.StatefulAction = (*Action)(nil)
 // when the policy is installed, after the policy is compiled.
 func NewAction(t *Table, ip netip.Addr) *Action { return &Action{table: t, ip: ip} }
 
-// IP returns the address the action translates to.
+// NewMappedAction returns the action that turns a connection to the
+// address of a pool of t and a port a live binding of it holds toward that
+// binding's internal endpoint (see Action.Translate), translating the
+// source of a hairpinned one to its own mapping in the pool of snat. snat
+// is the zero Addr for a rule on the uplink, whose connections come from
+// the network and keep their source.
+func NewMappedAction(t *Table, snat netip.Addr) *Action {
+	return &Action{table: t, ip: snat, mapped: true}
+}
+
+// IP returns the address the action translates sources to (the zero Addr
+// if none).
 func (a *Action) IP() netip.Addr { return a.ip }
 
-func (a *Action) String() string { return "snat " + a.ip.String() }
+// Mapped reports whether the action turns connections toward mappings.
+func (a *Action) Mapped() bool { return a.mapped }
 
-// Translate implements rules.StatefulAction: the connection holds its
-// binding (a part of its own, so that connections sharing one binding
-// keep apart).
-func (a *Action) Translate(d *dataplane.Decision, _ rules.Site) bool {
+func (a *Action) String() string {
+	switch {
+	case !a.mapped:
+		return "snat " + a.ip.String()
+	case a.ip.IsValid():
+		return "mapped, snat " + a.ip.String()
+	}
+	return "mapped"
+}
+
+// Translate implements rules.StatefulAction. An action with mapped first
+// looks for the mapping the packet's destination reaches (toMapping): a
+// connection it takes goes to the mapping's internal endpoint, and only
+// then does snat, if any, translate its source (a hairpin). A packet no
+// mapping takes goes on untranslated; if it reaches the host's own address
+// (PoolConfig.Host), the port it reaches is claimed for the host while the
+// connection lives. The connection holds its bindings (parts of its own,
+// so that connections sharing a binding keep apart).
+func (a *Action) Translate(d *dataplane.Decision, at rules.Site) bool {
+	var peer netip.Addr // the remote address, as the outside knows it
+	if a.mapped {
+		peer = d.View().Dst
+		mapped, ok := a.toMapping(d, at)
+		if !ok || !mapped || !a.ip.IsValid() {
+			return ok
+		}
+	}
 	var prior *Binding
 	if st, ok := d.Prior(isConnState).(*connState); ok {
 		prior = st.b
 	}
-	b, ok := a.table.SNAT(d, a.ip, prior)
+	if !peer.IsValid() {
+		peer = d.View().Dst
+	}
+	b, ok := a.table.snat(d, a.ip, prior, at.Host)
 	if b != nil {
-		d.Hold(&connState{b})
+		b.AddPeer(peer)
+		d.Hold(&connState{b: b, peer: peer})
 	}
 	return ok
 }
 
-// connState is a source-translated connection's part of its state.
-type connState struct{ b *Binding }
+// connState is a source-translated connection's part of its state: the
+// binding of its source, and the remote address it is with.
+type connState struct {
+	b    *Binding
+	peer netip.Addr
+}
 
-func (c *connState) Release() { c.b.Release() }
+func (c *connState) Release() { c.b.ReleasePeer(c.peer) }
 
 func isConnState(st dataplane.Releaser) bool { _, ok := st.(*connState); return ok }
+
+// mappedState is the part of the state of a connection that reached a
+// mapping: the binding it reached, and its remote address (the source's
+// address as the outside knows it).
+type mappedState struct {
+	b    *Binding
+	peer netip.Addr
+}
+
+func (c *mappedState) Release() { c.b.ReleasePeer(c.peer) }
+
+func isMappedState(st dataplane.Releaser) bool { _, ok := st.(*mappedState); return ok }
+
+// hostState is the part of the state of a connection to the host's own
+// address that reached no mapping: the host's claim on its port.
+type hostState struct{ b *Binding }
+
+func (c *hostState) Release() { c.b.Release() }
+
+func isHostState(st dataplane.Releaser) bool { _, ok := st.(*hostState); return ok }
 
 // ConnBinding returns the binding a source-translated connection whose
 // state is st (a Conn's State) holds through a snat action, or nil.
@@ -63,6 +129,23 @@ func ConnBinding(st any) *Binding {
 		}
 	}
 	return nil
+}
+
+// ConnBindings returns what a connection whose state is st holds through
+// nat actions: the binding of its translated source (src), the mapping it
+// reached (dst), the host's claim on its port (host); nil where none.
+func ConnBindings(st any) (src, dst, host *Binding) {
+	for _, p := range dataplane.StateParts(st) {
+		switch c := p.(type) {
+		case *connState:
+			src = c.b
+		case *mappedState:
+			dst = c.b
+		case *hostState:
+			host = c.b
+		}
+	}
+	return src, dst, host
 }
 
 // snatOnce tags a decision that translated the source already
@@ -80,6 +163,12 @@ type snatOnce struct{}
 // by the old. It reports false, with d.Drop set, when no translation is
 // possible.
 func (t *Table) SNAT(d *dataplane.Decision, ip netip.Addr, prior *Binding) (*Binding, bool) {
+	return t.snat(d, ip, prior, false)
+}
+
+// snat is SNAT for a rule on the host's own vNIC if host: the host's
+// endpoint keeps its port unless a mapping holds it (Pool.BindHost).
+func (t *Table) snat(d *dataplane.Decision, ip netip.Addr, prior *Binding, host bool) (*Binding, bool) {
 	v, tr := d.View(), d.Trace()
 	x := dataplane.Transposition{Set: dataplane.FieldSrcIP, SrcIP: ip}
 	if ip.Is4() != v.Src.Is4() {
@@ -123,16 +212,7 @@ func (t *Table) SNAT(d *dataplane.Decision, ip netip.Addr, prior *Binding) (*Bin
 		d.Drop = dataplane.DropTransposition
 		return nil, false
 	}
-	var b *Binding
-	var ext netip.AddrPort
-	var err error
-	if d.Dry() {
-		// A trace binds nothing (a bind moves the pool's counters and
-		// cursor): it tells what Bind would give.
-		ext, err = pool.Peek(proto, internal)
-	} else if b, err = pool.Bind(proto, internal); err == nil {
-		ext = b.External()
-	}
+	b, ext, err := bind(pool, proto, internal, host, d.Dry())
 	if err != nil {
 		if tr.On() {
 			tr.Addf("  snat: %s: %v", ip, err)
@@ -159,6 +239,32 @@ func (t *Table) SNAT(d *dataplane.Decision, ip netip.Addr, prior *Binding) (*Bin
 		return b, false // the caller releases what it does not keep
 	}
 	return b, true
+}
+
+// bind binds internal in pool (as the host's own endpoint if host) and
+// returns the binding and its external endpoint; a dry decision (a trace)
+// binds nothing (a bind moves the pool's counters and cursor) and gets
+// what a bind would give.
+func bind(pool *Pool, proto uint8, internal netip.AddrPort, host, dry bool) (*Binding, netip.AddrPort, error) {
+	switch {
+	case dry && host:
+		ext, err := pool.PeekHost(proto, internal)
+		return nil, ext, err
+	case dry:
+		ext, err := pool.Peek(proto, internal)
+		return nil, ext, err
+	}
+	var b *Binding
+	var err error
+	if host {
+		b, err = pool.BindHost(proto, internal)
+	} else {
+		b, err = pool.Bind(proto, internal)
+	}
+	if err != nil {
+		return nil, netip.AddrPort{}, err
+	}
+	return b, b.External(), nil
 }
 
 // keep translates the packet of a revalidated connection that holds

@@ -32,4 +32,7 @@ type StatefulAction interface {
 type Site struct {
 	// Uplink: the rule is on the switch's uplink port.
 	Uplink bool
+	// Host: the rule is on the host's own vNIC, whose connections are the
+	// host stack's.
+	Host bool
 }

@@ -84,6 +84,8 @@ func (lc *LayerConfig) Compile(at string, st *Stateful, uplink bool) (*rules.Lay
 				return nil, fmt.Errorf("%s.stateful: a rule that translates the source (snat) must be stateful, or replies could not be translated back", rat)
 			case rc.Action.LB != "":
 				return nil, fmt.Errorf("%s.stateful: a rule that load-balances (lb) must be stateful, or connections could not keep their backend", rat)
+			case rc.Action.Mapped:
+				return nil, fmt.Errorf("%s.stateful: a rule that turns connections toward mappings (mapped) must be stateful, or replies could not be translated back", rat)
 			}
 			r.Action = a
 			g.Rules = append(g.Rules, r)
@@ -229,7 +231,23 @@ func (ac *ActionConfig) Compile(at string, st *Stateful, uplink bool) (rules.Act
 	} else if ac.LBRoute {
 		return a, fmt.Errorf("%s.lbRoute: only an action that balances (lb) routes to a backend", at)
 	}
-	if snat.IsValid() {
+	if ac.Mapped {
+		switch {
+		case a.Verb == rules.Block:
+			return a, fmt.Errorf("%s.mapped: a block action does not translate", at)
+		case ac.LB != "":
+			return a, fmt.Errorf("%s.mapped: an action that balances does not also turn connections toward mappings", at)
+		case t.Set&(dataplane.FieldDstIP|dataplane.FieldDstPort) != 0 || t.Push != nil:
+			return a, fmt.Errorf("%s.mapped: the mapping translates the destination; the action may not also modify it or push", at)
+		case uplink && snat.IsValid():
+			return a, fmt.Errorf("%s.snat: on the uplink, connections that reach a mapping come from the network and keep their source", at)
+		case !uplink && !snat.IsValid():
+			return a, fmt.Errorf("%s.snat: a hairpinned connection must come from its own mapping (RFC 4787 REQ-9): name the pool to translate its source to", at)
+		}
+		if a.Translation, err = st.mapped(at+".snat", snat); err != nil {
+			return a, err
+		}
+	} else if snat.IsValid() {
 		if a.Translation, err = st.snat(at+".snat", snat); err != nil {
 			return a, err
 		}
@@ -302,6 +320,10 @@ func (s *SwitchConfig) CompilePools() ([]nat.PoolConfig, error) {
 		}
 		seen[ip] = i
 		cfg := nat.PoolConfig{IP: ip, Ports: pc.Ports, PortShare: pc.PortShare}
+		var err error
+		if cfg.Filtering, err = nat.ParseFiltering(string(pc.Filtering)); err != nil {
+			return nil, fmt.Errorf("%s.filtering: %w", at, err)
+		}
 		for j, r := range pc.Reserved {
 			if r.Proto != TCP && r.Proto != UDP {
 				return nil, fmt.Errorf("%s.reserved[%d]: %s is not tcp/PORT or udp/PORT", at, j, r)

@@ -24,6 +24,12 @@ type SwitchConfig struct {
 	FlowTable FlowTableConfig `json:"flowTable"`
 	// VXLANPort is the UDP port decoded as VXLAN (default 4789).
 	VXLANPort uint16 `json:"vxlanPort,omitempty"`
+	// VXLANZeroUDPChecksum6 accepts VXLAN over IPv6 whose UDP checksum
+	// is zero (RFC 6935; a peer pushing with zeroUDPChecksum sends it).
+	// Off by default: such packets are dropped as bad-udp-checksum (RFC
+	// 6936 section 5; Linux's vxlan driver without udp6zerocsumrx). Taken
+	// when the switch is created, like vxlanPort.
+	VXLANZeroUDPChecksum6 bool `json:"vxlanZeroUDPChecksum6,omitempty"`
 	// NATPools are the addresses source NAT (action snat) translates to,
 	// each with its port range. Pools outlive policy changes: a
 	// connection keeps its mapping while its pool's address stays.
@@ -48,6 +54,31 @@ type NATPoolConfig struct {
 	// nat.DefaultPortShare). A new connection over it is dropped as
 	// nat-share-exceeded.
 	PortShare int `json:"portShare,omitempty"`
+	// Filtering is which new connections from the network reach the
+	// pool's mappings (through rules whose action has mapped): see
+	// Filtering's values. Empty: address-dependent.
+	Filtering Filtering `json:"filtering,omitempty"`
+}
+
+// Filtering is a NAT pool's filtering behaviour (RFC 4787 section 5).
+type Filtering string
+
+// The filtering behaviours.
+const (
+	// FilterEndpointIndependent: a connection from any remote endpoint
+	// reaches a live mapping.
+	FilterEndpointIndependent Filtering = "endpoint-independent"
+	// FilterAddressDependent: a connection from an address one of the
+	// mapping's connections is with (from any of its ports) reaches it.
+	FilterAddressDependent Filtering = "address-dependent"
+	// FilterAddressAndPortDependent: no new connection from the network
+	// reaches a mapping (Linux masquerade's behaviour).
+	FilterAddressAndPortDependent Filtering = "address-and-port-dependent"
+)
+
+// UnmarshalText reads a filtering behaviour, or empty.
+func (f *Filtering) UnmarshalText(b []byte) error {
+	return setEnum(f, b, func(x Filtering) error { _, err := nat.ParseFiltering(string(x)); return err })
 }
 
 // GatewayConfig is the switch's own router identity.
@@ -115,8 +146,10 @@ type PortConfig struct {
 	// Uplink marks the port that leads out of the switch: frames for
 	// unknown unicast MACs go there. At most one port is the uplink.
 	Uplink bool `json:"uplink,omitempty"`
-	// MTU is the largest IP packet the port's device takes; larger
-	// packets switched to it are dropped (mtu-exceeded). 0: no limit.
+	// MTU is the largest IP packet the port's device takes; a larger
+	// packet switched to it is fragmented (IPv4, DF clear) or dropped
+	// and answered with ICMP fragmentation needed or packet too big, as
+	// a router does (docs/ARCHITECTURE.md, "MTU"). 0: no limit.
 	MTU uint16 `json:"mtu,omitempty"`
 	// Underlay says how a vNIC appears on the uplink's network:
 	// "bridged" (the default: its frames and ARP/ND go out as they are),
@@ -240,6 +273,16 @@ type ActionConfig struct {
 	// uplink and for load balancers that preserve the destination.
 	LB      string `json:"lb,omitempty"`
 	LBRoute bool   `json:"lbRoute,omitempty"`
+	// Mapped turns a connection to the address of one of switch.natPools
+	// and a port a live mapping of the pool holds toward the mapping's
+	// internal endpoint: on the uplink, a connection from the network that
+	// the pool's filtering admits; on another port, any (hairpinning, RFC
+	// 4787 section 6), with its source translated to its own mapping in
+	// the pool of snat, which such a rule needs. A connection no mapping
+	// takes goes on untranslated (snat is not applied); if it reaches the
+	// host's own address, the port it uses is kept from new mappings while
+	// it lives. The rule must be stateful.
+	Mapped bool `json:"mapped,omitempty"`
 }
 
 // ModifyConfig rewrites tenant header fields.

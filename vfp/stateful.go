@@ -29,7 +29,8 @@ func NewEnv(log *slog.Logger) *Env {
 }
 
 // Stateful makes the stateful actions of one document's rules: snat to one
-// of its NAT pools, lb to one of its load balancers.
+// of its NAT pools, mapped to the mappings of its pools, lb to one of its
+// load balancers.
 type Stateful struct {
 	env   *Env
 	pools map[netip.Addr]bool
@@ -65,6 +66,17 @@ func (st *Stateful) snat(at string, ip netip.Addr) (rules.StatefulAction, error)
 		return nil, fmt.Errorf("%s: %s is not in switch.natPools", at, ip)
 	}
 	return nat.NewAction(st.env.NAT, ip), nil
+}
+
+// mapped makes the action that turns connections toward the mappings of
+// the pool their destination is, and translates the source of hairpinned
+// ones to the pool of address snat (the zero Addr: none), named at path
+// at.
+func (st *Stateful) mapped(at string, snat netip.Addr) (rules.StatefulAction, error) {
+	if snat.IsValid() && !st.pools[snat] {
+		return nil, fmt.Errorf("%s: %s is not in switch.natPools", at, snat)
+	}
+	return nat.NewMappedAction(st.env.NAT, snat), nil
 }
 
 // balance makes the action at path at that balances to the load balancer

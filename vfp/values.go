@@ -258,12 +258,7 @@ const (
 
 // UnmarshalText reads allow, block, or empty.
 func (v *Verb) UnmarshalText(b []byte) error {
-	x := Verb(b)
-	if _, err := x.compile(); err != nil {
-		return err
-	}
-	*v = x
-	return nil
+	return setEnum(v, b, func(x Verb) error { _, err := x.compile(); return err })
 }
 
 // Outer is what an action does with a packet's outer header set.
@@ -279,12 +274,7 @@ const (
 
 // UnmarshalText reads pop, not-present, or empty.
 func (o *Outer) UnmarshalText(b []byte) error {
-	x := Outer(b)
-	if _, err := x.compile(); err != nil {
-		return err
-	}
-	*o = x
-	return nil
+	return setEnum(o, b, func(x Outer) error { _, err := x.compile(); return err })
 }
 
 // Direction is the direction a match is for: out, in or both (the
@@ -300,12 +290,7 @@ const (
 
 // UnmarshalText reads out, in, both, or empty.
 func (d *Direction) UnmarshalText(b []byte) error {
-	x := Direction(b)
-	if _, err := x.compile(); err != nil {
-		return err
-	}
-	*d = x
-	return nil
+	return setEnum(d, b, func(x Direction) error { _, err := x.compile(); return err })
 }
 
 // Underlay is how a vNIC appears on the uplink's network (see
@@ -330,11 +315,16 @@ func (u Underlay) Validate() error {
 
 // UnmarshalText reads bridged, rewrite, none, or empty.
 func (u *Underlay) UnmarshalText(b []byte) error {
-	x := Underlay(b)
-	if err := x.Validate(); err != nil {
+	return setEnum(u, b, Underlay.Validate)
+}
+
+// setEnum sets *p to the enum value written b if check accepts it.
+func setEnum[T ~string](p *T, b []byte, check func(T) error) error {
+	x := T(b)
+	if err := check(x); err != nil {
 		return err
 	}
-	*u = x
+	*p = x
 	return nil
 }
 
@@ -349,12 +339,7 @@ const (
 
 // UnmarshalText reads refuse-new, evict-oldest, or empty.
 func (o *OnFull) UnmarshalText(b []byte) error {
-	x := OnFull(b)
-	if _, err := x.compile(); err != nil {
-		return err
-	}
-	*o = x
-	return nil
+	return setEnum(o, b, func(x OnFull) error { _, err := x.compile(); return err })
 }
 
 // Distribution is what chooses a connection's backend.
@@ -372,12 +357,7 @@ const (
 
 // UnmarshalText reads a distribution, or empty.
 func (d *Distribution) UnmarshalText(b []byte) error {
-	x := Distribution(b)
-	if _, err := x.compile(); err != nil {
-		return err
-	}
-	*d = x
-	return nil
+	return setEnum(d, b, func(x Distribution) error { _, err := x.compile(); return err })
 }
 
 // ParseMAC parses the MAC s of the field at path at, which is required.

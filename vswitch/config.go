@@ -115,6 +115,7 @@ type compiled struct {
 	gwIPs  map[netip.Addr]*gateway
 	ftable dataplane.FlowTableConfig
 	vxlan  uint16
+	zero6  bool // accept VXLAN over IPv6 with a zero UDP checksum
 	pools  []nat.PoolConfig
 	lbs    map[string]*lb.Balancer
 	// hostIPs are the uplink's addresses: the host's on the underlay.
@@ -150,6 +151,9 @@ type Port struct {
 	Host bool
 	// Link is the set-up of the port's interface (vfp.PortConfig.Link).
 	Link device.Link
+	// routerIPs are the addresses ICMP errors to senders behind the port
+	// may come from (mtu.go).
+	routerIPs []netip.Addr
 }
 
 // reaches reports whether frames may be switched between ports p and q:
@@ -218,7 +222,7 @@ func (c *Config) CompilePorts() ([]*Port, error) {
 func (c *Config) compileVFP(env *vfp.Env) (*compiled, error) {
 	p := &compiled{
 		cfg: c, name: c.Switch.Name, byName: map[string]*Port{}, byMAC: map[dataplane.MAC]*Port{},
-		byIP: map[netip.Addr]*Port{}, vxlan: c.Switch.VXLANPort, hostIPs: map[netip.Addr]bool{},
+		byIP: map[netip.Addr]*Port{}, vxlan: c.Switch.VXLANPort, zero6: c.Switch.VXLANZeroUDPChecksum6, hostIPs: map[netip.Addr]bool{},
 	}
 	p.gwMACs, p.gwIPs = map[dataplane.MAC]*gateway{}, map[netip.Addr]*gateway{}
 	gwAt := map[*gateway]string{}
@@ -338,6 +342,11 @@ func (c *Config) compileVFP(env *vfp.Env) (*compiled, error) {
 	if err := p.compileHost(hostAt); err != nil {
 		return nil, err
 	}
+	// A pool on an address of the host's vNIC shares its ports with the
+	// host's own connections, which the switch sees there.
+	for i := range p.pools {
+		p.pools[i].Host = p.host != nil && p.host.HasIP(p.pools[i].IP)
+	}
 	p.owned = make(map[dataplane.MAC]bool, len(p.byMAC)+len(p.gwMACs))
 	for m := range p.byMAC {
 		p.owned[m] = true
@@ -353,6 +362,7 @@ func (c *Config) compileVFP(env *vfp.Env) (*compiled, error) {
 			}
 		}
 	}
+	p.setRouterIPs()
 	return p, nil
 }
 

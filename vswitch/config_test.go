@@ -474,6 +474,7 @@ func TestApplyRestartNeeded(t *testing.T) {
 		{name: "onFull", edit: func(d doc) { delete(at(d, "switch", "flowTable"), "onFull") }, wantErr: "switch.flowTable:"},
 		{name: "timeout", edit: func(d doc) { timeouts(d)["udp"] = "31s" }, wantErr: "switch.flowTable:"},
 		{name: "vxlanPort", edit: func(d doc) { at(d, "switch")["vxlanPort"] = 8472 }, wantErr: "switch.vxlanPort:"},
+		{name: "vxlanZeroUDPChecksum6", edit: func(d doc) { at(d, "switch")["vxlanZeroUDPChecksum6"] = true }, wantErr: "switch.vxlanZeroUDPChecksum6:"},
 		{name: "default timeout spelled out", edit: func(d doc) { timeouts(d)["tcpTimeWait"] = dataplane.DefaultTimeouts().TCPTimeWait.String() }},
 		{name: "rules and ports may change", edit: func(d doc) {
 			rule0(d)["priority"] = 5

@@ -1,6 +1,7 @@
 package vswitch
 
 import (
+	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -56,7 +57,13 @@ func describeHeaders(b []byte, h *dataplane.Headers) string {
 			case dataplane.ProtoTCP:
 				s.WriteString(" [" + tcpFlags(h.TCPFlags) + "]")
 			case dataplane.ProtoICMPv4, dataplane.ProtoICMPv6:
-				fmt.Fprintf(&s, " %s", icmpName(h.Proto, uint8(h.DstPort>>8), uint8(h.DstPort)))
+				t, code := uint8(h.DstPort>>8), uint8(h.DstPort)
+				fmt.Fprintf(&s, " %s", icmpName(h.Proto, t, code))
+				if m := b[h.L4:h.End]; len(m) >= 8 && h.Proto == dataplane.ProtoICMPv4 && t == dataplane.ICMPv4DestUnreachable && code == dataplane.ICMPv4CodeFragNeeded {
+					fmt.Fprintf(&s, " mtu %d", binary.BigEndian.Uint16(m[6:]))
+				} else if len(m) >= 8 && h.Proto == dataplane.ProtoICMPv6 && t == dataplane.ICMPv6PacketTooBig {
+					fmt.Fprintf(&s, " mtu %d", binary.BigEndian.Uint32(m[4:]))
+				}
 				if t := uint8(h.DstPort >> 8); t == dataplane.ICMPv4EchoRequest || t == dataplane.ICMPv4EchoReply ||
 					t == dataplane.ICMPv6EchoRequest || t == dataplane.ICMPv6EchoReply {
 					fmt.Fprintf(&s, " id %d", h.SrcPort)
@@ -95,6 +102,9 @@ func icmpName(proto, t, code uint8) string {
 		case 8:
 			return "echo-request"
 		case 3:
+			if code == dataplane.ICMPv4CodeFragNeeded {
+				return "frag-needed"
+			}
 			return fmt.Sprintf("unreachable code %d", code)
 		case 11:
 			return "time-exceeded"
@@ -108,6 +118,8 @@ func icmpName(proto, t, code uint8) string {
 		return "echo-reply"
 	case 1:
 		return fmt.Sprintf("unreachable code %d", code)
+	case 2:
+		return "packet-too-big"
 	case 3:
 		return "time-exceeded"
 	case 133, 134, 135, 136, 137:

@@ -282,7 +282,9 @@ func TestHNSACLLower(t *testing.T) {
 	low := hnsLower(t, b)
 	layers, groups, rules := natLayerDump(low)
 	wantLayers := map[string][]string{
-		"pod-a": {hns.LayerACL}, "pod-b": {hns.LayerACL, hns.LayerNAT}, "pod-c": {hns.LayerACL}, "uplink": {encap.LayerMACRewrite},
+		// Every endpoint reaches the mappings of pod-b's pool (hairpin).
+		"pod-a": {hns.LayerACL, hns.LayerNAT}, "pod-b": {hns.LayerACL, hns.LayerNAT}, "pod-c": {hns.LayerACL, hns.LayerNAT},
+		"uplink": {hns.LayerNAT, encap.LayerMACRewrite},
 	}
 	for port, want := range wantLayers {
 		if got := layers[port]; !slices.Equal(got, want) {

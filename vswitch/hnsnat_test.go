@@ -336,6 +336,9 @@ func ruleLine(r vfp.RuleConfig) string {
 	if r.Action.LBRoute {
 		b.WriteString(" route")
 	}
+	if r.Action.Mapped {
+		b.WriteString(" mapped")
+	}
 	if r.Action.SNAT.IsValid() {
 		b.WriteString(" snat=" + r.Action.SNAT.String())
 	}
@@ -423,9 +426,19 @@ func TestHNSNATLower(t *testing.T) {
 			"100 port-mapping-192.168.1.10-tcp-8080 dir=out proto=tcp dst=192.168.1.10 dport=8080 allow snat=192.168.1.10 srcMAC=" + dr + " dstMAC=02:00:00:00:00:1a dstIP=10.244.0.10 dstPort=80 stateful",
 			"101 port-mapping-fd00:1::10-tcp-8080 dir=out proto=tcp dst=fd00:1::10 dport=8080 allow snat=fd00:1::10 srcMAC=" + dr + " dstMAC=02:00:00:00:00:1a dstIP=fd00:244::10 dstPort=80 stateful",
 		}
+		// ov-b has IPv4 only: it reaches the IPv4 mapping, from its own
+		// mapping (its OutBoundNAT's address).
 		ovBHairpin = []string{
-			"100 port-mapping-192.168.1.10-tcp-8080 dir=out proto=tcp dst=192.168.1.10 dport=8080 allow srcMAC=" + dr + " dstMAC=02:00:00:00:00:1a dstIP=10.244.0.10 dstPort=80 stateful",
-			"101 port-mapping-fd00:1::10-tcp-8080 dir=out proto=tcp dst=fd00:1::10 dport=8080 allow srcMAC=" + dr + " dstMAC=02:00:00:00:00:1a dstIP=fd00:244::10 dstPort=80 stateful",
+			"100 port-mapping-192.168.1.10-tcp-8080 dir=out proto=tcp dst=192.168.1.10 dport=8080 allow snat=192.168.1.10 srcMAC=" + dr + " dstMAC=02:00:00:00:00:1a dstIP=10.244.0.10 dstPort=80 stateful",
+		}
+		// Connections to a NAT address reach its dynamic mappings.
+		ovAMapped = []string{
+			"100 hairpin-to-192.168.1.10 proto=tcp,udp,icmp dst=192.168.1.10 allow mapped snat=192.168.1.10 stateful",
+			"101 hairpin-to-fd00:1::10 proto=tcp,udp,icmpv6 dst=fd00:1::10 allow mapped snat=fd00:1::10 stateful",
+		}
+		upMapped = []string{
+			"100 mapped-192.168.1.10 proto=tcp,udp,icmp dst=192.168.1.10 allow mapped stateful",
+			"101 mapped-fd00:1::10 proto=tcp,udp,icmpv6 dst=fd00:1::10 allow mapped stateful",
 		}
 		upMappings = []string{
 			"100 port-mapping-192.168.1.10-tcp-8080 proto=tcp dst=192.168.1.10 dport=8080 allow srcMAC=" + dr + " dstMAC=02:00:00:00:00:1a dstIP=10.244.0.10 dstPort=80 stateful",
@@ -449,12 +462,15 @@ func TestHNSNATLower(t *testing.T) {
 			name:   "overlay, dual stack with a port mapping",
 			layers: map[string][]string{"ov-a": {hns.LayerNAT}, "ov-b": {hns.LayerNAT}, "uplink": {encap.LayerPARoute, hns.LayerNAT}},
 			groups: map[string][]string{
-				"ov-a/" + hns.LayerNAT:   {"port-mapping-hairpin", "outbound-nat-dual-stack dir=out"},
-				"ov-b/" + hns.LayerNAT:   {"port-mapping-hairpin", "outbound-nat-ipv4 dir=out v4"},
-				"uplink/" + hns.LayerNAT: {"port-mappings dir=out"},
+				"ov-a/" + hns.LayerNAT:   {"port-mapping-hairpin", "hairpin dir=out", "outbound-nat-dual-stack dir=out"},
+				"ov-b/" + hns.LayerNAT:   {"port-mapping-hairpin", "hairpin dir=out", "outbound-nat-ipv4 dir=out v4"},
+				"uplink/" + hns.LayerNAT: {"port-mappings dir=out", "mappings dir=out"},
 			},
 			rules: map[string][]string{
 				"ov-a/NAT_LAYER/port-mapping-hairpin": ovAHairpin,
+				"ov-a/NAT_LAYER/hairpin":              ovAMapped,
+				"ov-b/NAT_LAYER/hairpin":              ovAMapped[:1],
+				"uplink/NAT_LAYER/mappings":           upMapped,
 				// Exceptions, then the network's own subnets.
 				"ov-a/NAT_LAYER/outbound-nat-dual-stack": {"1000 exceptions dst=10.244.0.0/16,10.96.0.0/12,10.244.0.0/24,fd00:244::/64 allow", snat4, snat6},
 				"ov-b/NAT_LAYER/port-mapping-hairpin":    ovBHairpin,
@@ -498,8 +514,12 @@ func TestHNSNATLower(t *testing.T) {
 				e["Policies"] = e["Policies"].([]any)[:1]
 				delete(natEPPolicy(d, 0, 0), "Nat66")
 			},
-			layers: map[string][]string{"ov-a": {hns.LayerNAT}, "ov-b": {hns.LayerNAT}, "uplink": {encap.LayerPARoute}},
-			groups: map[string][]string{"ov-a/" + hns.LayerNAT: {"outbound-nat-ipv4 dir=out v4"}, "ov-b/" + hns.LayerNAT: {"outbound-nat-ipv4 dir=out v4"}},
+			layers: map[string][]string{"ov-a": {hns.LayerNAT}, "ov-b": {hns.LayerNAT}, "uplink": {encap.LayerPARoute, hns.LayerNAT}},
+			groups: map[string][]string{
+				"ov-a/" + hns.LayerNAT:   {"hairpin dir=out", "outbound-nat-ipv4 dir=out v4"},
+				"ov-b/" + hns.LayerNAT:   {"hairpin dir=out", "outbound-nat-ipv4 dir=out v4"},
+				"uplink/" + hns.LayerNAT: {"mappings dir=out"},
+			},
 			rules: map[string][]string{
 				"ov-a/NAT_LAYER/outbound-nat-ipv4": {"1000 exceptions dst=10.244.0.0/16,10.96.0.0/12,10.244.0.0/24,fd00:244::/64 allow", snat4},
 			},
@@ -530,7 +550,7 @@ func TestHNSNATLower(t *testing.T) {
 		{
 			name:   "IPv6 VirtualIP with Nat66: IPv6 only",
 			edit:   func(t *testing.T, d doc) { natEPPolicy(d, 0, 0)["VirtualIP"] = "fd00:1::50" },
-			groups: map[string][]string{"ov-a/" + hns.LayerNAT: {"port-mapping-hairpin", "outbound-nat-ipv6 dir=out v6"}},
+			groups: map[string][]string{"ov-a/" + hns.LayerNAT: {"port-mapping-hairpin", "hairpin dir=out", "outbound-nat-ipv6 dir=out v6"}},
 			rules: map[string][]string{
 				"ov-a/NAT_LAYER/outbound-nat-ipv6": {
 					"1000 exceptions dst=10.244.0.0/16,10.96.0.0/12,10.244.0.0/24,fd00:244::/64 allow",
@@ -545,7 +565,7 @@ func TestHNSNATLower(t *testing.T) {
 				delete(natEPPolicy(d, 0, 0), "Nat66")
 				hnsAdd(t, at(d, "Endpoints", 0), "Policies", `{"Type": "OutBoundNAT", "Settings": {"VirtualIP": "fd00:1::50", "Nat66": true, "Exceptions": ["2001:db8:1::/48"]}}`)
 			},
-			groups: map[string][]string{"ov-a/" + hns.LayerNAT: {"port-mapping-hairpin", "outbound-nat-ipv4 dir=out v4", "outbound-nat-ipv6 dir=out v6"}},
+			groups: map[string][]string{"ov-a/" + hns.LayerNAT: {"port-mapping-hairpin", "hairpin dir=out", "outbound-nat-ipv4 dir=out v4", "outbound-nat-ipv6 dir=out v6"}},
 			rules: map[string][]string{
 				"ov-a/NAT_LAYER/outbound-nat-ipv4": {"1000 exceptions dst=10.244.0.0/16,10.96.0.0/12,10.244.0.0/24,fd00:244::/64 allow", snat4},
 				"ov-a/NAT_LAYER/outbound-nat-ipv6": {
@@ -562,7 +582,7 @@ func TestHNSNATLower(t *testing.T) {
 			},
 			rules: map[string][]string{
 				"ov-b/NAT_LAYER/port-mapping-hairpin": append(slices.Clone(ovBHairpin),
-					"102 port-mapping-192.168.1.10-udp-5353 dir=out proto=udp dst=192.168.1.10 dport=5353 allow snat=192.168.1.10 srcMAC="+dr+" dstMAC=02:00:00:00:00:1b dstIP=10.244.0.11 dstPort=53 stateful"),
+					"101 port-mapping-192.168.1.10-udp-5353 dir=out proto=udp dst=192.168.1.10 dport=5353 allow snat=192.168.1.10 srcMAC="+dr+" dstMAC=02:00:00:00:00:1b dstIP=10.244.0.11 dstPort=53 stateful"),
 				"uplink/NAT_LAYER/port-mappings": append(slices.Clone(upMappings),
 					"102 port-mapping-192.168.1.10-udp-5353 proto=udp dst=192.168.1.10 dport=5353 allow srcMAC="+dr+" dstMAC=02:00:00:00:00:1b dstIP=10.244.0.11 dstPort=53 stateful"),
 			},
@@ -582,8 +602,8 @@ func TestHNSNATLower(t *testing.T) {
 			base:   natL2Doc,
 			layers: map[string][]string{"pod-a": {hns.LayerNAT, encap.LayerRoute}, "pod-b": {hns.LayerNAT}, "uplink": {hns.LayerNAT, encap.LayerMACRewrite}},
 			groups: map[string][]string{
-				"pod-a/" + hns.LayerNAT: {"port-mapping-hairpin", "outbound-nat-dual-stack dir=out"},
-				"pod-b/" + hns.LayerNAT: {"port-mapping-hairpin", "outbound-nat-ipv4 dir=out v4"},
+				"pod-a/" + hns.LayerNAT: {"port-mapping-hairpin", "hairpin dir=out", "outbound-nat-dual-stack dir=out"},
+				"pod-b/" + hns.LayerNAT: {"port-mapping-hairpin", "hairpin dir=out", "outbound-nat-ipv4 dir=out v4"},
 			},
 			rules: map[string][]string{
 				// Forwarded from the subnet's gateway, whose MAC
@@ -968,7 +988,10 @@ func TestNATRevalidation(t *testing.T) {
 	})
 
 	t.Run("destination becomes an exception: untranslated, binding released at the end", func(t *testing.T) {
-		r := ulNewRig(t, mustParse(t, natL2Doc))
+		// With address-and-port-dependent filtering; see the next case
+		// for the default.
+		apdf := func(d doc) { natEPPolicy(d, 0, 0)["Filtering"] = "AddressAndPortDependent" }
+		r := ulNewRig(t, mustParse(t, string(editJSON(t, natL2Doc, apdf))))
 		k := podA(6000)
 		ext := natOut(r, sec, "pod-a", k)
 		if want := netip.MustParseAddrPort("192.168.1.10:6000"); ext != want {
@@ -976,18 +999,41 @@ func TestNATRevalidation(t *testing.T) {
 		}
 		natReply(r, sec, k, ext, "", "pod-a")
 
-		apply(t, r.sw, func(d doc) { natEPPolicy(d, 0, 0)["Exceptions"] = []any{"10.96.0.0/12", "203.0.113.0/24"} })
+		apply(t, r.sw, func(d doc) {
+			apdf(d)
+			natEPPolicy(d, 0, 0)["Exceptions"] = []any{"10.96.0.0/12", "203.0.113.0/24"}
+		})
 		if got := natOut(r, 2*sec, "pod-a", k); got != netip.MustParseAddrPort("192.168.1.100:6000") {
 			t.Errorf("after the change pod-a left as %s, want untranslated 192.168.1.100:6000", got)
 		}
-		// The peer now answers the pod's own address; the old mapping
-		// leads nowhere.
+		// The peer now answers the pod's own address; the old mapping,
+		// which the connection still holds, takes nothing new.
 		natReply(r, 2*sec, k, netip.MustParseAddrPort("192.168.1.100:6000"), "", "pod-a")
-		natReply(r, 2*sec, k, ext, "", "drop "+dataplane.DropNoDestination.String())
+		natReply(r, 2*sec, k, ext, "", "drop "+dataplane.DropNATFiltered.String())
 		// The connection still holds its binding, so that the port is not
 		// handed to another while the peer may still use it.
 		if n := r.sw.NAT().Bindings(); n != 1 {
 			t.Errorf("NAT bindings while the connection lives = %d, want 1", n)
+		}
+		expireAll(t, r.sw)
+	})
+
+	t.Run("destination becomes an exception, address-dependent filtering: the peer still reaches the mapping", func(t *testing.T) {
+		r := ulNewRig(t, mustParse(t, natL2Doc))
+		k := podA(6000)
+		ext := natOut(r, sec, "pod-a", k)
+		natReply(r, sec, k, ext, "", "pod-a")
+		apply(t, r.sw, func(d doc) { natEPPolicy(d, 0, 0)["Exceptions"] = []any{"10.96.0.0/12", "203.0.113.0/24"} })
+		if got := natOut(r, 2*sec, "pod-a", k); got != netip.MustParseAddrPort("192.168.1.100:6000") {
+			t.Errorf("after the change pod-a left as %s, want untranslated 192.168.1.100:6000", got)
+		}
+		// The mapping lives while the connection holds it, and the peer
+		// is one of its connections': a new connection from it to the
+		// mapping reaches the pod (and takes the place of the old one,
+		// whose key its reply direction has).
+		natReply(r, 2*sec, k, ext, "", "pod-a")
+		if got := natOut(r, 3*sec, "pod-a", k); got != ext {
+			t.Errorf("the pod's answer left as %s, want from the mapping %s", got, ext)
 		}
 		expireAll(t, r.sw)
 	})

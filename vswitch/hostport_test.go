@@ -11,7 +11,7 @@ import (
 
 	"github.com/ufp-dev/ufp/dataplane"
 	"github.com/ufp-dev/ufp/device"
-	"github.com/ufp-dev/ufp/hns"
+	"github.com/ufp-dev/ufp/nat"
 	"github.com/ufp-dev/ufp/vfp"
 )
 
@@ -63,7 +63,13 @@ func TestHostPortLowering(t *testing.T) {
 		t.Fatal("no host port")
 	}
 	got, _ := json.Marshal(low.Ports[i])
-	want := `{"name":"host","mac":"02:00:00:00:00:fe","ips":["192.168.50.1"],"mtu":1500,"host":true,` +
+	// The host's connections to the outside bind their ports in the pool
+	// of its address, which the pod's OutBoundNAT uses.
+	want := `{"name":"host","mac":"02:00:00:00:00:fe","ips":["192.168.50.1"],"mtu":1500,` +
+		`"layers":[{"name":"NAT_LAYER","groups":[{"name":"host-connections","match":{"direction":"out"},"rules":[` +
+		`{"name":"endpoints","priority":1000,"match":{"dstIPs":["10.244.1.0/24"]},"action":{"type":"allow"},"terminating":true},` +
+		`{"name":"host-ports-192.168.50.1","priority":1100,"match":{"srcIPs":["192.168.50.1"]},"action":{"type":"allow","snat":"192.168.50.1"},"terminating":true,"stateful":true}]}]}],` +
+		`"host":true,` +
 		`"link":{"addresses":["192.168.50.1/24"],"routes":[{"destination":"0.0.0.0/0","nextHop":"192.168.50.254"},{"destination":"10.244.1.0/24"}]}}`
 	if string(got) != want {
 		t.Errorf("host port:\n got %s\nwant %s", got, want)
@@ -74,13 +80,16 @@ func TestHostPortLowering(t *testing.T) {
 		}
 	}
 	for _, p := range low.Switch.NATPools {
-		if p.IP == addr("192.168.50.1") && p.Ports != hns.HostNATPorts() {
-			t.Errorf("NAT pool on the host's address: ports %s, want %s", p.Ports, hns.HostNATPorts())
+		if p.IP == addr("192.168.50.1") && p.Ports != (nat.PortRange{}) {
+			t.Errorf("NAT pool on the host's address: ports %s, want the whole default range", p.Ports)
 		}
 	}
 	sw, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if p := sw.NAT().Pool(netip.MustParseAddr("192.168.50.1")); p == nil || !p.Host() {
+		t.Errorf("the pool of the host's address is not marked the host's")
 	}
 	pod := sw.Port("pod-a").Link
 	wantPod := device.Link{MAC: mustMAC(t, hostPod), GatewayMAC: mustMAC(t, hostDR), MTU: 1450,
@@ -136,8 +145,11 @@ func TestHostPortTraffic(t *testing.T) {
 	// Host to pod: the switch answers the host's ARP with the pod's MAC.
 	host.Inject(ptARP(t, hostMAC, "192.168.50.1", "10.244.1.10"))
 	expect(host, "arp for the pod", "arp reply 10.244.1.10 is-at "+hostPod+" ("+hostPod+" > "+hostMAC+")")
+	// The host answers the pod's connection, which is stateful (the pod
+	// might have reached a mapping): the answer comes from the pod's
+	// router, as every packet from off its subnet does.
 	host.Inject(ptTCP(t, hostMAC, hostPod, "192.168.50.1", "10.244.1.10", 10250, 40000, true, true))
-	expect(pod, "host to pod", "ipv4 tcp 192.168.50.1:10250 > 10.244.1.10:40000 [S.] ("+hostMAC+" > "+hostPod+")")
+	expect(pod, "host to pod", "ipv4 tcp 192.168.50.1:10250 > 10.244.1.10:40000 [S.] ("+hostDR+" > "+hostPod+")")
 
 	// The host's own traffic to the underlay passes unchanged, and the
 	// answer comes back to the host.
@@ -149,8 +161,8 @@ func TestHostPortTraffic(t *testing.T) {
 	up.Inject(ptTCP(t, hostGW, hostMAC, "192.0.2.8", "192.168.50.1", 50000, 22, true, false))
 	expect(host, "underlay to host, new", "ipv4 tcp 192.0.2.8:50000 > 192.168.50.1:22 [S] ("+hostGW+" > "+hostMAC+")")
 
-	// The pod's traffic to the outside is still translated, to a port
-	// below the host's ephemeral range.
+	// The pod's traffic to the outside is still translated, keeping its
+	// port, which the host's connections do not use.
 	pod.Inject(ptUDP(t, hostPod, hostDR, "10.244.1.10", "192.0.2.7", 45000, 53))
 	f, ok := up.Receive(5 * time.Second)
 	if !ok {
@@ -160,8 +172,8 @@ func TestHostPortTraffic(t *testing.T) {
 	if !strings.HasPrefix(got, "ipv4 udp 192.168.50.1:") || !strings.Contains(got, "> 192.0.2.7:53 ("+hostMAC+" > "+hostGW+")") {
 		t.Errorf("pod to outside: %s", got)
 	}
-	if n := natPort(t, got); n < 1024 || n > 32767 {
-		t.Errorf("pod to outside: NAT port %d is outside %s", n, hns.HostNATPorts())
+	if n := natPort(t, got); n != 45000 {
+		t.Errorf("pod to outside: NAT port %d, want 45000 preserved", n)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/lb"
 	"github.com/ufp-dev/ufp/nat"
 )
 
@@ -653,16 +654,18 @@ func (s *natfState) checkTable(when string) map[natfExt]*nat.Binding {
 		if c == nil {
 			return true
 		}
-		b := bindingOf(c.State)
-		if b == nil || conns[c] {
+		held := heldBindings(c.State)
+		if len(held) == 0 || conns[c] {
 			return true
 		}
 		conns[c] = true
-		if fwd := c.Fwd(); fwd == nil || fwd.Removed() {
-			t.Fatalf("%s: flow %s (out port %d) is of a connection whose origin flow left the table; its binding %s -> %s (%d refs) was released with it:\n%s",
-				when, f.Key(), f.Action().Out, b.Internal(), b.External(), b.Refs(), s.dump())
+		for _, b := range held {
+			if fwd := c.Fwd(); fwd == nil || fwd.Removed() {
+				t.Fatalf("%s: flow %s (out port %d) is of a connection whose origin flow left the table; its binding %s -> %s (%d refs) was released with it:\n%s",
+					when, f.Key(), f.Action().Out, b.Internal(), b.External(), b.Refs(), s.dump())
+			}
+			holders[b]++
 		}
-		holders[b]++
 		return true
 	})
 	live := map[natfExt]*nat.Binding{}
@@ -909,6 +912,23 @@ func natfSeeds(tb testing.TB) []natfSeed {
 		seeds = append(seeds, natfSeed{join([]byte{natfOpRaw, 0, 0, 0}, []byte{natfOpRaw, 1, 0, 0}, step(9, true)), raws[i]})
 	}
 	return seeds
+}
+
+// heldBindings returns every binding connection state st holds: its
+// source's (through a snat action or a SourceVIP), the mapping it reached,
+// the host's claim on its port. A binding held twice is listed twice.
+func heldBindings(st any) []*nat.Binding {
+	var bs []*nat.Binding
+	if _, b, ok := lb.ConnPick(st); ok && b != nil {
+		bs = append(bs, b)
+	}
+	src, dst, host := nat.ConnBindings(st)
+	for _, b := range []*nat.Binding{src, dst, host} {
+		if b != nil {
+			bs = append(bs, b)
+		}
+	}
+	return bs
 }
 
 // bindingOf returns the source NAT binding in connection state st, or nil.

@@ -261,14 +261,15 @@ func TestNATPortMappingAndHairpin(t *testing.T) {
 	wire.smac, wire.dmac, wire.src, wire.sport = natHost, natRouter, "192.168.1.10", 8080
 	r.out("ov-a", natFrame(t, rep), "uplink", natFrame(t, wire))
 
-	// ov-b reaches the mapping: to ov-a, its own address kept.
+	// ov-b reaches the mapping: to ov-a, from ov-b's own mapping (RFC
+	// 4787 REQ-9a: the external source address and port).
 	hb := natPkt{smac: natOvB, dmac: natDR, src: "10.244.0.11", sport: 41000, dst: "192.168.1.10", dport: 8080, proto: "tcp", flags: "S"}
 	hbTo := hb
-	hbTo.smac, hbTo.dmac, hbTo.dst, hbTo.dport = natDR, natOvA, "10.244.0.10", 80
+	hbTo.smac, hbTo.dmac, hbTo.src, hbTo.dst, hbTo.dport = natDR, natOvA, "192.168.1.10", "10.244.0.10", 80
 	r.out("ov-b", natFrame(t, hb), "ov-a", natFrame(t, hbTo))
-	hbRep := natPkt{smac: natOvA, dmac: natOvB, src: "10.244.0.10", sport: 80, dst: "10.244.0.11", dport: 41000, proto: "tcp", flags: "SA"}
+	hbRep := natPkt{smac: natOvA, dmac: natDR, src: "10.244.0.10", sport: 80, dst: "192.168.1.10", dport: 41000, proto: "tcp", flags: "SA"}
 	hbBack := hbRep
-	hbBack.smac, hbBack.dmac, hbBack.src, hbBack.sport = natDR, natOvB, "192.168.1.10", 8080
+	hbBack.smac, hbBack.dmac, hbBack.src, hbBack.sport, hbBack.dst = natDR, natOvB, "192.168.1.10", 8080, "10.244.0.11"
 	r.out("ov-a", natFrame(t, hbRep), "ov-b", natFrame(t, hbBack))
 
 	// ov-a reaches its own mapping: it sees the connection come from the

@@ -31,10 +31,18 @@ import (
 
 // A differential test of outbound NAT: the same flows leave a pod through
 // the Linux kernel's nftables masquerade and through ufp's OutBoundNAT, and
-// the translations must agree (the chosen port aside).
+// the translations must agree (the chosen port aside). Fragmented UDP is
+// among them, both ways and with the later fragments first: what reaches
+// the other end (every fragment, and the datagram put together) must be
+// the same.
 //
-//	kernel: kpod --veth-- knode (router, masquerade) --veth-- kext (router) --veth, MTU 1280-- kfar
-//	ufp:    upod ==TAP== [switch in this process] ==TAP== uext (router) --veth, MTU 1280-- ufar
+//	kernel: kpod --veth, MTU 1450-- knode (router, masquerade) --veth, MTU 9000-- kext (router) --veth, MTU 1280-- kfar
+//	ufp:    upod ==TAP, MTU 1450== [switch in this process] ==TAP, MTU 9000== uext (router) --veth, MTU 1280-- ufar
+//
+// The pod's link has MTU 1450 and the node's link to ext 9000 (ufp: the
+// uplink's Mtu 9000, the pod's EncapOverhead 7550), so that datagrams of
+// up to 9000 bytes from ext reach the router whole: it fragments them for
+// the pod, or answers them with fragmentation needed, as the kernel does.
 //
 // Every namespace and interface is created here, named after this process's
 // PID, and deleted by name when the test ends; no namespace has a route out
@@ -51,6 +59,8 @@ const (
 	nkExtFarIP  = "198.51.100.1"
 	nkFarIP     = "198.51.100.100"
 	nkFarMTU    = 1280
+	nkPodMTU    = 1450
+	nkExtMTU    = 9000
 	nkPodMAC    = "02:00:0a:f4:01:0a" // Endpoints[0].MacAddress
 	nkExtMAC    = "02:00:00:00:77:01" // the Uplink.Neighbors entry of nkExtIP
 	nkPolicy    = "testdata/natkernel/policy.json"
@@ -73,6 +83,10 @@ type nkTopo struct {
 	// verified; the kernel path forwards partial checksums, which are not.
 	checksums bool
 	exe       string
+	// pod2 is a second pod's namespace, in another network
+	// (TestNATKernelRFC); sw is ufp's switch.
+	pod2 string
+	sw   *Switch
 }
 
 // nkArgs are a helper role's arguments.
@@ -86,6 +100,13 @@ type nkArgs struct {
 	DF     bool     `json:",omitempty"`
 	ID     int      `json:",omitempty"`
 	Sysctl []string `json:",omitempty"`
+	// Fragments: the data each fragment carries (a multiple of 8), the
+	// order they are sent in ("in-order" or "reverse"), and the size of
+	// the datagram the server answers with.
+	Frag   int      `json:",omitempty"`
+	Order  string   `json:",omitempty"`
+	Reply  int      `json:",omitempty"`
+	Probes []string `json:",omitempty"` // the stun-server's other local endpoints
 }
 
 // nkReport is what a helper role reports.
@@ -134,10 +155,13 @@ type nkFlow struct {
 	run        func(t *testing.T, tp *nkTopo) (peer, podResult string)
 	// Expected on both paths.
 	wantPeer, wantPodResult string
+	// ids are the IP identifications of the flow's fragmented datagrams,
+	// by which its later fragments (which have no ports) are picked.
+	ids []uint16
 }
 
 func nkFlows() []nkFlow {
-	return []nkFlow{
+	flows := []nkFlow{
 		{
 			name: "tcp-echo", serverPort: 7001, podPort: 41001,
 			run: func(t *testing.T, tp *nkTopo) (string, string) {
@@ -196,7 +220,125 @@ func nkFlows() []nkFlow {
 			},
 			wantPodResult: "errqueue EMSGSIZE origin=icmp type=3 code=4 info=1280 offender=192.168.77.1; IP_MTU=1280; resend: EMSGSIZE",
 		},
+		// A small query and a large answer (DNS with EDNS, say): the
+		// answer's later fragments, first, are the first fragments
+		// between the pod and the server (before the flows below, so
+		// that nothing they left translates them).
+		nkFragFlow("udp-fragmented-answer", 7008, 41008, 100, "reverse"),
+		nkFragFlow("udp-fragments", 7006, 41006, 3000, "in-order"),
+		// The later fragments first, both ways: the kernel reassembles
+		// the datagram before it translates it (nf_defrag) and
+		// fragments it again as it came; ufp holds the later fragments
+		// until the first has been translated.
+		nkFragFlow("udp-fragments-reordered", 7007, 41007, 3000, "reverse"),
 	}
+	return append(flows, nkMTUFlows()...)
+}
+
+// nkFragFlow is a UDP exchange in fragments: the pod sends a datagram of
+// size bytes, in fragments of 1200 bytes of data if it is larger, sent in
+// order (the first fragment first; "in-order") or last fragment first
+// ("reverse"), from a raw socket; the server answers with 2500 bytes
+// fragmented the same way. Each side's kernel puts the datagram together
+// and checks it (the UDP checksum covers it whole).
+func nkFragFlow(name string, serverPort, podPort uint16, size int, order string) nkFlow {
+	const reply, frag = 2500, 1200
+	podID, serverID := int(podPort%10000)*2, int(serverPort%10000)*2
+	return nkFlow{
+		name: name, serverPort: serverPort, podPort: podPort,
+		ids: []uint16{uint16(podID), uint16(podID + 1), uint16(podID + 2), uint16(serverID), uint16(serverID + 1), uint16(serverID + 2)},
+		run: func(t *testing.T, tp *nkTopo) (string, string) {
+			srv := tp.start(t, tp.ext, "frag-server", nkArgs{Listen: fmt.Sprintf("%s:%d", nkExtIP, serverPort),
+				Frag: frag, Order: order, Size: size, Reply: reply, ID: serverID})
+			srv.ready(t)
+			cl := tp.start(t, tp.pod, "frag-client", nkArgs{Local: fmt.Sprintf("%s:%d", nkPodIP, podPort),
+				Remote: fmt.Sprintf("%s:%d", nkExtIP, serverPort), Frag: frag, Order: order, Size: size, Reply: reply, ID: podID})
+			c := cl.result(t)
+			srv.stop()
+			return srv.result(t).Peer, c.Result
+		},
+		wantPeer:      fmt.Sprintf("%s:%d sent %d bytes intact", nkNodeIP, podPort, size),
+		wantPodResult: fmt.Sprintf("reply of %d bytes intact from %s:%d", reply, nkExtIP, serverPort),
+	}
+}
+
+// nkMTUSizes are the IP sizes of the large datagrams, against the pod's
+// MTU of 1450.
+var nkMTUSizes = []int{1451, 1500, 2028, 4028}
+
+// nkMTUFlows are large UDP datagrams both ways, with DF clear and set.
+//
+// To the pod: the pod opens a NAT mapping with a small datagram; ext's
+// socket answers with one of the size (its link's MTU is 9000, so it
+// leaves whole). The router fragments it for the pod's 1450 (DF clear: the
+// pod gets the datagram whole, its fragments translated alike) or answers
+// ext with fragmentation needed, mtu 1450, from its address on ext's side
+// (DF set: ext's socket gets EMSGSIZE and the path MTU 1450, IP_MTU).
+// ext's route cache is flushed first, so that no flow starts with the path
+// MTU an earlier one taught it.
+//
+// From the pod: the pod's own stack fragments (DF clear) and the router
+// translates every fragment (ext gets the datagram whole), or refuses to
+// send it (DF set: EMSGSIZE, IP_MTU 1450, nothing leaves but the small
+// datagram that opens the mapping).
+func nkMTUFlows() []nkFlow {
+	var flows []nkFlow
+	for i, size := range nkMTUSizes {
+		for j, df := range []bool{false, true} {
+			n := uint16(2*i + j)
+			flows = append(flows, nkToPod(size, df, 7100+n, 41100+n), nkFromPod(size, df, 7200+n, 41200+n))
+		}
+	}
+	return flows
+}
+
+// nkToPod is the flow of a datagram of size bytes of IP from ext's port
+// sport to the pod's pport, through the pod's NAT mapping (see
+// nkMTUFlows).
+func nkToPod(size int, df bool, sport, pport uint16) nkFlow {
+	f := nkFlow{name: fmt.Sprintf("to-pod-%d", size), serverPort: sport, podPort: pport, wantPeer: fmt.Sprintf("%s:%d", nkNodeIP, pport)}
+	if df {
+		f.name += "-df"
+		f.wantPodResult = fmt.Sprintf("pod: nothing received; ext: sent %d; errqueue EMSGSIZE origin=icmp type=3 code=4 info=%d offender=%s; IP_MTU=%d",
+			size, nkPodMTU, nkNodeIP, nkPodMTU)
+	} else {
+		f.wantPodResult = fmt.Sprintf("pod: received %d bytes intact from %s:%d; ext: sent %d; no error queued; IP_MTU=%d",
+			size-28, nkExtIP, sport, size, nkExtMTU)
+	}
+	f.run = func(t *testing.T, tp *nkTopo) (string, string) {
+		runCmd(t, "ip", "-n", tp.ext, "route", "flush", "cache")
+		srv := tp.start(t, tp.ext, "udp-big-server", nkArgs{Listen: fmt.Sprintf("%s:%d", nkExtIP, sport), Size: size, DF: df})
+		srv.ready(t)
+		cl := tp.start(t, tp.pod, "udp-big-client", nkArgs{Local: fmt.Sprintf("%s:%d", nkPodIP, pport), Remote: fmt.Sprintf("%s:%d", nkExtIP, sport)})
+		s := srv.result(t)
+		cl.stop()
+		c := cl.result(t)
+		return s.Peer, "pod: " + c.Result + "; ext: " + s.Result
+	}
+	return f
+}
+
+// nkFromPod is the flow of a datagram of size bytes of IP from the pod's
+// port pport to ext's sport (see nkMTUFlows).
+func nkFromPod(size int, df bool, sport, pport uint16) nkFlow {
+	f := nkFlow{name: fmt.Sprintf("from-pod-%d", size), serverPort: sport, podPort: pport, wantPeer: fmt.Sprintf("%s:%d", nkNodeIP, pport)}
+	if df {
+		f.name += "-df"
+		f.wantPodResult = fmt.Sprintf("pod: sent 5; send %d: EMSGSIZE; IP_MTU=%d; ext: received 5", size, nkPodMTU)
+	} else {
+		f.wantPodResult = fmt.Sprintf("pod: sent 5; sent %d; IP_MTU=%d; ext: received 5; received %d intact", size, nkPodMTU, size-28)
+	}
+	f.run = func(t *testing.T, tp *nkTopo) (string, string) {
+		sink := tp.start(t, tp.ext, "udp-big-sink", nkArgs{Listen: fmt.Sprintf("%s:%d", nkExtIP, sport)})
+		sink.ready(t)
+		snd := tp.start(t, tp.pod, "udp-big-send", nkArgs{Local: fmt.Sprintf("%s:%d", nkPodIP, pport), Remote: fmt.Sprintf("%s:%d", nkExtIP, sport), Size: size, DF: df})
+		c := snd.result(t)
+		time.Sleep(300 * time.Millisecond) // the datagram on its way
+		sink.stop()
+		s := sink.result(t)
+		return s.Peer, "pod: " + c.Result + "; ext: " + s.Result
+	}
+	return f
 }
 
 // TestNATKernel runs every flow through the kernel's masquerade and through
@@ -331,6 +473,12 @@ func nkRunFlow(t *testing.T, tp *nkTopo, f nkFlow) nkOutcome {
 	extFrames, podFrames := capExt.result(t).Frames, capPod.result(t).Frames
 
 	pick := func(frames []string, trace *[]string) (pkts []nkPkt) {
+		var all []nkPkt
+		type datagram struct {
+			src, dst netip.Addr
+			id       uint16
+		}
+		ours := map[datagram]bool{} // the datagrams whose first fragment is the flow's
 		for _, h := range frames {
 			b, err := hex.DecodeString(h)
 			if err != nil {
@@ -338,7 +486,18 @@ func nkRunFlow(t *testing.T, tp *nkTopo, f nkFlow) nkOutcome {
 			}
 			*trace = append(*trace, Describe(b, 0))
 			p, ok := nkParse(b, tp.checksums)
-			if ok && p.belongs(f.serverPort) {
+			if !ok {
+				continue
+			}
+			all = append(all, p)
+			if p.frag != nil && p.frag.off == 0 && p.belongs(f.serverPort, f.ids) {
+				ours[datagram{p.src, p.dst, p.frag.id}] = true
+			}
+		}
+		// Later fragments have no ports: they are the flow's if their
+		// datagram's first fragment is (or their id is one of the flow's).
+		for _, p := range all {
+			if later := p.frag != nil && p.frag.off > 0; p.belongs(f.serverPort, f.ids) || later && ours[datagram{p.src, p.dst, p.frag.id}] {
 				pkts = append(pkts, p)
 			}
 		}
@@ -378,14 +537,38 @@ type nkPkt struct {
 	icmpType, icmpCode uint8
 	mtu                uint16 // fragmentation needed
 	inner              *nkPkt // the packet an ICMP error quotes
+	frag               *nkFrag
 	bad                []string
 }
 
+// nkFrag is what a fragment says of its place in its datagram.
+type nkFrag struct {
+	id       uint16
+	off, n   int
+	more     bool
+	hasPorts bool // the first fragment
+}
+
+func (f *nkFrag) String() string {
+	// Not the identification: a socket's kernel chooses it, differently
+	// on the two paths (the flows that fragment themselves check theirs
+	// by their ids).
+	s := fmt.Sprintf(" fragment off=%d len=%d", f.off, f.n)
+	if f.more {
+		s += " more"
+	}
+	return s
+}
+
 // belongs reports whether p (or the packet it quotes) is of the flow with
-// server port port (0: ICMP echo).
-func (p *nkPkt) belongs(port uint16) bool {
+// server port port (0: ICMP echo), or a fragment of one of its datagrams
+// ids.
+func (p *nkPkt) belongs(port uint16, ids []uint16) bool {
 	if p.inner != nil {
-		return p.inner.belongs(port)
+		return p.inner.belongs(port, ids)
+	}
+	if p.frag != nil && slices.Contains(ids, p.frag.id) {
+		return true
 	}
 	switch p.proto {
 	case 1:
@@ -398,11 +581,13 @@ func (p *nkPkt) belongs(port uint16) bool {
 
 func (p *nkPkt) String() string {
 	var s string
-	switch p.proto {
-	case 6, 17:
+	switch {
+	case p.frag != nil && !p.frag.hasPorts:
+		s = fmt.Sprintf("proto %d %s > %s", p.proto, p.src, p.dst)
+	case p.proto == 6 || p.proto == 17:
 		name := map[uint8]string{6: "tcp", 17: "udp"}[p.proto]
 		s = fmt.Sprintf("%s %s > %s", name, netip.AddrPortFrom(p.src, p.sport), netip.AddrPortFrom(p.dst, p.dport))
-	case 1:
+	case p.proto == 1:
 		switch p.icmpType {
 		case 0, 8:
 			s = fmt.Sprintf("icmp %s %s > %s id=%d", map[uint8]string{0: "echo-reply", 8: "echo-request"}[p.icmpType], p.src, p.dst, p.sport)
@@ -417,6 +602,9 @@ func (p *nkPkt) String() string {
 		}
 	default:
 		s = fmt.Sprintf("proto %d %s > %s", p.proto, p.src, p.dst)
+	}
+	if p.frag != nil {
+		s += p.frag.String()
 	}
 	for _, b := range p.bad {
 		s += " !" + b
@@ -458,8 +646,15 @@ func nkParseIP(ip []byte, checksums, quoted bool) (nkPkt, bool) {
 	if checksums && dataplane.Checksum(ip[:ihl], 0) != 0 {
 		p.bad = append(p.bad, what+"ip-checksum")
 	}
-	if binary.BigEndian.Uint16(ip[6:])&0x1fff != 0 {
-		return p, true // a later fragment
+	switch fo := binary.BigEndian.Uint16(ip[6:]); {
+	case quoted && fo&0x1fff != 0:
+		return p, true // a later fragment quoted
+	case !quoted && fo&0x3fff != 0:
+		p.frag = &nkFrag{id: binary.BigEndian.Uint16(ip[4:]), off: int(fo&0x1fff) * 8, n: len(ip) - ihl, more: fo&0x2000 != 0}
+		if p.frag.off != 0 {
+			return p, true // a later fragment: no ports
+		}
+		p.frag.hasPorts = true
 	}
 	l4 := ip[ihl:]
 	switch p.proto {
@@ -468,7 +663,9 @@ func nkParseIP(ip []byte, checksums, quoted bool) (nkPkt, bool) {
 			return p, true
 		}
 		p.sport, p.dport = binary.BigEndian.Uint16(l4), binary.BigEndian.Uint16(l4[2:])
-		if checksums && !quoted && !(p.proto == 17 && binary.BigEndian.Uint16(l4[6:]) == 0) &&
+		// A first fragment's L4 checksum covers the whole datagram:
+		// the receiver checks it once it is put together.
+		if checksums && !quoted && p.frag == nil && !(p.proto == 17 && binary.BigEndian.Uint16(l4[6:]) == 0) &&
 			dataplane.Checksum(l4, dataplane.PseudoHeaderSum(ip[12:16], ip[16:20], p.proto, len(l4))) != 0 {
 			p.bad = append(p.bad, what+map[uint8]string{6: "tcp", 17: "udp"}[p.proto]+"-checksum")
 		}
@@ -512,6 +709,9 @@ func nkKernelTopo(t *testing.T, prefix, exe string) *nkTopo {
 	runCmd(t, "ip", "link", "add", nodeExt, "netns", node, "type", "veth", "peer", "name", tp.extIf, "netns", tp.ext)
 	nkExtFar(t, tp, prefix+"k")
 
+	runCmd(t, "ip", "-n", tp.pod, "link", "set", tp.podIf, "mtu", fmt.Sprint(nkPodMTU))
+	runCmd(t, "ip", "-n", node, "link", "set", nodePod, "mtu", fmt.Sprint(nkPodMTU))
+	runCmd(t, "ip", "-n", node, "link", "set", nodeExt, "mtu", fmt.Sprint(nkExtMTU))
 	runCmd(t, "ip", "-n", tp.pod, "addr", "add", nkPodIP+"/24", "dev", tp.podIf)
 	runCmd(t, "ip", "-n", tp.pod, "link", "set", tp.podIf, "up")
 	runCmd(t, "ip", "-n", tp.pod, "route", "add", "default", "via", nkPodGW)
@@ -536,6 +736,7 @@ func nkExtFar(t *testing.T, tp *nkTopo, prefix string) {
 	tp.sysctl(t, tp.far)
 	runCmd(t, "ip", "link", "add", extFar, "netns", tp.ext, "mtu", fmt.Sprint(nkFarMTU), "type", "veth", "peer", "name", farIf, "netns", tp.far)
 	runCmd(t, "ip", "-n", tp.far, "link", "set", farIf, "mtu", fmt.Sprint(nkFarMTU))
+	runCmd(t, "ip", "-n", tp.ext, "link", "set", tp.extIf, "mtu", fmt.Sprint(nkExtMTU))
 	runCmd(t, "ip", "-n", tp.ext, "addr", "add", nkExtIP+"/24", "dev", tp.extIf)
 	runCmd(t, "ip", "-n", tp.ext, "addr", "add", nkExtFarIP+"/24", "dev", extFar)
 	runCmd(t, "ip", "-n", tp.ext, "link", "set", tp.extIf, "up")
@@ -567,6 +768,7 @@ func nkUFPTopo(t *testing.T, prefix, exe string) *nkTopo {
 	runCmd(t, "ip", "link", "set", "dev", tp.podIf, "address", nkPodMAC, "netns", tp.pod)
 	runCmd(t, "ip", "link", "set", "dev", tp.extIf, "address", nkExtMAC, "netns", tp.ext)
 	nkExtFar(t, tp, prefix+"u")
+	runCmd(t, "ip", "-n", tp.pod, "link", "set", tp.podIf, "mtu", fmt.Sprint(nkPodMTU))
 	runCmd(t, "ip", "-n", tp.pod, "addr", "add", nkPodIP+"/24", "dev", tp.podIf)
 	runCmd(t, "ip", "-n", tp.pod, "link", "set", tp.podIf, "up")
 	runCmd(t, "ip", "-n", tp.pod, "route", "add", "default", "via", nkPodGW)
@@ -590,6 +792,7 @@ func nkUFPTopo(t *testing.T, prefix, exe string) *nkTopo {
 		t.Fatal(err)
 	}
 	serveTAPs(t, sw, []*tapDevice{podTap, upTap}, nil)
+	tp.sw = sw
 	return tp
 }
 
@@ -877,8 +1080,170 @@ func nkRole(role string, a nkArgs) (nkReport, error) {
 
 	case "errqueue":
 		return nkErrQueue(a)
+
+	case "udp-big-server":
+		return nkBigServer(a)
+	case "udp-big-client":
+		return nkBigClient(a)
+	case "udp-big-send":
+		return nkBigSend(a)
+	case "udp-big-sink":
+		return nkBigSink(a)
+	case "frag-client":
+		return nkFragClient(a)
+
+	case "frag-server":
+		return nkFragServer(a)
 	}
-	return r, fmt.Errorf("unknown role %q", role)
+	return nkRFCRole(role, a)
+}
+
+// nkPattern is the payload of n bytes a fragmented datagram carries; seed
+// tells a request's from an answer's.
+func nkPattern(n int, seed byte) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*7+i>>8) ^ seed
+	}
+	return b
+}
+
+// nkFragments returns the IPv4 fragments of the UDP datagram from src to
+// dst that carries payload, with identification id, each fragment
+// carrying frag bytes of the datagram (the last what is left), in order.
+func nkFragments(src, dst netip.AddrPort, payload []byte, id uint16, frag int) [][]byte {
+	s4, d4 := src.Addr().As4(), dst.Addr().As4()
+	udp := make([]byte, 8+len(payload))
+	binary.BigEndian.PutUint16(udp[0:], src.Port())
+	binary.BigEndian.PutUint16(udp[2:], dst.Port())
+	binary.BigEndian.PutUint16(udp[4:], uint16(len(udp)))
+	copy(udp[8:], payload)
+	c := dataplane.Checksum(udp, dataplane.PseudoHeaderSum(s4[:], d4[:], 17, len(udp)))
+	if c == 0 {
+		c = 0xffff
+	}
+	binary.BigEndian.PutUint16(udp[6:], c)
+	var out [][]byte
+	for off := 0; off < len(udp); off += frag {
+		end := min(off+frag, len(udp))
+		ip := make([]byte, 20, 20+end-off)
+		ip[0], ip[8], ip[9] = 0x45, 64, 17
+		binary.BigEndian.PutUint16(ip[2:], uint16(20+end-off))
+		binary.BigEndian.PutUint16(ip[4:], id)
+		fo := uint16(off / 8)
+		if end < len(udp) {
+			fo |= 0x2000
+		}
+		binary.BigEndian.PutUint16(ip[6:], fo)
+		copy(ip[12:], s4[:])
+		copy(ip[16:], d4[:])
+		binary.BigEndian.PutUint16(ip[10:], dataplane.Checksum(ip, 0))
+		out = append(out, append(ip, udp[off:end]...))
+	}
+	return out
+}
+
+// nkSendFragments sends the IPv4 packets frags to dst through the raw
+// socket fd (IPPROTO_RAW: the headers are ours), in order or, for order
+// "reverse", last first.
+func nkSendFragments(fd int, frags [][]byte, dst netip.Addr, order string) error {
+	if order == "reverse" {
+		frags = slices.Clone(frags)
+		slices.Reverse(frags)
+	}
+	to := &unix.SockaddrInet4{Addr: dst.As4()}
+	for _, f := range frags {
+		if err := unix.Sendto(fd, f, 0, to); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// nkFragClient sends a.Size bytes from a.Local to a.Remote in fragments
+// (a.Frag bytes each, in a.Order, identification a.ID, then a.ID+1 and
+// a.ID+2 for a retry) and reports the answer its UDP socket on a.Local
+// gets, and whether it is the a.Reply bytes the server sends.
+func nkFragClient(a nkArgs) (nkReport, error) {
+	var r nkReport
+	local, remote := netip.MustParseAddrPort(a.Local), netip.MustParseAddrPort(a.Remote)
+	c, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(local))
+	if err != nil {
+		return r, err
+	}
+	defer c.Close()
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_RAW)
+	if err != nil {
+		return r, err
+	}
+	defer unix.Close(fd)
+	payload, want := nkPattern(a.Size, 0x11), nkPattern(a.Reply, 0x22)
+	buf := make([]byte, 65536)
+	r.Result = "no reply"
+	for try := range 3 {
+		if err := nkSendFragments(fd, nkFragments(local, remote, payload, uint16(a.ID+try), a.Frag), remote.Addr(), a.Order); err != nil {
+			r.Result = "send: " + err.Error()
+			return r, nil
+		}
+		c.SetReadDeadline(time.Now().Add(1500 * time.Millisecond))
+		n, from, err := c.ReadFromUDPAddrPort(buf)
+		if err == nil {
+			r.Result = fmt.Sprintf("reply of %d bytes", n)
+			if bytes.Equal(buf[:n], want) {
+				r.Result += " intact"
+			}
+			r.Result += " from " + from.String()
+			break
+		}
+	}
+	return r, nil
+}
+
+// nkFragServer answers every datagram its UDP socket on a.Listen gets
+// with a.Reply bytes in fragments (a.Frag bytes each, in a.Order,
+// identifications from a.ID), until standard input ends; it reports who
+// sent the first and whether it was the a.Size bytes the client sends.
+func nkFragServer(a nkArgs) (nkReport, error) {
+	var r nkReport
+	listen := netip.MustParseAddrPort(a.Listen)
+	c, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(listen))
+	if err != nil {
+		return r, err
+	}
+	defer c.Close()
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_RAW)
+	if err != nil {
+		return r, err
+	}
+	defer unix.Close(fd)
+	fmt.Println(nkReadyLine)
+	stopped := nkStopped()
+	want, answer := nkPattern(a.Size, 0x11), nkPattern(a.Reply, 0x22)
+	buf := make([]byte, 65536)
+	id := a.ID
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		select {
+		case <-stopped:
+			return r, nil
+		default:
+		}
+		c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		n, from, err := c.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			continue
+		}
+		if r.Peer == "" {
+			r.Peer = fmt.Sprintf("%s sent %d bytes", from, n)
+			if bytes.Equal(buf[:n], want) {
+				r.Peer += " intact"
+			}
+		}
+		if err := nkSendFragments(fd, nkFragments(listen, from, answer, uint16(id), a.Frag), from.Addr(), a.Order); err != nil {
+			return r, err
+		}
+		id++
+	}
+	return r, nil
 }
 
 // nkCapture captures the frames arriving at interface a.Iface until
@@ -1020,29 +1385,8 @@ func nkErrQueue(a nkArgs) (nkReport, error) {
 	if !got {
 		return r, nil
 	}
-	oob := make([]byte, 512)
-	_, oobn, _, _, err := unix.Recvmsg(fd, make([]byte, 2048), oob, unix.MSG_ERRQUEUE)
-	if err != nil {
-		return r, fmt.Errorf("recvmsg errqueue: %v", err)
-	}
-	cms, err := unix.ParseSocketControlMessage(oob[:oobn])
-	if err != nil {
+	if r.Result, err = nkRecvErr(fd); err != nil {
 		return r, err
-	}
-	r.Result = "no IP_RECVERR message"
-	for _, cm := range cms {
-		if cm.Header.Level != unix.SOL_IP || cm.Header.Type != unix.IP_RECVERR || len(cm.Data) < 16 {
-			continue
-		}
-		ee := cm.Data
-		errno := unix.Errno(binary.NativeEndian.Uint32(ee))
-		origin := map[uint8]string{0: "none", 1: "local", 2: "icmp", 3: "icmp6"}[ee[4]]
-		offender := "none"
-		if len(ee) >= 24 && binary.NativeEndian.Uint16(ee[16:]) == unix.AF_INET {
-			offender = netip.AddrFrom4([4]byte(ee[20:24])).String()
-		}
-		r.Result = fmt.Sprintf("errqueue %s origin=%s type=%d code=%d info=%d offender=%s",
-			unix.ErrnoName(errno), origin, ee[5], ee[6], binary.NativeEndian.Uint32(ee[8:]), offender)
 	}
 	if a.DF {
 		mtu, err := unix.GetsockoptInt(fd, unix.SOL_IP, unix.IP_MTU)
@@ -1056,6 +1400,267 @@ func nkErrQueue(a nkArgs) (nkReport, error) {
 		} else {
 			r.Result += "; resend: sent"
 		}
+	}
+	return r, nil
+}
+
+// nkRecvErr reads the ICMP error queued on socket fd (IP_RECVERR) and
+// describes it as "errqueue ERRNO origin=... type=T code=C info=N
+// offender=ADDR".
+func nkRecvErr(fd int) (string, error) {
+	oob := make([]byte, 512)
+	_, oobn, _, _, err := unix.Recvmsg(fd, make([]byte, 2048), oob, unix.MSG_ERRQUEUE)
+	if err != nil {
+		return "", fmt.Errorf("recvmsg errqueue: %v", err)
+	}
+	cms, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil {
+		return "", err
+	}
+	result := "no IP_RECVERR message"
+	for _, cm := range cms {
+		if cm.Header.Level != unix.SOL_IP || cm.Header.Type != unix.IP_RECVERR || len(cm.Data) < 16 {
+			continue
+		}
+		ee := cm.Data
+		errno := unix.Errno(binary.NativeEndian.Uint32(ee))
+		origin := map[uint8]string{0: "none", 1: "local", 2: "icmp", 3: "icmp6"}[ee[4]]
+		offender := "none"
+		if len(ee) >= 24 && binary.NativeEndian.Uint16(ee[16:]) == unix.AF_INET {
+			offender = netip.AddrFrom4([4]byte(ee[20:24])).String()
+		}
+		result = fmt.Sprintf("errqueue %s origin=%s type=%d code=%d info=%d offender=%s",
+			unix.ErrnoName(errno), origin, ee[5], ee[6], binary.NativeEndian.Uint32(ee[8:]), offender)
+	}
+	return result, nil
+}
+
+// nkPayload is the payload of a large datagram: n bytes of a pattern the
+// receiver checks.
+func nkPayload(n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*7 + i>>8)
+	}
+	return b
+}
+
+// nkUDPSocket returns a UDP socket bound to local, with IP_RECVERR, and
+// DF set on what it sends (IP_PMTUDISC_DO) or clear (IP_PMTUDISC_DONT);
+// connected to remote if it is not empty.
+func nkUDPSocket(local, remote string, df bool) (int, error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	pmtu := unix.IP_PMTUDISC_DONT
+	if df {
+		pmtu = unix.IP_PMTUDISC_DO
+	}
+	sa := func(s string) *unix.SockaddrInet4 {
+		ap := netip.MustParseAddrPort(s)
+		return &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}
+	}
+	for _, err := range []error{
+		unix.SetsockoptInt(fd, unix.SOL_IP, unix.IP_RECVERR, 1),
+		unix.SetsockoptInt(fd, unix.SOL_IP, unix.IP_MTU_DISCOVER, pmtu),
+		unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Usec: 100_000}),
+		unix.Bind(fd, sa(local)),
+	} {
+		if err != nil {
+			unix.Close(fd)
+			return -1, err
+		}
+	}
+	if remote != "" {
+		if err := unix.Connect(fd, sa(remote)); err != nil {
+			unix.Close(fd)
+			return -1, err
+		}
+	}
+	return fd, nil
+}
+
+// nkMTU returns "IP_MTU=N", the path MTU connected socket fd knows.
+func nkMTU(fd int) string {
+	mtu, err := unix.GetsockoptInt(fd, unix.SOL_IP, unix.IP_MTU)
+	if err != nil {
+		return "IP_MTU: " + err.Error()
+	}
+	return fmt.Sprintf("IP_MTU=%d", mtu)
+}
+
+// nkPollErr waits up to d for an error on socket fd and reports whether
+// one is queued.
+func nkPollErr(fd int, d time.Duration) (bool, error) {
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLERR}}
+		n, err := unix.Poll(fds, int(time.Until(deadline)/time.Millisecond)+1)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return false, err
+		}
+		if n > 0 && fds[0].Revents&unix.POLLERR != 0 {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// nkBigServer waits for a datagram on a.Listen and answers its sender with
+// one of a.Size bytes of IP (DF as a.DF), then reports the ICMP error it
+// gets (within a second) and the path MTU its socket knows.
+func nkBigServer(a nkArgs) (nkReport, error) {
+	var r nkReport
+	fd, err := nkUDPSocket(a.Listen, "", a.DF)
+	if err != nil {
+		return r, err
+	}
+	defer unix.Close(fd)
+	fmt.Println(nkReadyLine)
+	buf := make([]byte, 2048)
+	var from unix.Sockaddr
+	for deadline := time.Now().Add(10 * time.Second); from == nil; {
+		if time.Now().After(deadline) {
+			r.Result = "no datagram to answer"
+			return r, nil
+		}
+		if _, f, err := unix.Recvfrom(fd, buf, 0); err == nil {
+			from = f
+		}
+	}
+	sa := from.(*unix.SockaddrInet4)
+	r.Peer = netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(sa.Port)).String()
+	if err := unix.Connect(fd, sa); err != nil {
+		return r, err
+	}
+	if _, err := unix.Write(fd, nkPayload(a.Size-28)); err != nil {
+		r.Result = fmt.Sprintf("send %d: %s; %s", a.Size, unix.ErrnoName(err.(unix.Errno)), nkMTU(fd))
+		return r, nil
+	}
+	r.Result = fmt.Sprintf("sent %d; ", a.Size)
+	got, err := nkPollErr(fd, time.Second)
+	if err != nil {
+		return r, err
+	}
+	if !got {
+		r.Result += "no error queued; " + nkMTU(fd)
+		return r, nil
+	}
+	e, err := nkRecvErr(fd)
+	if err != nil {
+		return r, err
+	}
+	r.Result += e + "; " + nkMTU(fd)
+	return r, nil
+}
+
+// nkBigClient sends a small datagram from a.Local to a.Remote (again every
+// half second) until a datagram comes back, and reports it; or, when
+// standard input ends, that none came.
+func nkBigClient(a nkArgs) (nkReport, error) {
+	var r nkReport
+	fd, err := nkUDPSocket(a.Local, a.Remote, false)
+	if err != nil {
+		return r, err
+	}
+	defer unix.Close(fd)
+	stopped := nkStopped()
+	buf := make([]byte, 65536)
+	var next time.Time
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
+		select {
+		case <-stopped:
+			r.Result = "nothing received"
+			return r, nil
+		default:
+		}
+		if time.Now().After(next) {
+			if _, err := unix.Write(fd, []byte("hello")); err != nil {
+				return r, err
+			}
+			next = time.Now().Add(500 * time.Millisecond)
+		}
+		n, from, err := unix.Recvfrom(fd, buf, 0)
+		if err != nil {
+			continue
+		}
+		sa := from.(*unix.SockaddrInet4)
+		r.Result = fmt.Sprintf("received %d bytes", n)
+		if bytes.Equal(buf[:n], nkPayload(n)) {
+			r.Result += " intact"
+		}
+		r.Result += " from " + netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(sa.Port)).String()
+		return r, nil
+	}
+	r.Result = "nothing received"
+	return r, nil
+}
+
+// nkBigSend sends a small datagram from a.Local to a.Remote, then one of
+// a.Size bytes of IP (DF as a.DF), and reports what the sends gave and the
+// path MTU its socket knows.
+func nkBigSend(a nkArgs) (nkReport, error) {
+	var r nkReport
+	fd, err := nkUDPSocket(a.Local, a.Remote, a.DF)
+	if err != nil {
+		return r, err
+	}
+	defer unix.Close(fd)
+	if _, err := unix.Write(fd, []byte("hello")); err != nil {
+		return r, err
+	}
+	r.Result = "sent 5; "
+	time.Sleep(100 * time.Millisecond) // the mapping first
+	if _, err := unix.Write(fd, nkPayload(a.Size-28)); err != nil {
+		r.Result += fmt.Sprintf("send %d: %s", a.Size, unix.ErrnoName(err.(unix.Errno)))
+	} else {
+		r.Result += fmt.Sprintf("sent %d", a.Size)
+	}
+	r.Result += "; " + nkMTU(fd)
+	return r, nil
+}
+
+// nkBigSink receives datagrams on a.Listen until standard input ends and
+// reports their lengths (and whether large ones are intact); Peer is the
+// first one's sender.
+func nkBigSink(a nkArgs) (nkReport, error) {
+	var r nkReport
+	fd, err := nkUDPSocket(a.Listen, "", false)
+	if err != nil {
+		return r, err
+	}
+	defer unix.Close(fd)
+	fmt.Println(nkReadyLine)
+	stopped := nkStopped()
+	buf := make([]byte, 65536)
+	var got []string
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
+		select {
+		case <-stopped:
+			deadline = time.Time{}
+			continue
+		default:
+		}
+		n, from, err := unix.Recvfrom(fd, buf, 0)
+		if err != nil {
+			continue
+		}
+		if r.Peer == "" {
+			sa := from.(*unix.SockaddrInet4)
+			r.Peer = netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(sa.Port)).String()
+		}
+		d := fmt.Sprintf("received %d", n)
+		if n > 5 && bytes.Equal(buf[:n], nkPayload(n)) {
+			d += " intact"
+		}
+		got = append(got, d)
+	}
+	r.Result = strings.Join(got, "; ")
+	if r.Result == "" {
+		r.Result = "nothing received"
 	}
 	return r, nil
 }
@@ -1080,6 +1685,16 @@ func TestNATKernelParse(t *testing.T) {
 	udp := &layers.UDP{SrcPort: 41002, DstPort: 7002}
 	udp.SetNetworkLayerForChecksum(ipOut)
 	udpFrame := ser(eth, ipOut, udp, gopacket.Payload("ping"))
+	// The first and the last fragment of a datagram: the first one's UDP
+	// checksum covers data it does not hold, so it is not checked.
+	ipFirst := ip(nkExtIP, nkPodIP, layers.IPProtocolUDP)
+	ipFirst.Flags, ipFirst.Id = layers.IPv4MoreFragments, 0x77
+	udpFirst := &layers.UDP{SrcPort: 7100, DstPort: 41100}
+	udpFirst.SetNetworkLayerForChecksum(ipFirst)
+	firstFrame := ser(eth, ipFirst, udpFirst, gopacket.Payload(make([]byte, 24)))
+	ipLast := ip(nkExtIP, nkPodIP, layers.IPProtocolUDP)
+	ipLast.FragOffset, ipLast.Id = 4, 0x77
+	lastFrame := ser(eth, ipLast, gopacket.Payload(make([]byte, 76)))
 	// A time-exceeded quoting a UDP packet whose own header sum is right.
 	ipQ := ip(nkPodIP, nkFarIP, layers.IPProtocolUDP)
 	udpQ := &layers.UDP{SrcPort: 41004, DstPort: 33434}
@@ -1087,6 +1702,10 @@ func TestNATKernelParse(t *testing.T) {
 	quoted := ser(ipQ, udpQ, gopacket.Payload(make([]byte, 32)))[:28]
 	icmpFrame := ser(eth, ip(nkExtIP, nkPodIP, layers.IPProtocolICMPv4),
 		&layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(11, 0)}, gopacket.Payload(quoted))
+	// Fragments of a 2500-byte datagram: the first holds the ports (its
+	// UDP checksum covers data it does not hold), a later one none.
+	frags := nkFragments(netip.MustParseAddrPort(nkNodeIP+":41006"), netip.MustParseAddrPort(nkExtIP+":7006"), nkPattern(2500, 0x11), 7, 1200)
+	ethHdr := func(ip []byte) []byte { return append(slices.Clone(udpFrame[:14]), ip...) }
 
 	for _, tc := range []struct {
 		name  string
@@ -1097,12 +1716,26 @@ func TestNATKernelParse(t *testing.T) {
 		{name: "udp", frame: udpFrame, flip: -1, want: "udp 192.168.77.10:41002 > 192.168.77.1:7002"},
 		{name: "udp-bad-ip", frame: udpFrame, flip: 14 + 10, want: "udp 192.168.77.10:41002 > 192.168.77.1:7002 !ip-checksum"},
 		{name: "udp-bad-l4", frame: udpFrame, flip: 14 + 20 + 8, want: "udp 192.168.77.10:41002 > 192.168.77.1:7002 !udp-checksum"},
+		{name: "first-fragment", frame: ethHdr(frags[0]), flip: -1,
+			want: "udp 192.168.77.10:41006 > 192.168.77.1:7006 fragment id=7 off=0 len=1200 more"},
+		{name: "later-fragment", frame: ethHdr(frags[1]), flip: -1,
+			want: "proto 17 192.168.77.10 > 192.168.77.1 fragment id=7 off=1200 len=1200 more"},
+		{name: "last-fragment-bad-ip", frame: ethHdr(frags[2]), flip: 14 + 8,
+			want: "proto 17 192.168.77.10 > 192.168.77.1 fragment id=7 off=2400 len=108 !ip-checksum"},
 		{name: "time-exceeded", frame: icmpFrame, flip: -1,
 			want: "icmp type=11 code=0 192.168.77.1 > 10.244.1.10 quoting [udp 10.244.1.10:41004 > 198.51.100.100:33434]"},
 		{name: "time-exceeded-bad-icmp", frame: icmpFrame, flip: 14 + 20 + 2,
 			want: "icmp type=11 code=0 192.168.77.1 > 10.244.1.10 quoting [udp 10.244.1.10:41004 > 198.51.100.100:33434] !icmp-checksum"},
 		// The quote's IP checksum changed with the message checksum kept
 		// right: what a NAT that forgets the quoted header's sum sends.
+		{name: "first-fragment", frame: firstFrame, flip: -1,
+			want: "udp 192.168.77.1:7100 > 10.244.1.10:41100 [fragment offset 0, 52 bytes, MF]"},
+		{name: "first-fragment-l4-unchecked", frame: firstFrame, flip: 14 + 20 + 8,
+			want: "udp 192.168.77.1:7100 > 10.244.1.10:41100 [fragment offset 0, 52 bytes, MF]"},
+		{name: "first-fragment-bad-ip", frame: firstFrame, flip: 14 + 10,
+			want: "udp 192.168.77.1:7100 > 10.244.1.10:41100 [fragment offset 0, 52 bytes, MF] !ip-checksum"},
+		{name: "later-fragment", frame: lastFrame, flip: -1,
+			want: "proto 17 fragment 192.168.77.1 > 10.244.1.10 [fragment offset 32, 96 bytes]"},
 		{name: "time-exceeded-bad-quote", frame: func() []byte {
 			f := slices.Clone(icmpFrame)
 			q := f[14+20+8:]

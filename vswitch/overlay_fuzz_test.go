@@ -335,7 +335,7 @@ func vxfProcess(tb testing.TB, w *dataplane.Worker, frame []byte, in dataplane.P
 	p.InPort = in
 	w.Process([]*dataplane.Packet{p}, 1e9)
 	v := vxfVerdict{out: p.OutPort, drop: p.Drop, path: p.Path}
-	if p.Drop == dataplane.NotDropped {
+	if p.Drop == dataplane.NotDropped && p.Path != dataplane.PathHeld {
 		v.frame = bytes.Clone(p.Bytes())
 	}
 	return v
@@ -480,7 +480,8 @@ func (in vxfInput) build() (frame []byte, port string, o vxfOuter) {
 //   - encapsulated IP with another VNI is dropped as unknown-vni, with VNI
 //     4096 from another provider address as unknown-provider-address;
 //   - a frame processed twice gets the same verdict and bytes (the second
-//     time from the flow table), and the verdict does not change when the
+//     time from the flow table; a later fragment is held, then dropped as
+//     overlapping itself), and the verdict does not change when the
 //     same inner flow from the real remote host was cached first (nor does
 //     that flow's own verdict after the forged frame);
 //   - a frame from pod-a is never decapsulated: what leaves ends with the
@@ -534,6 +535,15 @@ func vxfCheck(t *testing.T, in vxfInput) {
 	first := vxfProcess(t, w, frame, port)
 	vxfCheckVerdict(t, sw, first)
 	second := vxfProcess(t, w, frame, port)
+	if first.path == dataplane.PathHeld {
+		// A later fragment without its first waits for it; the same
+		// fragment again overlaps it and refuses the datagram.
+		if second.drop != dataplane.DropFragmentOverlap {
+			t.Fatalf("frame %x on %s: held, then out=%d drop=%s (%s path), want %s",
+				frame, portName, second.out, second.drop, second.path, dataplane.DropFragmentOverlap)
+		}
+		return
+	}
 	if !second.same(first) {
 		t.Fatalf("frame %x on %s: the second time out=%d drop=%s (%s path) %x, the first out=%d drop=%s (%s path) %x",
 			frame, portName, second.out, second.drop, second.path, second.frame, first.out, first.drop, first.path, first.frame)
@@ -613,12 +623,18 @@ func vxfCheck(t *testing.T, in vxfInput) {
 }
 
 // vxfCheckVerdict checks that v is a drop with a known reason and no port,
-// or a send out of a port of sw's policy.
+// a held later fragment (no port), or a send out of a port of sw's policy.
 func vxfCheckVerdict(t *testing.T, sw *Switch, v vxfVerdict) {
 	t.Helper()
 	if v.drop != dataplane.NotDropped {
 		if v.out != dataplane.NoPort || v.drop.String() == "unknown-drop-reason" {
 			t.Fatalf("dropped with reason %d (%s) and out port %d", uint8(v.drop), v.drop, v.out)
+		}
+		return
+	}
+	if v.path == dataplane.PathHeld {
+		if v.out != dataplane.NoPort {
+			t.Fatalf("held, with out port %d", v.out)
 		}
 		return
 	}

@@ -131,6 +131,7 @@ func TestRevalidateKeepsOuterHeader(t *testing.T) {
 	inner := ptTCP(t, "02:00:00:00:01:0a", devMACB, "10.244.1.5", "10.244.0.11", 45000, 80, true, false)
 	syn := ptVXLANFrom(t, "02:00:00:00:01:fe", "02:00:00:00:00:fe", "192.168.1.20", "192.168.1.10", 4096, inner)
 	binary.BigEndian.PutUint16(syn[14+20+2:], 8472) // the policy's VXLAN port
+	dataplane.CsumDelta(0).Word(dataplane.VXLANPort, 8472).UpdateChecksumField(syn[14+20+6:])
 	p, tr := rgRun(t, sw, w, "uplink", syn)
 	rgOut(t, sw, p, "pod-b", tr)
 	reply := ptTCP(t, devMACB, "02:00:00:00:01:0a", "10.244.0.11", "10.244.1.5", 80, 45000, true, true)

@@ -292,8 +292,9 @@ func (s *Switch) transmit(w *dataplane.Worker, tx *txCache, sg *dataplane.Segmen
 // write sends pkts to a, the device of port id, counted by w (the worker
 // that forwards them). For a device that takes super-frames whole, a
 // connection's consecutive TCP segments are coalesced into one first;
-// super-frames the device cannot take whole are segmented, with sg (the
-// worker's). A write that fails is counted against the destination's
+// super-frames the device cannot take whole are segmented, and packets
+// the pipeline marked for fragmentation (Packet.Frag) fragmented, with sg
+// (the worker's). A write that fails is counted against the destination's
 // port and logged when its writes start and stop failing; it never stops
 // the worker that forwards.
 func (s *Switch) write(w *dataplane.Worker, sg *dataplane.Segmenter, a *attachment, id dataplane.PortID, pkts []*dataplane.Packet) {
@@ -305,14 +306,15 @@ func (s *Switch) write(w *dataplane.Worker, sg *dataplane.Segmenter, a *attachme
 	}
 	from := 0 // the frames before pkts[from] are written
 	for i, p := range pkts {
-		if p.Offload.GSOType == dataplane.GSONone || whole && dataplane.GSOPlain(p) {
+		if p.Frag.MTU == 0 && (p.Offload.GSOType == dataplane.GSONone || whole && dataplane.GSOPlain(p)) {
 			continue
 		}
 		s.writeDev(w, a, id, pkts[from:i])
 		from = i + 1
 		segs, ok := sg.Segment(p)
 		if !ok {
-			// Offload metadata that does not describe the frame.
+			// Offload metadata (or a fragmentation mark) that does
+			// not describe the frame.
 			w.SendFailed(id, 1)
 			continue
 		}
@@ -379,7 +381,7 @@ func (s *Switch) servePort(ctx context.Context, a *attachment) error {
 		if !s.receive(w, a.port, batch) {
 			continue
 		}
-		out = forwarded(batch, out[:0])
+		out = forwarded(batch, w.Released(), out[:0])
 		s.refreshTx(&tx)
 		s.transmit(w, &tx, &sg, out)
 	}
@@ -422,10 +424,16 @@ func (s *Switch) receive(w *dataplane.Worker, port string, batch []*dataplane.Pa
 }
 
 // forwarded appends to out the packets of batch that are to be sent,
-// grouped by output port (a stable sort keeps each port's frames in
-// order), and returns it.
-func forwarded(batch, out []*dataplane.Packet) []*dataplane.Packet {
+// then the held fragments the batch released (after their first
+// fragment, which is in the batch), grouped by output port (a stable sort
+// keeps each port's frames in order), and returns it.
+func forwarded(batch, released, out []*dataplane.Packet) []*dataplane.Packet {
 	for _, p := range batch {
+		if p.Drop == dataplane.NotDropped && p.OutPort != dataplane.NoPort {
+			out = append(out, p)
+		}
+	}
+	for _, p := range released {
 		if p.Drop == dataplane.NotDropped && p.OutPort != dataplane.NoPort {
 			out = append(out, p)
 		}

@@ -240,7 +240,7 @@ func TestServeBatchNoAllocs(t *testing.T) {
 			p.SetFrame(frames[i%len(frames)])
 		}
 		sw.receive(w, "pod-a", batch)
-		out = forwarded(batch, out[:0])
+		out = forwarded(batch, w.Released(), out[:0])
 		sw.refreshTx(&tx)
 		sw.transmit(w, &tx, &sg, out)
 	}

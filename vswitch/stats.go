@@ -28,6 +28,8 @@ func (s *Switch) Stats() inspect.Stats {
 		Ports:          make([]inspect.PortStats, 0, len(pol.ports)),
 		DeviceFailures: s.DeviceFailures(),
 		TxNoDevice:     s.TxNoDevice(),
+		ICMPTooBigSent: c.TooBigSent,
+		Fragmented:     c.Fragmented,
 	}
 	for _, p := range pol.ports {
 		pc := c.Port(p.ID)

@@ -54,7 +54,7 @@ func New(cfg *Config) (*Switch, error) {
 		return nil, err
 	}
 	s := &Switch{ids: map[string]dataplane.PortID{}, epoch: time.Now(), env: env}
-	pl, err := dataplane.NewPipeline(dataplane.PipelineConfig{FlowTable: pol.ftable, VXLANPort: pol.vxlan}, s)
+	pl, err := dataplane.NewPipeline(dataplane.PipelineConfig{FlowTable: pol.ftable, VXLANPort: pol.vxlan, VXLANZeroChecksum6: pol.zero6}, s)
 	if err != nil {
 		return nil, err
 	}
@@ -83,6 +83,9 @@ func (s *Switch) Apply(cfg *Config) error {
 	}
 	if pol.vxlan != cur.vxlan {
 		return fmt.Errorf("switch.vxlanPort: %w", ErrRestartNeeded)
+	}
+	if pol.zero6 != cur.zero6 {
+		return fmt.Errorf("switch.vxlanZeroUDPChecksum6: %w", ErrRestartNeeded)
 	}
 	return s.install(pol)
 }
@@ -321,6 +324,16 @@ func (x *translation) finish(d *dataplane.Decision) {
 func (x *translation) switchTo(in *Port, tunneled bool, d *dataplane.Decision) *Port {
 	v, tr, pol := d.View(), d.Trace(), x.pol
 	out, fwd, how := pol.forward(v)
+	if d.Composite().Set&dataplane.FieldDstIP != 0 && !v.Encap {
+		// A rule translated the destination: like a router after
+		// destination NAT, the switch delivers the packet to the endpoint
+		// that has the new address, whatever the frame was addressed to
+		// and whichever segment it came from (the translation is the
+		// host's, which reaches every segment).
+		if p := pol.byIP[v.Dst]; p != nil && out != p {
+			out, fwd, how = p, p.routedTo(), fwdTranslated
+		}
+	}
 	var why string // what stops the packet; built only when tracing
 	switch {
 	case out == pol.uplink && out != nil && in.Underlay == Isolated && !v.Encap && !x.natted:
@@ -422,10 +435,13 @@ func (s *Switch) crossLayers(p *Port, dir rules.Direction, x *translation, d *da
 			x.natted = true
 		}
 		if sa := vd.Action.Translation; sa != nil {
-			if !sa.Translate(d, rules.Site{Uplink: p.Uplink}) {
+			before := *d.Composite()
+			if !sa.Translate(d, rules.Site{Uplink: p.Uplink, Host: p.Host}) {
 				return false
 			}
-			x.natted = true
+			// An action may leave the packet as it is (a connection
+			// that reaches no NAT mapping).
+			x.natted = x.natted || *d.Composite() != before
 		}
 		x.stateful = x.stateful || vd.Stateful()
 	}
@@ -500,6 +516,7 @@ const (
 	fwdByMAC
 	fwdUnknownToUplink
 	fwdUnknownNowhere
+	fwdTranslated
 )
 
 // explain describes, for traces, how forward decided for the packet v
@@ -522,8 +539,21 @@ func (f forwarding) explain(v *dataplane.View, out *Port) string {
 		return fmt.Sprintf("%s %s", what, dst)
 	case fwdUnknownToUplink:
 		return fmt.Sprintf("%s %s unknown: to the uplink", what, dst)
+	case fwdTranslated:
+		return fmt.Sprintf("translated to %s: at %s", v.Dst, out.MAC)
 	}
 	return fmt.Sprintf("%s %s unknown and there is no uplink", what, dst)
+}
+
+// routedTo is the transposition of a frame routed to p: to p's MAC, from
+// the gateway p sends to (its link's), if p has one.
+func (p *Port) routedTo() dataplane.Transposition {
+	ht := dataplane.Transposition{Set: dataplane.FieldDstMAC, DstMAC: p.MAC}
+	if gw := p.Link.GatewayMAC; !gw.IsZero() {
+		ht.Set |= dataplane.FieldSrcMAC
+		ht.SrcMAC = gw
+	}
+	return ht
 }
 
 // resolve returns the MAC that answers for ip (an endpoint's, or a gateway

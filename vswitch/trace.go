@@ -97,6 +97,12 @@ func (s *Switch) Trace(req inspect.TraceRequest) (*inspect.TraceResult, error) {
 	if pr.Encap && !s.Decapsulates(in.ID) {
 		pr.Encap = false
 	}
+	if pr.Encap {
+		if r := dataplane.CheckTunnel(p.Bytes(), &pr, &p.Offload, pol.zero6); r != dataplane.NotDropped {
+			res.Generation = pol.gen
+			return drop(r)
+		}
+	}
 	h := pr.Tenant()
 	icmpErr := (h.Proto == dataplane.ProtoICMPv4 || h.Proto == dataplane.ProtoICMPv6) && dataplane.IsICMPError(h)
 
@@ -145,17 +151,19 @@ func (s *Switch) Trace(req inspect.TraceRequest) (*inspect.TraceResult, error) {
 		tr.Addf("transposition rejected: %v", err)
 		return drop(dataplane.DropTransposition)
 	}
+	a.MTU = d.MTU
 	res.HT = htString(d.HT)
 	if d.Stateful && !d.NoCache && !icmpErr && hasReply(&v) {
 		reply := v.Reversed()
 		tr.Addf("stateful: reply flow %s -> %s", reply.Key(d.Out), dataplane.ReverseHT(&orig, &v))
 	}
+	if d.MTU != 0 {
+		if r := s.traceMTU(p, &pr, &d, a, tr, res); r != dataplane.NotDropped {
+			return drop(r)
+		}
+	}
 	if r := a.Apply(p, &pr, hash); r != dataplane.NotDropped {
 		return drop(r)
-	}
-	if d.MTU != 0 && p.Len()-dataplane.EthernetLen > int(d.MTU) {
-		tr.Addf("packet larger than the output port's MTU of %d bytes", d.MTU)
-		return drop(dataplane.DropMTUExceeded)
 	}
 	res.Verdict, res.Lines = "forward", append(res.Lines, tr.Lines()...)
 	res.OutPort = portName(s.pol.Load(), d.Out)
@@ -192,6 +200,7 @@ type tracePacket struct {
 	tcpFlags       uint8
 	icmpType, icmp uint8 // type, code
 	payload        int
+	df             bool // IPv4: DF set
 	outer          *traceOuter
 }
 
@@ -309,6 +318,7 @@ func tracePacketOf(r *inspect.TraceRequest, pol *compiled) (*tracePacket, error)
 		return nil, fmt.Errorf("length: %d is not a payload length (0 to %d)", r.Length, most)
 	}
 	pk.payload = r.Length
+	pk.df = r.DontFragment
 	if pk.srcMAC, err = traceMAC("srcMAC", r.SrcMAC); err != nil {
 		return nil, err
 	}
@@ -581,6 +591,12 @@ func (pk *tracePacket) frame() []byte {
 			binary.BigEndian.PutUint16(l4[2:], dataplane.Checksum(l4, pseudo))
 		}
 	}, l4Len(pk.proto)+pk.payload)
+	if pk.df && pk.src.Is4() {
+		ip := inner[dataplane.EthernetLen:]
+		binary.BigEndian.PutUint16(ip[6:], 0x4000)
+		binary.BigEndian.PutUint16(ip[10:], 0)
+		binary.BigEndian.PutUint16(ip[10:], dataplane.Checksum(ip[:dataplane.IPv4MinLen], 0))
+	}
 	o := pk.outer
 	if o == nil {
 		return inner
@@ -717,4 +733,41 @@ func outerSummary(b []byte, pr *dataplane.Parsed) string {
 		return ""
 	}
 	return fmt.Sprintf("vxlan vni %d %s > %s", pr.VNI, pr.Outer.SrcAddr(), pr.Outer.DstAddr())
+}
+
+// traceMTU tells what the pipeline does with p, decided d (whose action is
+// a, with the decision's MTU), for the MTU of the port it leaves by
+// (dataplane.Action.CheckMTU): it reports the drop if the packet is too
+// large and not fragmented, with res.Answer set if the switch answers it
+// (the answer is built on p); or how many fragments it leaves as
+// (res.Fragments).
+func (s *Switch) traceMTU(p *dataplane.Packet, pr *dataplane.Parsed, d *dataplane.Decision, a *dataplane.Action, tr *dataplane.Trace, res *inspect.TraceResult) dataplane.DropReason {
+	c := a.CheckMTU(p, pr)
+	switch c.Verdict {
+	case dataplane.MTUFits:
+		return dataplane.NotDropped
+	case dataplane.MTUFragment:
+		res.Fragments = c.Fragments(p.Bytes())
+		tr.Addf("%s: fragmented into %d (DF clear)", &c, res.Fragments)
+		return dataplane.NotDropped
+	case dataplane.MTUDrop:
+		tr.Addf("%s: dropped: %s", &c, c.Why)
+		return dataplane.DropMTUExceeded
+	}
+	h := c.Headers()
+	src := s.ErrorSource(p.InPort, d.Out, c.Tunnelled(), h.SrcAddr(), h.DstAddr())
+	if !src.IsValid() {
+		src = h.DstAddr()
+	}
+	kind := "ICMP fragmentation needed"
+	if h.IPVersion == 6 {
+		kind = "ICMPv6 packet too big"
+	}
+	if !dataplane.AnswerTooBig(p, pr, &c, src) {
+		tr.Addf("%s: dropped, unanswered: no room in the buffer for the ICMP error", &c)
+		return dataplane.DropMTUExceeded
+	}
+	tr.Addf("%s: answered with %s (mtu %d) from %s", &c, kind, c.MTU, src)
+	res.Answer = Describe(p.Bytes(), s.pol.Load().vxlan)
+	return dataplane.DropMTUExceeded
 }

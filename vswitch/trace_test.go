@@ -228,10 +228,38 @@ func TestTrace(t *testing.T) {
 			},
 		},
 		{
-			name: "overlay to a remote pod, larger than the uplink's MTU", doc: lbDoc,
+			name: "overlay to a remote pod, larger than the uplink's MTU, DF clear", doc: lbDoc,
 			req:     inspect.TraceRequest{Port: "ov-a", Proto: "udp", Src: addr("10.244.0.10"), Dst: addr("10.244.1.5"), SrcPort: 40000, DstPort: 53, Length: 1450},
+			verdict: "forward", out: "uplink",
+			lines: []string{"IP packet of 1478 bytes larger than the 1450 bytes the output port's MTU of 1500 leaves it: fragmented into 2 (DF clear)"},
+			check: func(t *testing.T, res *inspect.TraceResult) {
+				if res.Fragments != 2 || res.Answer != "" {
+					t.Errorf("fragments %d, answer %q; want 2 fragments", res.Fragments, res.Answer)
+				}
+			},
+		},
+		{
+			name: "overlay to a remote pod, larger than the uplink's MTU, DF set", doc: lbDoc,
+			req: inspect.TraceRequest{Port: "ov-a", Proto: "udp", Src: addr("10.244.0.10"), Dst: addr("10.244.1.5"), SrcPort: 40000, DstPort: 53,
+				Length: 1450, DontFragment: true},
 			verdict: "drop", out: "mtu-exceeded",
-			lines: []string{"packet larger than the output port's MTU of 1500 bytes"},
+			lines: []string{"IP packet of 1478 bytes larger than the 1450 bytes the output port's MTU of 1500 leaves it: answered with ICMP fragmentation needed (mtu 1450) from 10.244.0.1"},
+			check: func(t *testing.T, res *inspect.TraceResult) {
+				if want := "ipv4 icmp 10.244.0.1 > 10.244.0.10 frag-needed mtu 1450"; res.Answer != want || res.Fragments != 0 {
+					t.Errorf("answer %q, fragments %d; want %q", res.Answer, res.Fragments, want)
+				}
+			},
+		},
+		{
+			name: "an L2Bridge pod to the wire, larger than the uplink's MTU, IPv6", doc: ulDoc,
+			req:     inspect.TraceRequest{Port: "l2-a", Proto: "udp", Src: addr("fd00:1::100"), Dst: addr("fd00:9::1"), SrcPort: 40000, DstPort: 53, Length: 1453},
+			verdict: "drop", out: "mtu-exceeded",
+			lines: []string{"IP packet of 1501 bytes larger than the output port's MTU of 1500 bytes: answered with ICMPv6 packet too big (mtu 1500) from fd00:9::1"},
+			check: func(t *testing.T, res *inspect.TraceResult) {
+				if want := "ipv6 icmpv6 fd00:9::1 > fd00:1::100 packet-too-big mtu 1500"; res.Answer != want {
+					t.Errorf("answer %q, want %q", res.Answer, want)
+				}
+			},
 		},
 		{
 			name: "encapsulated from a remote host", doc: lbDoc,
@@ -563,6 +591,31 @@ func TestTraceNoSideEffects(t *testing.T) {
 				// 1024: the trace on the fresh switch moved no cursor.
 				if res.Cached == nil || !slices.Contains(res.Lines, "  snat: connection keeps its mapping 10.244.0.11:100 -> 192.168.1.10:1024") {
 					t.Errorf("the connection's mapping is not the trace's\n%s", traceDump(res))
+				}
+			},
+		},
+		{
+			// With the mapping live, a peer's new connection to it: the
+			// trace reaches the mapping as the pipeline would, holding
+			// nothing.
+			name: "NAT mapping reached from the network", doc: natDoc, in: "ov-a",
+			first: natPkt{smac: natOvA, dmac: natDR, src: "10.244.0.10", sport: 40000, dst: "8.8.8.8", dport: 53, proto: "udp"},
+			req:   inspect.TraceRequest{Port: "uplink", Proto: "udp", Src: addr("8.8.8.8"), Dst: addr("192.168.1.10"), SrcPort: 54, DstPort: 40000},
+			check: func(t *testing.T, res *inspect.TraceResult) {
+				if res.OutPort != "ov-a" || !slices.Contains(res.Changes, inspect.HeaderChange{Field: "dst-ip", From: "192.168.1.10", To: "10.244.0.10"}) {
+					t.Errorf("the trace did not reach the mapping\n%s", traceDump(res))
+				}
+			},
+		},
+		{
+			name: "NAT hairpin", doc: natDoc, in: "ov-a",
+			first: natPkt{smac: natOvA, dmac: natDR, src: "10.244.0.10", sport: 40000, dst: "8.8.8.8", dport: 53, proto: "udp"},
+			req:   inspect.TraceRequest{Port: "ov-b", Proto: "udp", Src: addr("10.244.0.11"), Dst: addr("192.168.1.10"), SrcPort: 50000, DstPort: 40000},
+			check: func(t *testing.T, res *inspect.TraceResult) {
+				for _, c := range []inspect.HeaderChange{{Field: "src-ip", From: "10.244.0.11", To: "192.168.1.10"}, {Field: "dst-ip", From: "192.168.1.10", To: "10.244.0.10"}} {
+					if res.OutPort != "ov-a" || !slices.Contains(res.Changes, c) {
+						t.Errorf("the trace did not hairpin (%v)\n%s", c, traceDump(res))
+					}
 				}
 			},
 		},

@@ -215,7 +215,7 @@ func (tr *translation) policy(at string, wp WinPolicy) (*pending, error) {
 
 // winOutboundNAT is OutBoundNAT as HNS v1 (VIP, ExceptionList) and v2
 // (VirtualIP, Exceptions, Destinations, Flags) write it, with ufp's own
-// PortRange and Nat66.
+// PortRange, Nat66 and Filtering.
 type winOutboundNAT struct {
 	VIP           string   `json:"VIP"`
 	VirtualIP     string   `json:"VirtualIP"`
@@ -226,6 +226,7 @@ type winOutboundNAT struct {
 	Flags     uint32 `json:"Flags"`
 	PortRange string `json:"PortRange"`
 	Nat66     bool   `json:"Nat66"`
+	Filtering string `json:"Filtering"`
 }
 
 // hcnNatFlagIPv6 is HCN's NatFlagsIPv6.
@@ -235,6 +236,10 @@ func (w *winOutboundNAT) settings(at string) (*hns.OutBoundNATSettings, error) {
 	s := &hns.OutBoundNATSettings{VirtualIP: w.VirtualIP, PortRange: w.PortRange, Nat66: w.Nat66 || w.Flags&hcnNatFlagIPv6 != 0}
 	if w.Flags&^hcnNatFlagIPv6 != 0 {
 		return nil, fmt.Errorf("%s.Flags: %d has flags ufp does not implement (2 IPv6 only)", at, w.Flags)
+	}
+	s.Filtering = hns.NATFiltering(w.Filtering)
+	if err := s.Filtering.Validate(); err != nil {
+		return nil, fmt.Errorf("%s.Filtering: %w", at, err)
 	}
 	switch {
 	case w.VIP != "" && w.VirtualIP != "" && w.VIP != w.VirtualIP:

@@ -227,16 +227,71 @@ var natScenarios = map[string]func() []capture.Frame{
 		s.add("pod-b", tcp(macB, macRouter, b, 8080, far, 80, "S", ""))                                   // pod-b from its port 8080
 		return s.frames
 	},
-	// L2Bridge: pod-b reaches pod-a's mapping at the host's 8080 and keeps
-	// its address; pod-a answers it directly, and the answer comes from
-	// the host's 8080. pod-a reaches its own mapping: it sees the
-	// connection come from the host's address, so that its answer comes
-	// back through the switch, translated back.
+	// RFC 4787, 5382 and 5508 behaviour on two overlay networks (pod-a and
+	// pod-b on flannel.4096, pod-c on flannel.4097) with the host's own
+	// vNIC on the switch, address-dependent filtering:
+	"nat-filtering-hairpin": func() []capture.Frame {
+		var s seq
+		a, b, c, host := natPodA, natPodB, "10.245.0.12", natHost
+		const (
+			macDR2 = "02:00:00:00:00:02" // flannel.4097's router
+			peer   = "203.0.113.5"       // the STUN server pod-a talks to
+			other  = "198.51.100.9"      // a host pod-a never talked to
+		)
+		// Filtering: pod-a's mapping 40000 takes the peer's answer, a new
+		// connection from another port of the peer, and nothing from
+		// another address (dropped silently as nat-filtered: RFC 5382
+		// REQ-4). A port no mapping holds is the host's.
+		s.add("pod-a", udp(macA, macDR, a, 40000, peer, 3478, "binding request"))
+		s.add("uplink", udp(macRouter, macUp, peer, 3478, host, 40000, "binding response"))
+		s.add("uplink", udp(macRouter, macUp, peer, 3479, host, 40000, "change port"))
+		s.add("pod-a", udp(macA, macDR, a, 40000, peer, 3479, "answer"))
+		s.add("uplink", udp(macRouter, macUp, other, 3478, host, 40000, "change address"))
+		s.add("uplink", tcp(macRouter, macUp, peer, 5000, host, 40000, "S", "")) // TCP is another port space
+		// Hairpinning: pod-b (same network) and pod-c (the other one)
+		// reach pod-a's mappings, each from its own mapping; answers come
+		// back from pod-a's.
+		s.add("pod-b", udp(macB, macDR, b, 50000, host, 40000, "hairpin"))
+		s.add("pod-a", udp(macA, macDR, a, 40000, host, 50000, "hairpin answer"))
+		// An ICMP error about a hairpinned datagram reaches its sender,
+		// its quote translated back (RFC 5508 REQ-7).
+		got := udp(macDR, macA, host, 50000, a, 40000, "hairpin") // as pod-a got it
+		s.add("pod-a", icmpError(macA, macDR, a, host, uint8(layers.ICMPv4TypeDestinationUnreachable), uint8(layers.ICMPv4CodePort), 0, got, 0))
+		s.add("pod-c", tcp(macC, macDR2, c, 51000, host, 8080, "S", "")) // the port mapping, across networks
+		s.add("pod-a", tcp(macA, macDR, a, 80, host, 51000, "SA", ""))
+		s.add("pod-a", icmpEcho(macA, macDR, a, peer, false, 0x77, 1))  // pod-a's echo mapping: 0x77
+		s.add("pod-c", icmpEcho(macC, macDR2, c, host, false, 0x77, 1)) // pod-c pings it: from its own, 0
+		s.add("pod-a", icmpEcho(macA, macDR, a, host, true, 0, 1))
+		// A port no mapping holds is the host's: untranslated, to its
+		// vNIC.
+		s.add("pod-b", udp(macB, macDR, b, 50001, host, 40001, "to the host"))
+		// The host's connections share the pool: its port 45000 is kept;
+		// pod-b's from 45000 is mapped elsewhere.
+		s.add("host", udp(macUp, macRouter, host, 45000, "192.0.2.7", 53, "host query"))
+		s.add("pod-b", udp(macB, macDR, b, 45000, "192.0.2.7", 53, "pod query"))
+		s.add("uplink", udp(macRouter, macUp, "192.0.2.7", 53, host, 45000, "host answer"))
+		// pod-c's mapping holds 46000: the host's connection from 46000 is
+		// remapped, and its answer translated back.
+		s.add("pod-c", udp(macC, macDR2, c, 46000, "192.0.2.7", 53, "pod query"))
+		s.add("host", udp(macUp, macRouter, host, 46000, "192.0.2.8", 123, "host ntp"))
+		s.add("uplink", udp(macRouter, macUp, "192.0.2.8", 123, host, 1026, "ntp answer"))
+		// A connection from the network to the host's 10250 keeps the port
+		// from new mappings while it lives.
+		s.add("uplink", tcp(macRouter, macUp, other, 50000, host, 10250, "S", ""))
+		s.add("pod-c", tcp(macC, macDR2, c, 10250, peer, 443, "S", ""))
+		return s.frames
+	},
+	// L2Bridge: pod-b reaches pod-a's mapping at the host's 8080; pod-a
+	// sees it come from pod-b's own mapping, the host's 41000 (RFC 4787
+	// REQ-9a), and its answer comes from the host's 8080. pod-a reaches
+	// its own mapping: it sees the connection come from the host's
+	// address, so that its answer comes back through the switch,
+	// translated back.
 	"nat-hairpin": func() []capture.Frame {
 		var s seq
 		a, b, host := natPodA, natPodB, natHost
 		s.add("pod-b", tcp(macB, macRouter, b, 41000, host, 8080, "S", "")) // pod-b's syn to the mapping
-		s.add("pod-a", tcp(macA, macB, a, 80, b, 41000, "SA", ""))          // pod-a's syn-ack, to pod-b directly
+		s.add("pod-a", tcp(macA, macRouter, a, 80, host, 41000, "SA", ""))  // pod-a's syn-ack, to pod-b's mapping
 		s.add("pod-b", tcp(macB, macRouter, b, 41000, host, 8080, "A", "")) // pod-b's ack
 		s.add("pod-a", tcp(macA, macRouter, a, 42000, host, 8080, "S", "")) // pod-a's syn to its own mapping
 		s.add("pod-a", tcp(macA, macRouter, a, 80, host, 42000, "SA", ""))  // pod-a's syn-ack, to the host's address

@@ -78,7 +78,10 @@ var networkScenarios = map[string]func() []capture.Frame{
 		var s seq
 		a4, r4, a6, r6 := "10.244.0.10", "10.244.1.5", "fd00:244::10", "fd00:244:0:1::5"
 		// pod-a's MTU is 1450: an inner packet of 1450 bytes makes an
-		// outer one of 1500, the uplink's MTU; one byte more does not fit.
+		// outer one of 1500, the uplink's MTU; one byte more does not
+		// fit: the inner packet is fragmented (IPv4, DF clear) or
+		// answered with packet too big (IPv6), and so is one popped for
+		// pod-a.
 		s.add("pod-a", udp(macA, macDR, a4, 43000, r4, 9000, strings.Repeat("x", 1450-28)))
 		s.add("pod-a", udp(macA, macDR, a4, 43000, r4, 9000, strings.Repeat("x", 1451-28)))
 		s.add("pod-a", udp(macA, macDR, a6, 43000, r6, 9000, strings.Repeat("x", 1450-48)))

@@ -54,6 +54,7 @@ func Run(sc *Scenario) (*Result, error) {
 	var out strings.Builder
 	pkt := dataplane.NewPacket(dataplane.BufferSize)
 	batch := []*dataplane.Packet{pkt}
+	var sg dataplane.Segmenter // fragments the packets marked so
 	var t0 time.Time
 	outBy := map[string]int{}
 	var nOut, nDrop, nRejected int
@@ -94,10 +95,19 @@ func Run(sc *Scenario) (*Result, error) {
 		}
 		pkt.InPort = port.ID
 		tr.Reset()
+		held := w.HeldFragments()
 		w.Process(batch, now)
+		// Held fragments that went without being released: their time
+		// ran out, or their datagram was refused (the trace says why).
+		if pkt.Path == dataplane.PathHeld {
+			held++
+		}
+		gone := held - w.HeldFragments() - len(w.Released())
 		switch {
-		case pkt.Path == dataplane.PathFast:
+		case pkt.Path == dataplane.PathFast && w.Flow != nil:
 			fmt.Fprintf(&out, "  fast path: %s (generation %d, packet %d)\n", w.Flow.Key(), w.Flow.Action().Gen, w.Flow.Packets())
+		case pkt.Path == dataplane.PathFast:
+			fmt.Fprintf(&out, "  fast path\n")
 		case pkt.Path == dataplane.PathSlow && w.Flow != nil:
 			fmt.Fprintf(&out, "  slow path: %s\n", w.Flow.Key())
 		case pkt.Path == dataplane.PathSlow:
@@ -106,28 +116,59 @@ func Run(sc *Scenario) (*Result, error) {
 		for _, l := range tr.Lines() {
 			fmt.Fprintf(&out, "  %s\n", l)
 		}
-		if pkt.Drop != dataplane.NotDropped {
-			fmt.Fprintf(&out, "  => drop: %s\n", pkt.Drop)
-			nDrop++
+		if gone > 0 {
+			fmt.Fprintf(&out, "  => %d held fragments dropped\n", gone)
+			nDrop += gone
+		}
+		if pkt.Path == dataplane.PathHeld {
+			fmt.Fprintf(&out, "  => held\n")
 			continue
 		}
-		op := sw.PortByID(pkt.OutPort)
-		if op == nil {
-			fmt.Fprintf(&out, "  => drop: output port %d is gone\n", pkt.OutPort)
-			nDrop++
-			continue
-		}
+		// The packet, then the held fragments it released (its later
+		// fragments, which came before it).
+		ht := ""
 		if w.Flow != nil {
-			fmt.Fprintf(&out, "  ht: %s\n", w.Flow.Action().HT)
+			ht = w.Flow.Action().HT.String()
 		}
-		data := slices.Clone(pkt.Bytes())
-		if pkt.Rejected != dataplane.NotDropped {
-			nRejected++
+		for i, p := range append([]*dataplane.Packet{pkt}, w.Released()...) {
+			indent := "  "
+			if i > 0 {
+				fmt.Fprintf(&out, "  released %dB %s\n", p.Len(), vswitch.Describe(p.Bytes(), vx))
+				indent = "    "
+			}
+			if p.Drop != dataplane.NotDropped {
+				fmt.Fprintf(&out, "%s=> drop: %s\n", indent, p.Drop)
+				nDrop++
+				continue
+			}
+			op := sw.PortByID(p.OutPort)
+			if op == nil {
+				fmt.Fprintf(&out, "%s=> drop: output port %d is gone\n", indent, p.OutPort)
+				nDrop++
+				continue
+			}
+			if i == 0 && ht != "" {
+				fmt.Fprintf(&out, "  ht: %s\n", ht)
+			}
+			if p.Rejected != dataplane.NotDropped {
+				nRejected++
+			}
+			// A packet marked for fragmentation leaves as its fragments,
+			// as the switch's egress sends them.
+			frames, ok := sg.Segment(p)
+			if !ok {
+				fmt.Fprintf(&out, "%s=> drop: the egress cannot fragment it (%+v)\n", indent, p.Frag)
+				nDrop++
+				continue
+			}
+			for _, fp := range frames {
+				data := slices.Clone(fp.Bytes())
+				fmt.Fprintf(&out, "%s=> out %s %dB %s\n", indent, op.Name, len(data), vswitch.Describe(data, vx))
+				res.Out = append(res.Out, capture.Frame{Port: op.Name, Time: f.Time, Data: data})
+				outBy[op.Name]++
+				nOut++
+			}
 		}
-		fmt.Fprintf(&out, "  => out %s %dB %s\n", op.Name, len(data), vswitch.Describe(data, vx))
-		res.Out = append(res.Out, capture.Frame{Port: op.Name, Time: f.Time, Data: data})
-		outBy[op.Name]++
-		nOut++
 	}
 	for _, c := range sc.Changes {
 		if c.Before < 1 || c.Before > len(in) {
@@ -140,7 +181,11 @@ func Run(sc *Scenario) (*Result, error) {
 		// Dropped (counted by reason below) and answered (counted out).
 		rejected = fmt.Sprintf(" (%d of them answers to packets rejected)", nRejected)
 	}
-	fmt.Fprintf(&out, "summary: %d in, %d out%s, %d dropped; fast path %d, slow path %d\n", len(in), nOut, rejected, nDrop, st.Fast, st.Slow)
+	held := ""
+	if n := w.HeldFragments(); n > 0 {
+		held = fmt.Sprintf(", %d held (fragments whose first fragment did not come)", n)
+	}
+	fmt.Fprintf(&out, "summary: %d in, %d out%s, %d dropped%s; fast path %d, slow path %d\n", len(in), nOut, rejected, nDrop, held, st.Fast, st.Slow)
 	var ports []string
 	for _, p := range sw.Ports() {
 		if outBy[p.Name] > 0 {
@@ -152,6 +197,9 @@ func Run(sc *Scenario) (*Result, error) {
 	}
 	if d := pl.Drops.String(); d != "" {
 		fmt.Fprintf(&out, "  drops by reason: %s\n", d)
+	}
+	if c := pl.Counters(); c.TooBigSent != 0 || c.Fragmented != 0 {
+		fmt.Fprintf(&out, "  over an MTU: %d answered with ICMP fragmentation needed or packet too big, %d fragmented\n", c.TooBigSent, c.Fragmented)
 	}
 	fs := pl.FlowTable().Stats()
 	fmt.Fprintf(&out, "  flow table: %d flows (inserted %d, expired %d, evicted %d, refused %d)\n",

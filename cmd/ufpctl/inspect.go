@@ -287,6 +287,7 @@ func (c *cli) counters(args []string) error {
 	k.add("flow table", "%d of %d flows; %d inserted, %d expired, %d evicted, %d refused",
 		ft.Flows, ft.Capacity, ft.Inserted, ft.Expired, ft.Evicted, ft.Refused)
 	k.add("devices", "%d failed, %d frames sent to a port with no device", st.DeviceFailures, st.TxNoDevice)
+	k.add("over an MTU", "%d answered with ICMP fragmentation needed or packet too big, %d fragmented", st.ICMPTooBigSent, st.Fragmented)
 	if err := k.flush(); err != nil {
 		return err
 	}

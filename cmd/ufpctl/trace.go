@@ -36,6 +36,7 @@ func (c *cli) trace(args []string) error {
 		fl.StringVar(&req.DstMAC, "dst-mac", "", "destination `MAC` (default the one the sender would resolve)")
 		fl.StringVar(&vxlan, "vxlan", "", "the packet arrives in VXLAN: `OUTERSRC[>OUTERDST]/VNI` (quote the >)")
 		fl.IntVar(&req.Length, "length", 0, "L4 payload `bytes` (for MTU checks)")
+		fl.BoolVar(&req.DontFragment, "df", false, "set DF on an IPv4 packet: one over the MTU is answered, not fragmented")
 	}, 4, 4)
 	if err != nil {
 		return err
@@ -205,6 +206,9 @@ func orNone(s string) string {
 func verdict(res *inspect.TraceResult) string {
 	switch res.Verdict {
 	case "forward":
+		if res.Fragments > 0 {
+			return fmt.Sprintf("forward out %s as %d IPv4 fragments: %s", res.OutPort, res.Fragments, res.Output)
+		}
 		return fmt.Sprintf("forward out %s: %s", res.OutPort, res.Output)
 	case "drop":
 	default:
