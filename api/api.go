@@ -88,6 +88,20 @@ type RestoreReport struct {
 	Reattached    []string `json:"reattached,omitempty"` // ports whose existing interface was taken back
 	Recreated     []string `json:"recreated,omitempty"`  // ports whose interface was made again
 	Failed        []Failed `json:"failed,omitempty"`     // ports left without a device
+	// Connections is what came back of the connections the previous
+	// ufpd served (nil if it left none).
+	Connections *ConnsRestored `json:"connections,omitempty"`
+}
+
+// ConnsRestored counts the connections a restart carried on: restored;
+// gone (their port or NAT pool is gone, or the policy decides them
+// otherwise now); and records skipped as corrupt, or cut short where the
+// previous ufpd died while writing.
+type ConnsRestored struct {
+	Restored  int  `json:"restored"`
+	Gone      int  `json:"gone,omitempty"`
+	Corrupt   int  `json:"corrupt,omitempty"`
+	Truncated bool `json:"truncated,omitempty"`
 }
 
 // Failed names a port whose device could not be restored, and why.

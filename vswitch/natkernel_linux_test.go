@@ -1717,11 +1717,11 @@ func TestNATKernelParse(t *testing.T) {
 		{name: "udp-bad-ip", frame: udpFrame, flip: 14 + 10, want: "udp 192.168.77.10:41002 > 192.168.77.1:7002 !ip-checksum"},
 		{name: "udp-bad-l4", frame: udpFrame, flip: 14 + 20 + 8, want: "udp 192.168.77.10:41002 > 192.168.77.1:7002 !udp-checksum"},
 		{name: "first-fragment", frame: ethHdr(frags[0]), flip: -1,
-			want: "udp 192.168.77.10:41006 > 192.168.77.1:7006 fragment id=7 off=0 len=1200 more"},
+			want: "udp 192.168.77.10:41006 > 192.168.77.1:7006 fragment off=0 len=1200 more"},
 		{name: "later-fragment", frame: ethHdr(frags[1]), flip: -1,
-			want: "proto 17 192.168.77.10 > 192.168.77.1 fragment id=7 off=1200 len=1200 more"},
+			want: "proto 17 192.168.77.10 > 192.168.77.1 fragment off=1200 len=1200 more"},
 		{name: "last-fragment-bad-ip", frame: ethHdr(frags[2]), flip: 14 + 8,
-			want: "proto 17 192.168.77.10 > 192.168.77.1 fragment id=7 off=2400 len=108 !ip-checksum"},
+			want: "proto 17 192.168.77.10 > 192.168.77.1 fragment off=2400 len=108 !ip-checksum"},
 		{name: "time-exceeded", frame: icmpFrame, flip: -1,
 			want: "icmp type=11 code=0 192.168.77.1 > 10.244.1.10 quoting [udp 10.244.1.10:41004 > 198.51.100.100:33434]"},
 		{name: "time-exceeded-bad-icmp", frame: icmpFrame, flip: 14 + 20 + 2,
@@ -1729,13 +1729,13 @@ func TestNATKernelParse(t *testing.T) {
 		// The quote's IP checksum changed with the message checksum kept
 		// right: what a NAT that forgets the quoted header's sum sends.
 		{name: "first-fragment", frame: firstFrame, flip: -1,
-			want: "udp 192.168.77.1:7100 > 10.244.1.10:41100 [fragment offset 0, 52 bytes, MF]"},
+			want: "udp 192.168.77.1:7100 > 10.244.1.10:41100 fragment off=0 len=32 more"},
 		{name: "first-fragment-l4-unchecked", frame: firstFrame, flip: 14 + 20 + 8,
-			want: "udp 192.168.77.1:7100 > 10.244.1.10:41100 [fragment offset 0, 52 bytes, MF]"},
+			want: "udp 192.168.77.1:7100 > 10.244.1.10:41100 fragment off=0 len=32 more"},
 		{name: "first-fragment-bad-ip", frame: firstFrame, flip: 14 + 10,
-			want: "udp 192.168.77.1:7100 > 10.244.1.10:41100 [fragment offset 0, 52 bytes, MF] !ip-checksum"},
+			want: "udp 192.168.77.1:7100 > 10.244.1.10:41100 fragment off=0 len=32 more !ip-checksum"},
 		{name: "later-fragment", frame: lastFrame, flip: -1,
-			want: "proto 17 fragment 192.168.77.1 > 10.244.1.10 [fragment offset 32, 96 bytes]"},
+			want: "proto 17 192.168.77.1 > 10.244.1.10 fragment off=32 len=76"},
 		{name: "time-exceeded-bad-quote", frame: func() []byte {
 			f := slices.Clone(icmpFrame)
 			q := f[14+20+8:]

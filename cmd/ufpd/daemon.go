@@ -89,6 +89,10 @@ func restoreDaemon(c *config, rev uint64, log *slog.Logger) (*daemon, error) {
 			r.Recreated = append(r.Recreated, spec.Port)
 		}
 	}
+	// The connections go back before the switch serves: the replies of
+	// old connections find their flows, and their NAT ports are taken
+	// before any new connection can be given one.
+	r.Connections = d.restoreConns(connsPath(c.state))
 	d.restored = r
 	log.Info("configuration restored", "state", c.state, "revision", rev,
 		"networks", r.Networks, "endpoints", r.Endpoints, "loadbalancers", r.LoadBalancers,

@@ -168,6 +168,9 @@ func daemonMain(ctx context.Context, path string, c *config, rev uint64, fromSta
 		})
 		log.Info("metrics listening", "address", metricsL.Addr().String())
 	}
+	if c.state != "" {
+		wg.Go(func() { d.saveConns(ctx, connsPath(c.state)) })
+	}
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
