@@ -73,6 +73,10 @@ const (
 	// does not own (the uplink is promiscuous and sees its segment's
 	// traffic between other stations).
 	DropNotForUs
+	// DropNATShareExceeded: a new connection whose source already holds
+	// its share of its source NAT pool's ports (per address and
+	// protocol). Not cached: the next packet tries again.
+	DropNATShareExceeded
 	// DropTunnelECN: a tunnelled packet marked congestion experienced
 	// outside whose inner IP packet is not ECN-capable (RFC 6040 4.2:
 	// the decapsulator must drop it).
@@ -155,6 +159,7 @@ var dropNames = [numDropReasons]string{
 	DropNATExhausted:         "nat-ports-exhausted",
 	DropNoBackend:            "lb-no-backends",
 	DropNotForUs:             "not-for-this-switch",
+	DropNATShareExceeded:     "nat-share-exceeded",
 	DropTunnelECN:            "tunnel-ce-not-ect",
 	DropICMPRateLimited:      "icmp-rate-limited",
 	DropFragmentTimeout:      "fragment-timeout",

@@ -38,6 +38,11 @@ type (
 		// PortRange is the pool of VirtualIP's TCP and UDP ports, "lo-hi"
 		// (default 1024-65535); endpoints sharing a VirtualIP must agree.
 		PortRange string `json:"PortRange,omitempty"`
+		// PortShare is the most ports of each protocol one endpoint
+		// address may hold in VirtualIP's pool (default: an eighth of
+		// the pool, at least 64 ports); endpoints sharing a VirtualIP
+		// must agree. It lowers to switch.natPools[].portShare.
+		PortShare int `json:"PortShare,omitempty"`
 		// Nat66 translates IPv6 as well.
 		Nat66 bool `json:"Nat66,omitempty"`
 		// Filtering is which new connections from the network reach the
@@ -118,6 +123,8 @@ type poolPlan struct {
 	ip          netip.Addr
 	ports       nat.PortRange // zero: not set
 	portsAt     string
+	share       int // zero: not set
+	shareAt     string
 	reserved    []vfp.Reservation
 	filtering   NATFiltering
 	filteringAt string
@@ -302,6 +309,15 @@ func (l *lowering) outboundNAT(ep *epPlan, at string, pc *PolicyConfig) error {
 				return fmt.Errorf("%s.PortRange: %s, but %s gives %s the range %s", sat, r, p.portsAt, a, p.ports)
 			}
 			p.ports, p.portsAt = r, sat+".PortRange"
+		}
+		if s.PortShare != 0 {
+			if s.PortShare < 0 || s.PortShare > 1<<16 {
+				return fmt.Errorf("%s.PortShare: %d is not 1 to 65536 (or 0, the default)", sat, s.PortShare)
+			}
+			if p.share != 0 && p.share != s.PortShare {
+				return fmt.Errorf("%s.PortShare: %d, but %s gives %s the share %d", sat, s.PortShare, p.shareAt, a, p.share)
+			}
+			p.share, p.shareAt = s.PortShare, sat+".PortShare"
 		}
 		if f := s.Filtering; f != "" {
 			if p.filtering != "" && p.filtering != f {
@@ -622,7 +638,7 @@ func (l *lowering) portMapLayer() *vfp.LayerConfig {
 func (l *lowering) natPools() []vfp.NATPoolConfig {
 	var ps []vfp.NATPoolConfig
 	for _, p := range l.nat.pools {
-		ps = append(ps, vfp.NATPoolConfig{IP: p.ip, Ports: p.ports, Reserved: p.reserved, Filtering: natFilterings[p.filtering]})
+		ps = append(ps, vfp.NATPoolConfig{IP: p.ip, Ports: p.ports, Reserved: p.reserved, PortShare: p.share, Filtering: natFilterings[p.filtering]})
 	}
 	return ps
 }

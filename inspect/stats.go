@@ -85,6 +85,12 @@ type NATPoolStats struct {
 	Protocols map[string]NATPortUse `json:"protocols"`
 	// Exhausted counts bindings refused because every port was taken.
 	Exhausted uint64 `json:"exhausted"`
+	// ShareExceeded counts bindings refused because the source address
+	// held its port share of the protocol already; the ports of the
+	// sources count them too (drop reason nat-share-exceeded).
+	ShareExceeded uint64 `json:"shareExceeded"`
+	// Endpoints is how many source addresses hold a port of the pool.
+	Endpoints uint64 `json:"endpoints"`
 	// Retired: the pool left the policy and drains its last bindings.
 	Retired bool `json:"retired"`
 }
@@ -94,6 +100,9 @@ type NATPoolStats struct {
 type NATPortUse struct {
 	InUse uint64 `json:"inUse"`
 	Total uint64 `json:"total"`
+	// Share is the most ports of the protocol one source address may
+	// hold (the pool's portShare, or its default).
+	Share uint64 `json:"share"`
 }
 
 // RuleCount is a rule of the running policy with its counters: a plain

@@ -24,6 +24,7 @@ type collector struct {
 	flows, capacity, inserted, expired, evicted, refused      *prometheus.Desc
 	portShare, earlyDropped, shareRefused, portFlows          *prometheus.Desc
 	natInUse, natPorts, natExhausted                          *prometheus.Desc
+	natShare, natShareExceeded, natEndpoints                  *prometheus.Desc
 	ruleHits, rulePackets, ruleBytes                          *prometheus.Desc
 	devFailures, txNoDevice, tooBigSent, fragmented           *prometheus.Desc
 }
@@ -63,6 +64,10 @@ func newCollector(sw *vswitch.Switch) *collector {
 		natInUse:     d("nat_pool_ports_in_use", "Ports (ICMP: echo identifiers) of the source NAT pool bound.", "address", "protocol"),
 		natPorts:     d("nat_pool_ports", "Ports (ICMP: echo identifiers) the source NAT pool can bind.", "address", "protocol"),
 		natExhausted: d("nat_pool_exhausted_total", "Bindings refused because every port of the pool was taken.", "address"),
+		natShare:     d("nat_pool_port_share", "Ports (ICMP: echo identifiers) of the source NAT pool one source address may hold.", "address", "protocol"),
+		natShareExceeded: d("nat_pool_share_exceeded_total",
+			"Bindings refused because the source address held its port share already (per source port: port_drops_total{reason=\"nat-share-exceeded\"}).", "address"),
+		natEndpoints: d("nat_pool_endpoints", "Source addresses holding a port of the source NAT pool.", "address"),
 		ruleHits:     d("rule_hits_total", "Slow-path decisions the rule was its layer's verdict in, since the policy was applied.", rule...),
 		rulePackets:  d("rule_packets_total", "Packets of the flows the rule decided, since the policy was applied.", rule...),
 		ruleBytes:    d("rule_bytes_total", "Bytes of the flows the rule decided, since the policy was applied.", rule...),
@@ -81,6 +86,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.flows, c.capacity, c.inserted, c.expired, c.evicted, c.refused,
 		c.portShare, c.earlyDropped, c.shareRefused, c.portFlows,
 		c.natInUse, c.natPorts, c.natExhausted,
+		c.natShare, c.natShareExceeded, c.natEndpoints,
 		c.ruleHits, c.rulePackets, c.ruleBytes,
 		c.devFailures, c.txNoDevice, c.tooBigSent, c.fragmented,
 	} {
@@ -137,8 +143,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		for proto, u := range p.Protocols {
 			gauge(c.natInUse, u.InUse, addr, proto)
 			gauge(c.natPorts, u.Total, addr, proto)
+			gauge(c.natShare, u.Share, addr, proto)
 		}
 		counter(c.natExhausted, p.Exhausted, addr)
+		counter(c.natShareExceeded, p.ShareExceeded, addr)
+		gauge(c.natEndpoints, p.Endpoints, addr)
 	}
 	counter(c.devFailures, st.DeviceFailures)
 	counter(c.txNoDevice, st.TxNoDevice)

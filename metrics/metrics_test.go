@@ -147,6 +147,17 @@ ufp_rule_packets_total{group="in",layer="acl",port="pod-b",rule="dns"} 3
 ufp_nat_pool_ports{address="192.0.2.1",protocol="icmp"} 65536
 ufp_nat_pool_ports{address="192.0.2.1",protocol="tcp"} 100
 ufp_nat_pool_ports{address="192.0.2.1",protocol="udp"} 100
+# HELP ufp_nat_pool_port_share Ports (ICMP: echo identifiers) of the source NAT pool one source address may hold.
+# TYPE ufp_nat_pool_port_share gauge
+ufp_nat_pool_port_share{address="192.0.2.1",protocol="icmp"} 8192
+ufp_nat_pool_port_share{address="192.0.2.1",protocol="tcp"} 64
+ufp_nat_pool_port_share{address="192.0.2.1",protocol="udp"} 64
+# HELP ufp_nat_pool_share_exceeded_total Bindings refused because the source address held its port share already (per source port: port_drops_total{reason="nat-share-exceeded"}).
+# TYPE ufp_nat_pool_share_exceeded_total counter
+ufp_nat_pool_share_exceeded_total{address="192.0.2.1"} 0
+# HELP ufp_nat_pool_endpoints Source addresses holding a port of the source NAT pool.
+# TYPE ufp_nat_pool_endpoints gauge
+ufp_nat_pool_endpoints{address="192.0.2.1"} 0
 # HELP ufp_policy_generation Generation of the running policy.
 # TYPE ufp_policy_generation gauge
 ufp_policy_generation 1
@@ -156,7 +167,8 @@ ufp_device_failures_total 0
 `, dnsBytes+synBytes, dnsBytes)
 	names := []string{"ufp_port_rx_packets_total", "ufp_port_rx_bytes_total", "ufp_port_tx_packets_total",
 		"ufp_port_tx_bytes_total", "ufp_port_drops_total", "ufp_packets_total", "ufp_rule_hits_total",
-		"ufp_rule_packets_total", "ufp_nat_pool_ports", "ufp_policy_generation", "ufp_device_failures_total"}
+		"ufp_rule_packets_total", "ufp_nat_pool_ports", "ufp_nat_pool_port_share", "ufp_nat_pool_share_exceeded_total",
+		"ufp_nat_pool_endpoints", "ufp_policy_generation", "ufp_device_failures_total"}
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want), names...); err != nil {
 		t.Error(err)
 	}

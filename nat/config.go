@@ -197,6 +197,10 @@ type PoolConfig struct {
 	// Reserved ports are never allocated. TCP or UDP only; a reservation
 	// outside Ports has no effect.
 	Reserved []Reservation
+	// PortShare is the most ports (ICMP: echo identifiers) of each class
+	// one internal address may hold at once; 0 means the default,
+	// [DefaultPortShare] of the class's capacity. At most 65536.
+	PortShare int
 	// Filtering is which new connections from the outside the pool's
 	// mappings take; zero is DefaultFiltering.
 	Filtering Filtering
@@ -207,8 +211,23 @@ type PoolConfig struct {
 	Host bool
 }
 
-// Validate checks c and fills in the default port range and filtering. Its errors name
-// the field at fault: "ip: ...", "ports: ...", "reserved[2]: ...".
+// DefaultPortShare returns the port share a class of capacity ports gets
+// when its pool's PortShare is zero: an eighth of the class, so that no
+// fewer than eight internal addresses together can take the whole of it,
+// but never fewer than 64 ports (or the whole class, if smaller), so that
+// a small pool still serves a busy endpoint. The default range
+// (1024-65535) gives each endpoint 8,064 TCP ports: far more connections
+// to the outside than a pod keeps open, and a flood held to it leaves
+// seven eighths of the pool to the others.
+func DefaultPortShare(capacity int) int {
+	return max(capacity/8, min(capacity, 64))
+}
+
+// maxPortShare is the largest PortShare: a class has 65536 ports.
+const maxPortShare = 1 << 16
+
+// Validate checks c and fills in the default port range and filtering. Its
+// errors name the field at fault: "ip: ...", "ports: ...", "reserved[2]: ...".
 func (c *PoolConfig) Validate() error {
 	ip := c.IP
 	switch {
@@ -236,6 +255,9 @@ func (c *PoolConfig) Validate() error {
 	}
 	if err := c.Ports.validate(); err != nil {
 		return fmt.Errorf("ports: %w", err)
+	}
+	if c.PortShare < 0 || c.PortShare > maxPortShare {
+		return fmt.Errorf("portShare: %d is not 0 (the default) to %d", c.PortShare, maxPortShare)
 	}
 	seen := make(map[Reservation]int, len(c.Reserved))
 	for i, r := range c.Reserved {

@@ -132,7 +132,27 @@
 // When a class of a pool has no free port, [Pool.Bind] returns
 // [ErrExhausted], counts the event in [PoolStats.Exhausted] and logs a
 // warning, at most one line per pool every 10 seconds; the line reports
-// how many events it suppressed since the previous one.
+// how many events it suppressed since the previous one. Warnings go to the
+// table's logger (given to [NewTable], replaced by [Table.SetLogger]); a
+// table without one discards them, never falling back to slog's default.
+//
+// # Port shares
+//
+// One internal address may hold at most its port share of each class of
+// a pool at once ([PoolConfig.PortShare]; by default [DefaultPortShare]:
+// an eighth of the class, at least 64 ports), so that one endpoint sending
+// to ever new destinations from ever new ports cannot take the whole pool
+// from the others. A Bind that would make a new binding over the share
+// returns [ErrShareExceeded] (the snat decision drops the packet as
+// nat-share-exceeded, uncached), counts it in [PoolStats.ShareExceeded]
+// and logs a warning, rate-limited as exhaustion warnings are. A binding
+// that exists is returned whatever the share (the same internal endpoint
+// to another destination takes no new port), and a released binding
+// returns its port to its address's share. When the class has no free
+// port at all, Bind reports [ErrExhausted] rather than the share. A share
+// lowered by Configure applies to new bindings only. The host's own
+// endpoint ([Pool.BindHost], [Pool.Claim]) is held to no share: its ports
+// are the host's; its bindings still count among its address's.
 //
 // # Cost
 //
@@ -142,7 +162,8 @@
 // Release allocate nothing in steady state apart from a new Binding and its
 // map entries (by internal endpoint and by external port); a binding's
 // peers map is made when its first connection says whom it is with.
-// [Pool.Reach] and [Binding.ReleasePeer] of a known peer allocate nothing.
+// [Pool.Reach] and [Binding.ReleasePeer] of a known peer allocate nothing. An
+// address's first binding adds the entry counting its bindings.
 //
 // # Configuration
 //

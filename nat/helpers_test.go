@@ -107,6 +107,20 @@ func (p *Pool) check() error {
 		}
 		n[c]++
 	}
+	held := make(map[[16]byte][numClasses]int32)
+	for k := range p.bindings {
+		h := held[k.addr]
+		h[k.class]++
+		held[k.addr] = h
+	}
+	if len(held) != len(p.held) {
+		return fmt.Errorf("%d internal addresses hold bindings, %d counted", len(held), len(p.held))
+	}
+	for a, h := range held {
+		if p.held[a] != h {
+			return fmt.Errorf("%s holds %v bindings, counted %v", netip.AddrFrom16(a).Unmap(), h, p.held[a])
+		}
+	}
 	for c := range p.classes {
 		if len(p.byExt[c]) != n[c] {
 			return fmt.Errorf("%s: %d bindings found by external port, %d bindings", className(c), len(p.byExt[c]), n[c])

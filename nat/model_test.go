@@ -12,6 +12,7 @@ import (
 // answer.
 type model struct {
 	lo, hi   int
+	share    int // PortShare: 0 is the default
 	reserved map[Reservation]bool
 	used     [numClasses]map[int]bool
 	cursor   [numClasses]int
@@ -34,8 +35,8 @@ func newModel() *model {
 	return m
 }
 
-func (m *model) configure(r PortRange, reserved []Reservation) {
-	m.lo, m.hi = int(r.Lo), int(r.Hi)
+func (m *model) configure(r PortRange, reserved []Reservation, share int) {
+	m.lo, m.hi, m.share = int(r.Lo), int(r.Hi), share
 	m.reserved = map[Reservation]bool{}
 	for _, res := range reserved {
 		m.reserved[res] = true
@@ -63,12 +64,43 @@ func (m *model) free(c, port int) bool {
 	return c == ClassICMP || !m.reserved[Reservation{proto[c], uint16(port)}]
 }
 
-// bind returns the external port, or -1 when the class is full.
+// portShare returns the most bindings of class c one address may hold.
+func (m *model) portShare(c int) int {
+	if m.share > 0 {
+		return m.share
+	}
+	lo, hi := m.bounds(c)
+	capacity := 0
+	proto := []uint8{tcp, udp}
+	for p := lo; p <= hi; p++ {
+		if c == ClassICMP || !m.reserved[Reservation{proto[c], uint16(p)}] {
+			capacity++
+		}
+	}
+	return max(capacity/8, min(capacity, 64))
+}
+
+// bind returns the external port, -1 when the class is full, or -2 when
+// the internal address holds its share of the class already.
 func (m *model) bind(c int, internal netip.AddrPort) int {
 	k := modelKey{c, internal.Addr(), internal.Port()}
 	if b := m.binds[k]; b != nil {
 		b.refs++
 		return b.port
+	}
+	held := 0
+	for o := range m.binds {
+		if o.class == c && o.ip == internal.Addr() {
+			held++
+		}
+	}
+	lo, hi := m.bounds(c)
+	anyFree := false
+	for p := lo; p <= hi && !anyFree; p++ {
+		anyFree = m.free(c, p)
+	}
+	if held >= m.portShare(c) && anyFree {
+		return -2
 	}
 	want := int(internal.Port())
 	port := -1
@@ -122,6 +154,7 @@ type harness struct {
 	model *model
 	ports PortRange
 	res   []Reservation
+	share int
 	held  []*Binding // one entry per reference
 	dead  []*Binding // released bindings
 	// made records the range and reservations each binding was made under.
@@ -131,14 +164,14 @@ type harness struct {
 	}
 }
 
-func newHarness(t testing.TB, ports PortRange, res []Reservation) *harness {
+func newHarness(t testing.TB, ports PortRange, res []Reservation, share int) *harness {
 	h := &harness{t: t, model: newModel(), made: map[*Binding]struct {
 		ports PortRange
 		res   []Reservation
 	}{}}
-	h.tbl, h.pool = testPool(t, PoolConfig{IP: addr(poolIP), Ports: ports, Reserved: res})
-	h.ports, h.res = ports, res
-	h.model.configure(ports, res)
+	h.tbl, h.pool = testPool(t, PoolConfig{IP: addr(poolIP), Ports: ports, Reserved: res, PortShare: share})
+	h.ports, h.res, h.share = ports, res, share
+	h.model.configure(ports, res, share)
 	return h
 }
 
@@ -148,10 +181,10 @@ func (h *harness) bind(proto uint8, internal netip.AddrPort) {
 	want := h.model.bind(c, internal)
 	b, err := h.pool.Bind(proto, internal)
 	switch {
-	case want < 0 && errors.Is(err, ErrExhausted):
+	case want == -1 && errors.Is(err, ErrExhausted), want == -2 && errors.Is(err, ErrShareExceeded):
 		return
 	case err != nil || want < 0:
-		h.t.Fatalf("Bind(%d, %s) = %v, %v; the model says port %d (-1: exhausted)", proto, internal, b, err, want)
+		h.t.Fatalf("Bind(%d, %s) = %v, %v; the model says port %d (-1: exhausted, -2: share exceeded)", proto, internal, b, err, want)
 	case int(b.External().Port()) != want:
 		h.t.Fatalf("Bind(%d, %s) = port %d; the model says %d", proto, internal, b.External().Port(), want)
 	}
@@ -197,13 +230,13 @@ func (h *harness) doubleRelease(i int) {
 	h.invariants()
 }
 
-func (h *harness) configure(ports PortRange, res []Reservation) {
+func (h *harness) configure(ports PortRange, res []Reservation, share int) {
 	h.t.Helper()
-	if err := h.tbl.Configure([]PoolConfig{{IP: addr(poolIP), Ports: ports, Reserved: res}}); err != nil {
+	if err := h.tbl.Configure([]PoolConfig{{IP: addr(poolIP), Ports: ports, Reserved: res, PortShare: share}}); err != nil {
 		h.t.Fatal(err)
 	}
-	h.ports, h.res = ports, res
-	h.model.configure(ports, res)
+	h.ports, h.res, h.share = ports, res, share
+	h.model.configure(ports, res, share)
 	h.invariants()
 }
 
@@ -274,7 +307,8 @@ func TestModel(t *testing.T) {
 		}
 		return res
 	}
-	h := newHarness(t, ranges[0], pickRes())
+	shares := []int{0, 3, 12}
+	h := newHarness(t, ranges[0], pickRes(), 0)
 	protos := []uint8{tcp, udp, icmp4}
 	for range 20000 {
 		switch op := rng.IntN(100); {
@@ -291,12 +325,12 @@ func TestModel(t *testing.T) {
 		case op < 98:
 			h.doubleRelease(rng.IntN(1 << 20))
 		default:
-			h.configure(ranges[rng.IntN(len(ranges))], pickRes())
+			h.configure(ranges[rng.IntN(len(ranges))], pickRes(), shares[rng.IntN(len(shares))])
 		}
 	}
 	s := h.pool.Stats()
 	t.Logf("stats before draining: %+v", s)
-	if s.Exhausted == 0 || s.DoubleRelease == 0 || s.Allocated < 1000 {
+	if s.Exhausted == 0 || s.ShareExceeded == 0 || s.DoubleRelease == 0 || s.Allocated < 1000 {
 		t.Errorf("the random walk missed cases: %+v", s)
 	}
 	h.drain()
@@ -310,7 +344,7 @@ func FuzzPool(f *testing.F) {
 	resAll := []Reservation{{tcp, 1030}, {udp, 1031}, {tcp, 1036}, {udp, 1040}, {tcp, 1024}}
 	protos := []uint8{tcp, udp, icmp4}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		h := newHarness(t, ranges[0], resAll[:1])
+		h := newHarness(t, ranges[0], resAll[:1], 0)
 		for i := 0; i+2 < len(data) && i < 3*512; i += 3 {
 			a, b := data[i+1], data[i+2]
 			switch data[i] % 8 {
@@ -333,7 +367,7 @@ func FuzzPool(f *testing.F) {
 						res = append(res, r)
 					}
 				}
-				h.configure(ranges[int(a)%len(ranges)], res)
+				h.configure(ranges[int(a)%len(ranges)], res, int(a/4%4)*2) // 0 (the default), 2, 4, 6
 			}
 		}
 		h.drain()

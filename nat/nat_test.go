@@ -1,9 +1,11 @@
 package nat
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"slices"
 	"strings"
@@ -344,6 +346,8 @@ func TestConfigureErrors(t *testing.T) {
 		{name: "reserved proto", cfgs: []PoolConfig{{IP: addr("192.0.2.2"), Reserved: []Reservation{{tcp, 80}, {icmp4, 1}}}}, want: "pools[0].reserved[1]: proto 1 is not TCP"},
 		{name: "reserved port 0", cfgs: []PoolConfig{{IP: addr("192.0.2.2"), Reserved: []Reservation{{udp, 0}}}}, want: "pools[0].reserved[0]: port 0"},
 		{name: "reserved twice", cfgs: []PoolConfig{{IP: addr("192.0.2.2"), Reserved: []Reservation{{udp, 53}, {tcp, 53}, {udp, 53}}}}, want: "pools[0].reserved[2]: udp/53 is listed twice (reserved[0])"},
+		{name: "negative port share", cfgs: []PoolConfig{{IP: addr("192.0.2.2"), PortShare: -1}}, want: "pools[0].portShare: -1 is not 0 (the default) to 65536"},
+		{name: "port share above a class", cfgs: []PoolConfig{{IP: addr("192.0.2.2"), PortShare: 65537}}, want: "pools[0].portShare: 65537 is not 0 (the default) to 65536"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -610,5 +614,218 @@ func TestReservationString(t *testing.T) {
 		if got := tt.r.String(); got != tt.want {
 			t.Errorf("%#v.String() = %q, want %q", tt.r, got, tt.want)
 		}
+	}
+}
+
+// TestSetLogger checks that a table's pools log to the logger set last,
+// pools made before it included, and that a table without one logs
+// nothing anywhere (not to slog's default).
+func TestSetLogger(t *testing.T) {
+	tbl, clk, first := testTable(t, PoolConfig{IP: addr(poolIP), Ports: PortRange{2000, 2000}})
+	p := tbl.Pool(addr(poolIP))
+	mustBind(t, p, tcp, "10.0.0.1:1")
+	var second bytes.Buffer
+	tbl.SetLogger(slog.New(slog.NewJSONHandler(&second, nil)))
+	if _, err := p.Bind(tcp, addrPort("10.0.0.2:1")); err != ErrExhausted {
+		t.Fatalf("Bind: %v, want ErrExhausted", err)
+	}
+	if first.Len() != 0 {
+		t.Errorf("the first logger got %q after SetLogger", first.String())
+	}
+	if !strings.Contains(second.String(), `"msg":"NAT pool exhausted"`) {
+		t.Errorf("the logger set last got %q, want the exhaustion warning in JSON", second.String())
+	}
+	tbl.SetLogger(nil)
+	clk.t = clk.t.Add(time.Hour)
+	n := second.Len()
+	if _, err := p.Bind(tcp, addrPort("10.0.0.2:1")); err != ErrExhausted {
+		t.Fatalf("Bind: %v, want ErrExhausted", err)
+	}
+	if second.Len() != n {
+		t.Errorf("after SetLogger(nil) the old logger got %q", second.String()[n:])
+	}
+}
+
+func TestDefaultPortShare(t *testing.T) {
+	for _, tt := range []struct{ capacity, want int }{
+		{0, 0}, {1, 1}, {10, 10}, {64, 64}, {100, 64}, {512, 64}, {520, 65},
+		{31742, 3967}, // 1024-32767 less two reservations
+		{64512, 8064}, // the default range, 1024-65535
+		{65536, 8192}, // ICMP echo identifiers
+	} {
+		if got := DefaultPortShare(tt.capacity); got != tt.want {
+			t.Errorf("DefaultPortShare(%d) = %d, want %d", tt.capacity, got, tt.want)
+		}
+	}
+}
+
+// shareStep is a step of TestPortShare.
+type shareStep struct {
+	op       string // "bind", "peek", "release" (the i-th binding made), "share" (reconfigure with PortShare i)
+	proto    uint8
+	internal string
+	i        int
+	wantErr  error
+}
+
+func TestPortShare(t *testing.T) {
+	type step = shareStep
+	tests := []struct {
+		name          string
+		cfg           PoolConfig // IP defaults to poolIP
+		steps         []step
+		shareExceeded uint64
+		endpoints     int // addresses holding bindings at the end
+	}{
+		{
+			name: "an address is held to its share; others and other classes are not",
+			cfg:  PoolConfig{Ports: PortRange{2000, 2099}, PortShare: 3},
+			steps: []step{
+				{op: "bind", proto: tcp, internal: "10.0.0.1:1"},
+				{op: "bind", proto: tcp, internal: "10.0.0.1:2"},
+				{op: "bind", proto: tcp, internal: "10.0.0.1:3"},
+				{op: "peek", proto: tcp, internal: "10.0.0.1:4", wantErr: ErrShareExceeded},
+				{op: "bind", proto: tcp, internal: "10.0.0.1:4", wantErr: ErrShareExceeded},
+				{op: "bind", proto: tcp, internal: "10.0.0.1:3"}, // its own binding again: no new port
+				{op: "bind", proto: udp, internal: "10.0.0.1:4"},
+				{op: "bind", proto: icmp4, internal: "10.0.0.1:4"},
+				{op: "bind", proto: tcp, internal: "10.0.0.2:4"},
+				{op: "bind", proto: tcp, internal: "10.0.0.1:5", wantErr: ErrShareExceeded},
+			},
+			shareExceeded: 2,
+			endpoints:     2,
+		},
+		{
+			name: "a released binding returns to the share",
+			cfg:  PoolConfig{Ports: PortRange{2000, 2099}, PortShare: 2},
+			steps: []step{
+				{op: "bind", proto: udp, internal: "10.0.0.1:1"},
+				{op: "bind", proto: udp, internal: "10.0.0.1:2"},
+				{op: "bind", proto: udp, internal: "10.0.0.1:3", wantErr: ErrShareExceeded},
+				{op: "release", i: 0},
+				{op: "bind", proto: udp, internal: "10.0.0.1:3"},
+				{op: "bind", proto: udp, internal: "10.0.0.1:4", wantErr: ErrShareExceeded},
+				{op: "release", i: 1},
+				{op: "release", i: 2},
+			},
+			shareExceeded: 2,
+			endpoints:     0,
+		},
+		{
+			name: "the default share of a small pool is the whole pool; exhaustion is not a share exceeded",
+			cfg:  PoolConfig{Ports: PortRange{2000, 2002}},
+			steps: []step{
+				{op: "bind", proto: tcp, internal: "10.0.0.1:1"},
+				{op: "bind", proto: tcp, internal: "10.0.0.1:2"},
+				{op: "bind", proto: tcp, internal: "10.0.0.1:3"},
+				{op: "bind", proto: tcp, internal: "10.0.0.1:4", wantErr: ErrExhausted},
+				{op: "bind", proto: tcp, internal: "10.0.0.2:4", wantErr: ErrExhausted},
+			},
+			endpoints: 1,
+		},
+		{
+			name: "the default share: an eighth of a large pool",
+			cfg:  PoolConfig{Ports: PortRange{10000, 10799}}, // 800 ports: 100 each
+			steps: append(manyBinds(tcp, "10.0.0.1", 100),
+				step{op: "bind", proto: tcp, internal: "10.0.0.1:60000", wantErr: ErrShareExceeded},
+				step{op: "bind", proto: tcp, internal: "10.0.0.2:60000"}),
+			shareExceeded: 1,
+			endpoints:     2,
+		},
+		{
+			name: "a lower share applies to new bindings; those held stay",
+			cfg:  PoolConfig{Ports: PortRange{2000, 2099}, PortShare: 3},
+			steps: []step{
+				{op: "bind", proto: tcp, internal: "10.0.0.1:1"},
+				{op: "bind", proto: tcp, internal: "10.0.0.1:2"},
+				{op: "share", i: 1},
+				{op: "bind", proto: tcp, internal: "10.0.0.1:3", wantErr: ErrShareExceeded},
+				{op: "release", i: 0},
+				{op: "bind", proto: tcp, internal: "10.0.0.1:3", wantErr: ErrShareExceeded},
+				{op: "release", i: 1},
+				{op: "bind", proto: tcp, internal: "10.0.0.1:3"},
+			},
+			shareExceeded: 2,
+			endpoints:     1,
+		},
+		{
+			name: "IPv6 addresses have their own shares",
+			cfg:  PoolConfig{IP: addr("2001:db8::1"), PortShare: 1},
+			steps: []step{
+				{op: "bind", proto: udp, internal: "[fd00::1]:1"},
+				{op: "bind", proto: udp, internal: "[fd00::1]:2", wantErr: ErrShareExceeded},
+				{op: "bind", proto: udp, internal: "[fd00::2]:2"},
+			},
+			shareExceeded: 1,
+			endpoints:     2,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := tt.cfg
+			if !cfg.IP.IsValid() {
+				cfg.IP = addr(poolIP)
+			}
+			tbl, p := testPool(t, cfg)
+			var made []*Binding
+			for i, s := range tt.steps {
+				var err error
+				switch s.op {
+				case "bind":
+					var b *Binding
+					if b, err = p.Bind(s.proto, addrPort(s.internal)); err == nil {
+						made = append(made, b)
+					}
+				case "peek":
+					_, err = p.Peek(s.proto, addrPort(s.internal))
+				case "release":
+					made[s.i].Release()
+				case "share":
+					c := cfg
+					c.PortShare = s.i
+					if err := tbl.Configure([]PoolConfig{c}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err != s.wantErr {
+					t.Fatalf("step %d (%s %s): %v, want %v", i, s.op, s.internal, err, s.wantErr)
+				}
+				if err := p.check(); err != nil {
+					t.Fatalf("step %d: %v", i, err)
+				}
+			}
+			st := p.Stats()
+			if st.ShareExceeded != tt.shareExceeded || st.Endpoints != tt.endpoints {
+				t.Errorf("ShareExceeded %d, Endpoints %d; want %d, %d", st.ShareExceeded, st.Endpoints, tt.shareExceeded, tt.endpoints)
+			}
+		})
+	}
+}
+
+// manyBinds returns n bind steps of distinct ports of one address.
+func manyBinds(proto uint8, ip string, n int) []shareStep {
+	steps := make([]shareStep, n)
+	for i := range steps {
+		steps[i] = shareStep{op: "bind", proto: proto, internal: fmt.Sprintf("%s:%d", ip, 30000+i)}
+	}
+	return steps
+}
+
+func TestShareLog(t *testing.T) {
+	tbl, clk, buf := testTable(t, PoolConfig{IP: addr(poolIP), PortShare: 1})
+	p := tbl.Pool(addr(poolIP))
+	mustBind(t, p, tcp, "10.0.0.1:1")
+	const line = `level=WARN msg="NAT port share exceeded" ip=192.0.2.1 proto=tcp internal=10.0.0.1 share=1 suppressed=%d` + "\n"
+	for i := range 5 {
+		if _, err := p.Bind(tcp, netip.AddrPortFrom(addr("10.0.0.1"), uint16(100+i))); err != ErrShareExceeded {
+			t.Fatalf("Bind over the share: %v", err)
+		}
+	}
+	clk.t = clk.t.Add(logEvery)
+	if _, err := p.Bind(tcp, addrPort("10.0.0.1:200")); err != ErrShareExceeded {
+		t.Fatalf("Bind over the share: %v", err)
+	}
+	if got, want := buf.String(), fmt.Sprintf(line, 0)+fmt.Sprintf(line, 4); got != want {
+		t.Errorf("log:\n%s\nwant:\n%s", got, want)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ufp-dev/ufp/dataplane"
@@ -17,6 +18,9 @@ import (
 var (
 	// ErrExhausted: every port of the class is bound or reserved.
 	ErrExhausted = errors.New("nat: pool exhausted")
+	// ErrShareExceeded: the internal address holds its port share of
+	// the class already ([PoolConfig.PortShare]).
+	ErrShareExceeded = errors.New("nat: port share exceeded")
 	// ErrRetired: the pool was removed from the configuration.
 	ErrRetired = errors.New("nat: pool retired")
 	// ErrInvalid: the protocol or the internal endpoint cannot be bound
@@ -24,7 +28,8 @@ var (
 	ErrInvalid = errors.New("nat: invalid bind")
 )
 
-// logEvery is the least time between two exhaustion warnings of a pool.
+// logEvery is the least time between two warnings of a pool of one kind
+// (exhaustion, share exceeded).
 const logEvery = 10 * time.Second
 
 // bindKey identifies an internal endpoint within a pool: pointer-free.
@@ -38,7 +43,7 @@ type bindKey struct {
 // by a [Table]; all methods are safe for concurrent use.
 type Pool struct {
 	ip  netip.Addr
-	log *slog.Logger
+	log *atomic.Pointer[slog.Logger] // the table's
 	now func() time.Time
 
 	mu        sync.Mutex
@@ -51,16 +56,39 @@ type Pool struct {
 	// inbound or hairpinned connection reaches.
 	byExt   [numClasses]map[uint16]*Binding
 	classes [numClasses]class
+	// held counts the bindings of each internal address per class; an
+	// address holding none has no entry.
+	held      map[[16]byte][numClasses]int32
+	portShare int // as configured: 0 is the default
 
-	allocated, released, exhausted, doubleRelease uint64
+	allocated, released, exhausted, shareExceeded, doubleRelease uint64
 
-	logged     bool      // a warning was logged, at lastLog
-	lastLog    time.Time // when the last exhaustion warning was logged
-	suppressed uint64    // exhaustion events not logged since lastLog
+	exhaustedLog, shareLog limiter
 }
 
-func newPool(ip netip.Addr, log *slog.Logger, now func() time.Time) *Pool {
-	p := &Pool{ip: ip, log: log, now: now, bindings: make(map[bindKey]*Binding)}
+// limiter lets one warning through per logEvery and counts the others.
+type limiter struct {
+	logged     bool      // a warning was logged, at last
+	last       time.Time // when the last warning was logged
+	suppressed uint64    // events not logged since last
+}
+
+// allow reports whether to log an event at now and how many events went
+// unlogged before it.
+func (l *limiter) allow(now time.Time) (bool, uint64) {
+	if l.logged && now.Sub(l.last) < logEvery {
+		l.suppressed++
+		return false, 0
+	}
+	l.logged, l.last = true, now
+	n := l.suppressed
+	l.suppressed = 0
+	return true, n
+}
+
+func newPool(ip netip.Addr, log *atomic.Pointer[slog.Logger], now func() time.Time) *Pool {
+	p := &Pool{ip: ip, log: log, now: now, bindings: make(map[bindKey]*Binding),
+		held: make(map[[16]byte][numClasses]int32)}
 	for c := range p.byExt {
 		p.byExt[c] = make(map[uint16]*Binding)
 	}
@@ -73,6 +101,7 @@ func (p *Pool) configure(c PoolConfig) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.ports = c.Ports
+	p.portShare = c.PortShare
 	p.filtering, p.host = c.Filtering, c.Host
 	p.retired = false
 	tcp, udp := &p.classes[ClassTCP], &p.classes[ClassUDP]
@@ -135,8 +164,10 @@ func (p *Pool) Host() bool {
 //
 // internal's address must be of the pool's family (ICMPv4 only on an IPv4
 // pool, ICMPv6 only on an IPv6 one), else the error wraps [ErrInvalid]. Bind
-// returns [ErrExhausted] when the class has no free port and [ErrRetired]
-// when the pool is retired; these two allocate nothing.
+// returns [ErrShareExceeded] when the internal address holds its port
+// share of the class already (a new binding only: an existing one is
+// always returned), [ErrExhausted] when the class has no free port and
+// [ErrRetired] when the pool is retired; these three allocate nothing.
 func (p *Pool) Bind(proto uint8, internal netip.AddrPort) (*Binding, error) {
 	return p.bind(proto, internal, false)
 }
@@ -146,6 +177,7 @@ func (p *Pool) Bind(proto uint8, internal netip.AddrPort) (*Binding, error) {
 // range or on a reserved port too, unless a binding holds it; only then is
 // it remapped, to a port Bind would choose, as Linux conntrack remaps a
 // local connection whose tuple is taken. internal's address is the pool's.
+// The host is held to no port share: its ports are its own.
 func (p *Pool) BindHost(proto uint8, internal netip.AddrPort) (*Binding, error) {
 	if internal.Addr() != p.ip {
 		return nil, fmt.Errorf("%w: %s is not the host's address %s", ErrInvalid, internal.Addr(), p.ip)
@@ -170,13 +202,29 @@ func (p *Pool) bind(proto uint8, internal netip.AddrPort, host bool) (*Binding, 
 		return b, nil
 	}
 	cl := &p.classes[c]
+	held := p.held[key.addr]
+	if share := p.share(c); !host && int(held[c]) >= share && cl.free[0]+cl.free[1] > 0 {
+		p.shareExceeded++
+		warn, suppressed := p.shareLog.allow(p.now())
+		p.mu.Unlock()
+		if warn {
+			p.log.Load().LogAttrs(context.Background(), slog.LevelWarn, "NAT port share exceeded",
+				slog.String("ip", p.ip.String()),
+				slog.String("proto", className(c)),
+				slog.String("internal", addr.WithZone("").String()),
+				slog.Int("share", share),
+				slog.Uint64("suppressed", suppressed))
+		}
+		return nil, ErrShareExceeded
+	}
 	port := cl.pick(int(internal.Port()), c != ClassICMP, host)
 	if port < 0 {
-		warn, suppressed := p.noteExhausted()
+		p.exhausted++
+		warn, suppressed := p.exhaustedLog.allow(p.now())
 		rng := PortRange{Lo: uint16(cl.lo), Hi: uint16(cl.hi)}
 		p.mu.Unlock()
 		if warn {
-			p.log.LogAttrs(context.Background(), slog.LevelWarn, "NAT pool exhausted",
+			p.log.Load().LogAttrs(context.Background(), slog.LevelWarn, "NAT pool exhausted",
 				slog.String("ip", p.ip.String()),
 				slog.String("proto", className(c)),
 				slog.String("range", rng.String()),
@@ -193,6 +241,9 @@ func (p *Pool) bind(proto uint8, internal netip.AddrPort, host bool) (*Binding, 
 // free. p.mu is held.
 func (p *Pool) add(key bindKey, proto uint8, internal netip.AddrPort, port int) *Binding {
 	p.classes[key.class].take(port)
+	held := p.held[key.addr]
+	held[key.class]++
+	p.held[key.addr] = held
 	b := &Binding{
 		pool:     p,
 		internal: internal,
@@ -235,6 +286,8 @@ func (p *Pool) peek(proto uint8, internal netip.AddrPort, host bool) (netip.Addr
 		return netip.AddrPort{}, ErrRetired
 	case p.bindings[key] != nil:
 		return netip.AddrPortFrom(p.ip, p.bindings[key].external), nil
+	case !host && int(p.held[key.addr][c]) >= p.share(c) && p.classes[c].free[0]+p.classes[c].free[1] > 0:
+		return netip.AddrPort{}, ErrShareExceeded
 	}
 	cl, want := &p.classes[c], int(internal.Port())
 	var port int
@@ -268,19 +321,13 @@ func (p *Pool) bindKey(proto uint8, internal netip.AddrPort) (int, bindKey, erro
 	return c, bindKey{addr: addr.As16(), port: internal.Port(), class: uint8(c)}, nil
 }
 
-// noteExhausted counts an exhaustion event and reports whether to log it
-// (at most once per logEvery) and how many events went unlogged before it.
-// p.mu is held.
-func (p *Pool) noteExhausted() (warn bool, suppressed uint64) {
-	p.exhausted++
-	now := p.now()
-	if p.logged && now.Sub(p.lastLog) < logEvery {
-		p.suppressed++
-		return false, 0
+// share returns the port share of class c: the most bindings of the class
+// one internal address may hold. p.mu is held.
+func (p *Pool) share(c int) int {
+	if p.portShare > 0 {
+		return p.portShare
 	}
-	p.logged, p.lastLog = true, now
-	suppressed, p.suppressed = p.suppressed, 0
-	return true, suppressed
+	return DefaultPortShare(p.classes[c].capacity)
 }
 
 // PoolStats is a snapshot of a pool's state and counters.
@@ -294,10 +341,16 @@ type PoolStats struct {
 	// Capacity is how many bindings the class can hold: the ports of the
 	// range that are not reserved.
 	Capacity [3]int
+	// PortShare is the most bindings of the class one internal address
+	// may hold: [PoolConfig.PortShare], or its default.
+	PortShare [3]int
+	// Endpoints is how many internal addresses hold a binding.
+	Endpoints int
 	// Allocated and Released count bindings made and removed; Exhausted
-	// counts Binds refused with ErrExhausted; DoubleRelease counts Releases
-	// of a binding already gone.
-	Allocated, Released, Exhausted, DoubleRelease uint64
+	// counts Binds refused with ErrExhausted and ShareExceeded those
+	// refused with ErrShareExceeded; DoubleRelease counts Releases of a
+	// binding already gone.
+	Allocated, Released, Exhausted, ShareExceeded, DoubleRelease uint64
 }
 
 // Stats returns a snapshot of the pool's state and counters.
@@ -311,11 +364,14 @@ func (p *Pool) Stats() PoolStats {
 		Allocated:     p.allocated,
 		Released:      p.released,
 		Exhausted:     p.exhausted,
+		ShareExceeded: p.shareExceeded,
 		DoubleRelease: p.doubleRelease,
+		Endpoints:     len(p.held),
 	}
 	for i := range p.classes {
 		s.InUse[i] = p.classes[i].inUse
 		s.Capacity[i] = p.classes[i].capacity
+		s.PortShare[i] = p.share(i)
 	}
 	return s
 }
@@ -390,4 +446,10 @@ func (p *Pool) remove(b *Binding) {
 	p.classes[b.key.class].put(int(b.external))
 	clear(b.peers)
 	p.released++
+	held := p.held[b.key.addr]
+	if held[b.key.class]--; held == ([numClasses]int32{}) {
+		delete(p.held, b.key.addr)
+	} else {
+		p.held[b.key.addr] = held
+	}
 }

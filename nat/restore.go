@@ -45,6 +45,11 @@ func (p *Pool) BindPort(proto uint8, internal netip.AddrPort, port uint16) (*Bin
 		return nil, fmt.Errorf("%w: %s port %d of %s is another endpoint's", ErrPortTaken, protoName(proto), port, p.ip)
 	}
 	cl.claim(int(port))
+	// Held to no port share (the connection lived before), but counted
+	// in it, and reached by its external port as any binding.
+	held := p.held[key.addr]
+	held[c]++
+	p.held[key.addr] = held
 	b := &Binding{
 		pool:     p,
 		internal: netip.AddrPortFrom(internal.Addr().WithZone(""), internal.Port()),
@@ -54,6 +59,7 @@ func (p *Pool) BindPort(proto uint8, internal netip.AddrPort, port uint16) (*Bin
 		refs:     1,
 	}
 	p.bindings[key] = b
+	p.byExt[c][port] = b
 	p.allocated++
 	return b, nil
 }

@@ -218,10 +218,14 @@ func (t *Table) snat(d *dataplane.Decision, ip netip.Addr, prior *Binding, host 
 			tr.Addf("  snat: %s: %v", ip, err)
 		}
 		d.Drop = dataplane.DropTransposition
-		if errors.Is(err, ErrExhausted) {
+		switch {
+		case errors.Is(err, ErrExhausted):
 			// Not cached: the connection's next packet tries again, and
 			// gets a port once one is free.
 			d.Drop, d.NoCache = dataplane.DropNATExhausted, true
+		case errors.Is(err, ErrShareExceeded):
+			// Likewise, once the source has released a port.
+			d.Drop, d.NoCache = dataplane.DropNATShareExceeded, true
 		}
 		return nil, false
 	}

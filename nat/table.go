@@ -14,7 +14,8 @@ import (
 // outlive policy changes: [Table.Configure] updates them in place. All
 // methods are safe for concurrent use.
 type Table struct {
-	log *slog.Logger
+	// log is where pools log their warnings; SetLogger replaces it.
+	log atomic.Pointer[slog.Logger]
 	// now is the exhaustion-warning clock (time.Now); pools take it when
 	// they are made, so tests replace it before the first Configure.
 	now func() time.Time
@@ -28,12 +29,21 @@ type Table struct {
 }
 
 // NewTable returns a table without pools. Pools log exhaustion warnings to
-// log (slog.Default() if nil).
+// log; nil discards them until [Table.SetLogger] gives the table one (the
+// table never falls back to slog's default logger).
 func NewTable(log *slog.Logger) *Table {
-	if log == nil {
-		log = slog.Default()
+	t := &Table{now: time.Now, all: make(map[netip.Addr]*Pool)}
+	t.SetLogger(log)
+	return t
+}
+
+// SetLogger makes every pool of the table, present and future, log to l
+// (nil: discard). Safe to call while pools bind.
+func (t *Table) SetLogger(l *slog.Logger) {
+	if l == nil {
+		l = slog.New(slog.DiscardHandler)
 	}
-	return &Table{log: log, now: time.Now, all: make(map[netip.Addr]*Pool)}
+	t.log.Store(l)
 }
 
 // Configure replaces the pool configuration. It validates every
@@ -65,7 +75,7 @@ func (t *Table) Configure(cfgs []PoolConfig) error {
 	for _, c := range valid {
 		p := t.all[c.IP]
 		if p == nil {
-			p = newPool(c.IP, t.log, t.now)
+			p = newPool(c.IP, &t.log, t.now)
 			t.all[c.IP] = p
 		}
 		p.configure(c)

@@ -323,7 +323,7 @@ func (s *SwitchConfig) CompilePools() ([]nat.PoolConfig, error) {
 			return nil, fmt.Errorf("%s.ip: %s is also the address of natPools[%d]", at, ip, j)
 		}
 		seen[ip] = i
-		cfg := nat.PoolConfig{IP: ip, Ports: pc.Ports}
+		cfg := nat.PoolConfig{IP: ip, Ports: pc.Ports, PortShare: pc.PortShare}
 		var err error
 		if cfg.Filtering, err = nat.ParseFiltering(string(pc.Filtering)); err != nil {
 			return nil, fmt.Errorf("%s.filtering: %w", at, err)

@@ -48,6 +48,12 @@ type NATPoolConfig struct {
 	// Reserved are ports never handed out, "tcp/8080" or "udp/53":
 	// those of static port mappings.
 	Reserved []Reservation `json:"reserved,omitempty"`
+	// PortShare is the most ports of each protocol (ICMP: echo
+	// identifiers) one source address may hold at once, 1 to 65536
+	// (zero: an eighth of the protocol's ports, at least 64; see
+	// nat.DefaultPortShare). A new connection over it is dropped as
+	// nat-share-exceeded.
+	PortShare int `json:"portShare,omitempty"`
 	// Filtering is which new connections from the network reach the
 	// pool's mappings (through rules whose action has mapped): see
 	// Filtering's values. Empty: address-dependent.

@@ -22,7 +22,7 @@ type Env struct {
 }
 
 // NewEnv returns an Env with no pool configured, whose NAT pools log to
-// log (nil: slog's default).
+// log (nil: discarded until Env.NAT.SetLogger gives them a logger).
 func NewEnv(log *slog.Logger) *Env {
 	t := nat.NewTable(log)
 	return &Env{NAT: t, LB: lb.NewRuntime(t)}

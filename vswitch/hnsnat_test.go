@@ -142,6 +142,14 @@ func TestHNSNATErrors(t *testing.T) {
 			natEPPolicy(d, 0, 0)["PortRange"] = "10000-19999"
 			natEPPolicy(d, 1, 0)["PortRange"] = "30000-39999"
 		}, want: epB + ".Policies[0].Settings.PortRange: 30000-39999, but " + epA + ".Policies[0].Settings.PortRange gives 192.168.1.10 the range 10000-19999"},
+		{name: "conflicting PortShare for one VirtualIP", edit: func(t *testing.T, d doc) {
+			natEPPolicy(d, 0, 0)["PortShare"] = 100
+			natEPPolicy(d, 1, 0)["PortShare"] = 200
+		}, want: epB + ".Policies[0].Settings.PortShare: 200, but " + epA + ".Policies[0].Settings.PortShare gives 192.168.1.10 the share 100"},
+		{name: "PortShare negative", edit: func(t *testing.T, d doc) { natEPPolicy(d, 0, 0)["PortShare"] = -1 },
+			want: epA + ".Policies[0].Settings.PortShare: -1 is not 1 to 65536 (or 0, the default)"},
+		{name: "PortShare above a protocol's ports", edit: func(t *testing.T, d doc) { natEPPolicy(d, 1, 0)["PortShare"] = 70000 },
+			want: epB + ".Policies[0].Settings.PortShare: 70000 is not 1 to 65536 (or 0, the default)"},
 		{name: "PortRange malformed", edit: func(t *testing.T, d doc) { natEPPolicy(d, 0, 0)["PortRange"] = "1024:65535" },
 			want: epA + `.Policies[0].Settings.PortRange: port range "1024:65535"`},
 		{name: "PortRange from port 0", edit: func(t *testing.T, d doc) { natEPPolicy(d, 1, 0)["PortRange"] = "0-1000" },
@@ -284,6 +292,10 @@ func TestHNSNATErrors(t *testing.T) {
 		{name: "reserved twice", base: natVFPDoc, edit: func(t *testing.T, d doc) {
 			natVFPPool(d, 0)["reserved"] = []any{"tcp/8080", "udp/8080", "tcp/8080"}
 		}, want: "switch.natPools[0].reserved[2]: tcp/8080 is listed twice (reserved[0])"},
+		{name: "pool portShare negative", base: natVFPDoc, edit: func(t *testing.T, d doc) { natVFPPool(d, 0)["portShare"] = -5 },
+			want: "switch.natPools[0].portShare: -5 is not 0 (the default) to 65536"},
+		{name: "pool portShare as a string", base: natVFPDoc, edit: func(t *testing.T, d doc) { natVFPPool(d, 0)["portShare"] = "100" },
+			want: "switch.natPools[0].portShare: want"},
 		{name: "unknown pool field", base: natVFPDoc, edit: func(t *testing.T, d doc) { natVFPPool(d, 0)["range"] = "1-2" },
 			want: `switch.natPools[0].range: unknown field "range"`},
 

@@ -59,9 +59,13 @@ type DeviceStatus struct {
 }
 
 // SetLogger sets the logger the switch reports device events to (a device
-// that failed, writes that fail and recover). The default discards them.
+// that failed, writes that fail and recover) and its NAT pools their
+// warnings (exhaustion, port shares exceeded). The default discards them.
 // Set it before Serve.
-func (s *Switch) SetLogger(l *slog.Logger) { s.log.Store(l) }
+func (s *Switch) SetLogger(l *slog.Logger) {
+	s.log.Store(l)
+	s.env.NAT.SetLogger(l)
+}
 
 func (s *Switch) logger() *slog.Logger {
 	if l := s.log.Load(); l != nil {

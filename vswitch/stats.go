@@ -45,10 +45,12 @@ func (s *Switch) Stats() inspect.Stats {
 	pools := s.env.NAT.Stats()
 	st.NATPools = make([]inspect.NATPoolStats, 0, len(pools))
 	for _, ps := range pools {
-		np := inspect.NATPoolStats{Address: ps.IP, Exhausted: ps.Exhausted, Retired: ps.Retired,
+		np := inspect.NATPoolStats{Address: ps.IP, Exhausted: ps.Exhausted, ShareExceeded: ps.ShareExceeded,
+			Endpoints: uint64(max(ps.Endpoints, 0)), Retired: ps.Retired,
 			Protocols: make(map[string]inspect.NATPortUse, len(natProtocols))}
 		for _, pr := range natProtocols {
-			u := inspect.NATPortUse{InUse: uint64(max(ps.InUse[pr.class], 0)), Total: uint64(max(ps.Capacity[pr.class], 0))}
+			u := inspect.NATPortUse{InUse: uint64(max(ps.InUse[pr.class], 0)), Total: uint64(max(ps.Capacity[pr.class], 0)),
+				Share: uint64(max(ps.PortShare[pr.class], 0))}
 			np.Protocols[pr.name] = u
 			np.PortsInUse += u.InUse
 			np.PortsTotal += u.Total

@@ -295,7 +295,7 @@ func (c *cli) counters(args []string) error {
 	if len(st.NATPools) == 0 {
 		fmt.Fprintln(c.stdout, "no NAT pools")
 	} else {
-		t := newTable(c.stdout, "NAT POOL", "IN USE", "TCP", "UDP", "ICMP", "EXHAUSTED", "STATE")
+		t := newTable(c.stdout, "NAT POOL", "IN USE", "TCP", "UDP", "ICMP", "SHARE T/U/I", "EXHAUSTED", "OVER SHARE", "STATE")
 		for _, p := range st.NATPools {
 			use := func(proto string) string {
 				u := p.Protocols[proto]
@@ -305,8 +305,9 @@ func (c *cli) counters(args []string) error {
 			if p.Retired {
 				state = "retired"
 			}
+			share := fmt.Sprintf("%d/%d/%d", p.Protocols["tcp"].Share, p.Protocols["udp"].Share, p.Protocols["icmp"].Share)
 			t.row(p.Address.String(), fmt.Sprintf("%d/%d", p.PortsInUse, p.PortsTotal), use("tcp"), use("udp"), use("icmp"),
-				fmt.Sprint(p.Exhausted), state)
+				share, fmt.Sprint(p.Exhausted), fmt.Sprint(p.ShareExceeded), state)
 		}
 		if err := t.flush(); err != nil {
 			return err

@@ -168,5 +168,5 @@ func (f *flushWriter) Write(b []byte) (int, error) {
 func (d *daemon) serveMetrics(ctx context.Context, l net.Listener) error {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", metrics.Handler(d.sw))
-	return serveHTTP(ctx, l, mux)
+	return serveHTTP(ctx, l, mux, d.log)
 }

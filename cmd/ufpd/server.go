@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -56,13 +57,16 @@ func listenAPI(path string) (net.Listener, error) {
 // serveAPI serves the API on l until ctx ends, then removes the socket.
 func (d *daemon) serveAPI(ctx context.Context, l net.Listener) error {
 	defer os.Remove(l.Addr().String())
-	return serveHTTP(ctx, l, d.handler())
+	return serveHTTP(ctx, l, d.handler(), d.log)
 }
 
 // serveHTTP serves h on l until ctx ends, then shuts down, giving
-// requests under way two seconds to finish.
-func serveHTTP(ctx context.Context, l net.Listener, h http.Handler) error {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+// requests under way two seconds to finish. The server's own errors (a
+// connection it could not serve) go to log as warnings, not to the log
+// package's default logger.
+func serveHTTP(ctx context.Context, l net.Listener, h http.Handler, log *slog.Logger) error {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	stopped := make(chan struct{})
 	defer close(stopped)
 	go func() {
