@@ -226,10 +226,12 @@ func TestNATMappingRefresh(t *testing.T) {
 	const peer = "203.0.113.5"
 	out := rfcA.send("udp", 40000, peer, 3478, "")
 	r.out("a", natFrame(t, out), "uplink", natFrame(t, wire(out, 40000)))
-	r.now = 10 * sec
+	// Within the 10 s an unanswered UDP flow lives (udpUnreplied), and
+	// then every 8 s.
+	r.now = 5 * sec
 	in := fromNet("udp", peer, 3479, 40000, "")
 	r.out("uplink", natFrame(t, in), "a", natFrame(t, rfcA.recv(in, peer, 3479, rfcA.ip, 40000)))
-	for now := 35 * sec; now <= 95*sec; now += 20 * sec {
+	for now := 13 * sec; now <= 61*sec; now += 8 * sec {
 		r.now = now
 		r.sw.Pipeline().FlowTable().Expire(now)
 		r.out("uplink", natFrame(t, in), "a", nil)
