@@ -44,11 +44,14 @@ func TestNATPortShareFlood(t *testing.T) {
 		}
 		natGo(r, sec, "pod-a", k, want)
 		// pod-b: a new connection every 40 SYNs of the flood, answered
-		// (ten in all, within its own share).
+		// and acknowledged (ten in all, within its own share).
 		if i%40 == 39 {
 			k := syn(natL2B, "192.168.1.101", uint16(40000+i), "198.51.100.7")
 			ext := natOut(r, sec, "pod-b", k)
 			natReply(r, sec, k, ext, "SA", "pod-b")
+			ack := k
+			ack.flags = "A" // the handshake completes: established
+			natGo(r, sec, "pod-b", ack, "uplink")
 			podB = append(podB, k)
 		}
 	}
