@@ -1,6 +1,9 @@
 package dataplane
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"math/bits"
+)
 
 // Internet checksums (RFC 1071) and their incremental update (RFC 1624).
 //
@@ -14,24 +17,43 @@ import "encoding/binary"
 // folds into one addition per checksum field.
 
 // Sum adds b, as big-endian 16-bit words, to the unfolded ones' complement
-// sum acc. An odd trailing byte is padded with zero.
+// sum acc. An odd trailing byte is padded with zero. Data of all zeros
+// adds nothing.
+//
+// The ones' complement sum does not depend on byte order but for a swap
+// of its result (RFC 1071 section 2(B)), so b is summed 8 bytes at a time
+// in the machine's little-endian order with the carries added back (ADC),
+// folded to 16 bits and swapped into big-endian order.
 func Sum(b []byte, acc uint64) uint64 {
+	le := binary.LittleEndian
+	var s, c uint64
+	for len(b) >= 32 {
+		s, c = bits.Add64(s, le.Uint64(b[0:8]), c)
+		s, c = bits.Add64(s, le.Uint64(b[8:16]), c)
+		s, c = bits.Add64(s, le.Uint64(b[16:24]), c)
+		s, c = bits.Add64(s, le.Uint64(b[24:32]), c)
+		b = b[32:]
+	}
 	for len(b) >= 8 {
-		acc += uint64(binary.BigEndian.Uint32(b)) + uint64(binary.BigEndian.Uint32(b[4:]))
+		s, c = bits.Add64(s, le.Uint64(b), c)
 		b = b[8:]
 	}
+	var t uint64 // the last 0 to 7 bytes, in place in a little-endian word
+	var sh uint
 	if len(b) >= 4 {
-		acc += uint64(binary.BigEndian.Uint32(b))
-		b = b[4:]
+		t, b, sh = uint64(le.Uint32(b)), b[4:], 32
 	}
 	if len(b) >= 2 {
-		acc += uint64(binary.BigEndian.Uint16(b))
-		b = b[2:]
+		t |= uint64(le.Uint16(b)) << sh
+		b, sh = b[2:], sh+16
 	}
 	if len(b) == 1 {
-		acc += uint64(b[0]) << 8
+		t |= uint64(b[0]) << sh
 	}
-	return acc
+	s, c = bits.Add64(s, t, c)
+	s, c = bits.Add64(s, 0, c)
+	s += c // a carry out of s+0+c leaves s at 0: no further carry
+	return acc + uint64(bits.ReverseBytes16(Fold(s)))
 }
 
 // Fold reduces an unfolded sum to 16 bits (not complemented).

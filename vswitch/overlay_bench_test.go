@@ -30,6 +30,9 @@ var vxbCases = []vxbCase{
 	{"egress-push", 1, 64}, {"egress-push", 1, 1400},
 	{"ingress-pop", 0, 64}, {"ingress-pop", 0, 1400},
 	{"ingress-pop", 1, 64}, {"ingress-pop", 1, 1400},
+	// An IPv4 outer header with a UDP checksum, as Linux's vxlan driver
+	// sends by default: the switch verifies it (CheckTunnel).
+	{"ingress-pop-csum", 0, 64}, {"ingress-pop-csum", 0, 1400},
 }
 
 // vxbSetup returns a switch for c, its worker with the flow of c's packets
@@ -45,10 +48,13 @@ func vxbSetup(tb testing.TB, c vxbCase) (w *dataplane.Worker, tmpl []byte, in, o
 	case "egress-push":
 		tmpl = vxfUDP(vxfPodAMAC, vxfDRMAC, vxfPodA4, vxfRemotePod4, 40000, 53, c.innerLen)
 		in, out = podA, up
-	case "ingress-pop":
+	case "ingress-pop", "ingress-pop-csum":
 		inner := vxfUDP(vxfRemoteDRMAC, vxfDRMAC, vxfRemotePod4, vxfPodA4, 53, 40000, c.innerLen)
 		tmpl = vxfWrap(vxfOuter{srcMAC: vxfRemoteMAC, dstMAC: vxfUplinkMAC, src: fam.remotePA, dst: fam.localPA,
 			srcPort: 51000, dstPort: dataplane.VXLANPort, flags: 0x08, vni: 4096}, inner)
+		if c.dir == "ingress-pop-csum" {
+			vxbUDPChecksum4(tmpl)
+		}
 		in, out = up, podA
 	default:
 		tb.Fatalf("unknown direction %q", c.dir)
@@ -59,6 +65,18 @@ func vxbSetup(tb testing.TB, c vxbCase) (w *dataplane.Worker, tmpl []byte, in, o
 		tb.Fatalf("%s: first packet: out=%d drop=%s path=%s, want out=%d by the slow path", c.name(), first.out, first.drop, first.path, out)
 	}
 	return w, tmpl, in, out, first.frame
+}
+
+// vxbUDPChecksum4 fills in the outer UDP checksum of the IPv4 VXLAN
+// frame b.
+func vxbUDPChecksum4(b []byte) {
+	const l3, l4 = dataplane.EthernetLen, dataplane.EthernetLen + dataplane.IPv4MinLen
+	u := b[l4:]
+	c := dataplane.Checksum(u, dataplane.PseudoHeaderSum(b[l3+12:l3+16], b[l3+16:l3+20], dataplane.ProtoUDP, len(u)))
+	if c == 0 {
+		c = 0xffff
+	}
+	u[6], u[7] = byte(c>>8), byte(c)
 }
 
 // fpBatch is how many packets a benchmark hands to Process at once (as
