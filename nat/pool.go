@@ -285,9 +285,11 @@ func (p *Pool) noteExhausted() (warn bool, suppressed uint64) {
 
 // PoolStats is a snapshot of a pool's state and counters.
 type PoolStats struct {
-	IP      netip.Addr
-	Ports   PortRange // the TCP and UDP range; ICMP always uses 0-65535
-	Retired bool
+	IP        netip.Addr
+	Ports     PortRange // the TCP and UDP range; ICMP always uses 0-65535
+	Filtering Filtering
+	Host      bool // PoolConfig.Host
+	Retired   bool
 	// InUse counts live bindings per class (ClassTCP, ClassUDP, ClassICMP),
 	// including any left outside the range by a reconfiguration.
 	InUse [3]int
@@ -307,6 +309,8 @@ func (p *Pool) Stats() PoolStats {
 	s := PoolStats{
 		IP:            p.ip,
 		Ports:         p.ports,
+		Filtering:     p.filtering,
+		Host:          p.host,
 		Retired:       p.retired,
 		Allocated:     p.allocated,
 		Released:      p.released,

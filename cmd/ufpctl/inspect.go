@@ -294,7 +294,7 @@ func (c *cli) counters(args []string) error {
 	if len(st.NATPools) == 0 {
 		fmt.Fprintln(c.stdout, "no NAT pools")
 	} else {
-		t := newTable(c.stdout, "NAT POOL", "IN USE", "TCP", "UDP", "ICMP", "EXHAUSTED", "STATE")
+		t := newTable(c.stdout, "NAT POOL", "IN USE", "TCP", "UDP", "ICMP", "EXHAUSTED", "FILTERING", "STATE")
 		for _, p := range st.NATPools {
 			use := func(proto string) string {
 				u := p.Protocols[proto]
@@ -305,7 +305,7 @@ func (c *cli) counters(args []string) error {
 				state = "retired"
 			}
 			t.row(p.Address.String(), fmt.Sprintf("%d/%d", p.PortsInUse, p.PortsTotal), use("tcp"), use("udp"), use("icmp"),
-				fmt.Sprint(p.Exhausted), state)
+				fmt.Sprint(p.Exhausted), p.Filtering, state)
 		}
 		if err := t.flush(); err != nil {
 			return err
