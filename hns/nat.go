@@ -501,14 +501,13 @@ func (l *lowering) natLayer(ep *epPlan) *vfp.LayerConfig {
 	if len(hair.Rules) > 0 {
 		groups = append(groups, hair)
 	}
+	// One rule per address the endpoint's hairpins come from (one per
+	// family with OutBoundNAT), matching every pool's address it reaches.
 	mapped := vfp.GroupConfig{Name: "hairpin", Match: &vfp.MatchConfig{Direction: vfp.Out}}
-	for _, p := range l.nat.pools {
-		if !ep.has(p.ip.Is4()) {
-			continue
-		}
-		a := vfp.ActionConfig{Type: vfp.Allow, Mapped: true, SNAT: ep.hairpinSource(p.ip)}
-		mapped.Rules = append(mapped.Rules, vfp.RuleConfig{Name: "hairpin-to-" + p.ip.String(), Priority: vfp.Priority(uint32(100 + len(mapped.Rules))),
-			Match: mappedMatch(p.ip), Action: a, Terminating: true, Stateful: true})
+	for _, pa := range l.poolsBy(ep.has, ep.hairpinSource) {
+		a := vfp.ActionConfig{Type: vfp.Allow, Mapped: true, SNAT: pa.key}
+		mapped.Rules = append(mapped.Rules, vfp.RuleConfig{Name: "hairpin-from-" + pa.key.String(), Priority: vfp.Priority(uint32(100 + len(mapped.Rules))),
+			Match: mappedMatch(pa.ips), Action: a, Terminating: true, Stateful: true})
 	}
 	if len(mapped.Rules) > 0 {
 		groups = append(groups, mapped)
@@ -578,14 +577,39 @@ func (ep *epPlan) hairpinSource(dst netip.Addr) netip.Addr {
 	return dst
 }
 
-// mappedMatch matches the connections to NAT address a that can reach a
-// mapping: TCP, UDP and ICMP echo (by identifier).
-func mappedMatch(a netip.Addr) *vfp.MatchConfig {
+// poolAddrs are pool addresses (of one family) that share a key.
+type poolAddrs struct {
+	key netip.Addr
+	ips []netip.Addr
+}
+
+// poolsBy groups the addresses of the pools of the families has takes by
+// key(address), in order of first use.
+func (l *lowering) poolsBy(has func(v4 bool) bool, key func(netip.Addr) netip.Addr) []poolAddrs {
+	var out []poolAddrs
+	for _, p := range l.nat.pools {
+		if !has(p.ip.Is4()) {
+			continue
+		}
+		k := key(p.ip)
+		i := slices.IndexFunc(out, func(pa poolAddrs) bool { return pa.key == k })
+		if i < 0 {
+			i = len(out)
+			out = append(out, poolAddrs{key: k})
+		}
+		out[i].ips = append(out[i].ips, p.ip)
+	}
+	return out
+}
+
+// mappedMatch matches the connections to NAT addresses as (of one family)
+// that can reach a mapping: TCP, UDP and ICMP echo (by identifier).
+func mappedMatch(as []netip.Addr) *vfp.MatchConfig {
 	icmp := vfp.ICMP
-	if a.Is6() {
+	if as[0].Is6() {
 		icmp = vfp.ICMPv6
 	}
-	return &vfp.MatchConfig{Protocols: []vfp.Proto{vfp.TCP, vfp.UDP, icmp}, DstIPs: vfp.Hosts(a)}
+	return &vfp.MatchConfig{Protocols: []vfp.Proto{vfp.TCP, vfp.UDP, icmp}, DstIPs: vfp.Hosts(as...)}
 }
 
 // familyName names an OutBoundNAT policy's group by the families it
@@ -621,10 +645,18 @@ func (l *lowering) portMapLayer() *vfp.LayerConfig {
 		groups = append(groups, g)
 	}
 	if len(l.nat.pools) > 0 {
+		// One rule per family, matching every pool's address.
 		g := vfp.GroupConfig{Name: "mappings", Match: &vfp.MatchConfig{Direction: "out"}}
-		for _, p := range l.nat.pools {
-			g.Rules = append(g.Rules, vfp.RuleConfig{Name: "mapped-" + p.ip.String(), Priority: vfp.Priority(uint32(100 + len(g.Rules))),
-				Match: mappedMatch(p.ip), Action: vfp.ActionConfig{Type: vfp.Allow, Mapped: true}, Terminating: true, Stateful: true})
+		every := func(bool) bool { return true }
+		family := func(a netip.Addr) netip.Addr {
+			if a.Is4() {
+				return netip.IPv4Unspecified()
+			}
+			return netip.IPv6Unspecified()
+		}
+		for _, pa := range l.poolsBy(every, family) {
+			g.Rules = append(g.Rules, vfp.RuleConfig{Name: "mapped-" + familyOf(pa.key.Is4()), Priority: vfp.Priority(uint32(100 + len(g.Rules))),
+				Match: mappedMatch(pa.ips), Action: vfp.ActionConfig{Type: vfp.Allow, Mapped: true}, Terminating: true, Stateful: true})
 		}
 		groups = append(groups, g)
 	}

@@ -93,6 +93,13 @@ type NATPoolStats struct {
 	Endpoints uint64 `json:"endpoints"`
 	// Retired: the pool left the policy and drains its last bindings.
 	Retired bool `json:"retired"`
+	// Filtering is which new connections from the network reach the
+	// pool's mappings: "endpoint-independent", "address-dependent" or
+	// "address-and-port-dependent" (RFC 4787 section 5).
+	Filtering string `json:"filtering"`
+	// Host: the pool's address is the host's own, whose connections (seen
+	// through its vNIC) share the pool's ports.
+	Host bool `json:"host,omitempty"`
 }
 
 // NATPortUse is how many ports of one protocol a pool has bound, of how

@@ -97,10 +97,15 @@ func (p *Pool) check() error {
 		if p.byExt[c][b.external] != b {
 			return fmt.Errorf("%s port %d is not found by its external port", className(c), b.external)
 		}
+		total := b.npeer
 		for a, n := range b.peers {
-			if n <= 0 || n > b.refs {
-				return fmt.Errorf("binding %s counts %d connections with %s, and has %d references", b.internal, n, a, b.refs)
+			if n <= 0 || a == b.peer && b.npeer > 0 {
+				return fmt.Errorf("binding %s counts %d connections with %s (%d in the binding)", b.internal, n, a, b.npeer)
 			}
+			total += n
+		}
+		if total > b.refs || b.npeer < 0 || b.npeer == 0 && b.peer.IsValid() {
+			return fmt.Errorf("binding %s counts %d connections with peers (first %s: %d), and has %d references", b.internal, total, b.peer, b.npeer, b.refs)
 		}
 		if !p.classes[c].used.has(int(b.external)) {
 			return fmt.Errorf("%s port %d is bound but not marked used", className(c), b.external)

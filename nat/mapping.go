@@ -97,7 +97,7 @@ func (p *Pool) admits(b *Binding, from netip.Addr) bool {
 	case EndpointIndependent:
 		return true
 	case AddressDependent:
-		return b.peers[from] > 0
+		return b.peerCount(from) > 0
 	}
 	return false
 }
@@ -161,13 +161,43 @@ func (b *Binding) AddPeer(a netip.Addr) {
 
 // addPeer counts peer a. b.pool.mu is held.
 func (b *Binding) addPeer(a netip.Addr) {
-	if !a.IsValid() {
-		return
+	switch {
+	case !a.IsValid():
+	case b.npeer > 0 && b.peer == a:
+		b.npeer++
+	case b.npeer == 0 && b.peers[a] == 0:
+		b.peer, b.npeer = a, 1
+	default:
+		if b.peers == nil {
+			b.peers = make(map[netip.Addr]int, 1)
+		}
+		b.peers[a]++
 	}
-	if b.peers == nil {
-		b.peers = make(map[netip.Addr]int, 1)
+}
+
+// dropPeer forgets one count of peer a. b.pool.mu is held.
+func (b *Binding) dropPeer(a netip.Addr) {
+	switch n := b.peers[a]; {
+	case !a.IsValid():
+	case b.npeer > 0 && b.peer == a:
+		if b.npeer--; b.npeer == 0 {
+			b.peer = netip.Addr{}
+		}
+	case n > 1:
+		b.peers[a] = n - 1
+	default:
+		delete(b.peers, a)
 	}
-	b.peers[a]++
+}
+
+// peerCount returns how many of b's connections are with a. b.pool.mu is
+// held.
+func (b *Binding) peerCount(a netip.Addr) int {
+	n := b.peers[a]
+	if b.npeer > 0 && b.peer == a {
+		n += b.npeer
+	}
+	return n
 }
 
 // ReleasePeer is Release for a connection recorded with AddPeer(a) (or
@@ -176,12 +206,8 @@ func (b *Binding) ReleasePeer(a netip.Addr) {
 	a = a.WithZone("")
 	p := b.pool
 	p.mu.Lock()
-	if b.refs > 0 && a.IsValid() {
-		if n := b.peers[a]; n > 1 {
-			b.peers[a] = n - 1
-		} else {
-			delete(b.peers, a)
-		}
+	if b.refs > 0 {
+		b.dropPeer(a)
 	}
 	p.release(b)
 	p.mu.Unlock()
@@ -191,5 +217,5 @@ func (b *Binding) ReleasePeer(a netip.Addr) {
 func (b *Binding) Peers(a netip.Addr) int {
 	b.pool.mu.Lock()
 	defer b.pool.mu.Unlock()
-	return b.peers[a.WithZone("")]
+	return b.peerCount(a.WithZone(""))
 }

@@ -2,6 +2,7 @@ package nat
 
 import (
 	"errors"
+	"net/netip"
 	"testing"
 )
 
@@ -278,5 +279,40 @@ func TestParseFiltering(t *testing.T) {
 	c := PoolConfig{IP: addr(poolIP), Filtering: AddressAndPortDependent + 1}
 	if err := c.Validate(); err == nil {
 		t.Error("Validate of an unknown filtering: no error")
+	}
+}
+
+// TestPeersInlineAndMap: the first peer is counted in the binding, others
+// in its map; each address stays in one place as connections come and go.
+func TestPeersInlineAndMap(t *testing.T) {
+	_, p := testPool(t, PoolConfig{IP: addr(poolIP)})
+	b := mustBind(t, p, udp, "10.0.0.1:40000")
+	x, y, z := addr("203.0.113.1"), addr("203.0.113.2"), addr("203.0.113.3")
+	b.AddPeer(x) // in the binding
+	for _, a := range []netip.Addr{y, y, z} {
+		mustBind(t, p, udp, "10.0.0.1:40000").AddPeer(a) // in the map
+	}
+	b.ReleasePeer(x) // the binding's slot is free; y and z stay in the map
+	mustBind(t, p, udp, "10.0.0.1:40000").AddPeer(y)
+	mustBind(t, p, udp, "10.0.0.1:40000").AddPeer(x) // back in the slot
+	for a, want := range map[netip.Addr]int{x: 1, y: 3, z: 1, addr("198.51.100.1"): 0} {
+		if got := b.Peers(a); got != want {
+			t.Errorf("Peers(%s) = %d, want %d", a, got, want)
+		}
+		if got, _ := p.PeekReach(udp, 40000, a, true); (got != nil) != (want > 0) {
+			t.Errorf("address-dependent filtering of %s: reached %t, %d connections with it", a, got != nil, want)
+		}
+	}
+	if err := p.check(); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []netip.Addr{y, z, x, y, y} {
+		b.ReleasePeer(a)
+		if err := p.check(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := p.Stats(); s.InUse[ClassUDP] != 0 || s.DoubleRelease != 0 {
+		t.Errorf("stats after every release: %+v", s)
 	}
 }

@@ -81,8 +81,10 @@ func (m *model) portShare(c int) int {
 }
 
 // bind returns the external port, -1 when the class is full, or -2 when
-// the internal address holds its share of the class already.
-func (m *model) bind(c int, internal netip.AddrPort) int {
+// the internal address holds its share of the class already. host binds
+// the host's own endpoint (BindHost): its port is kept wherever it lies
+// unless a binding holds it, and it is held to no share.
+func (m *model) bind(c int, internal netip.AddrPort, host bool) int {
 	k := modelKey{c, internal.Addr(), internal.Port()}
 	if b := m.binds[k]; b != nil {
 		b.refs++
@@ -99,14 +101,17 @@ func (m *model) bind(c int, internal netip.AddrPort) int {
 	for p := lo; p <= hi && !anyFree; p++ {
 		anyFree = m.free(c, p)
 	}
-	if held >= m.portShare(c) && anyFree {
+	if !host && held >= m.portShare(c) && anyFree {
 		return -2
 	}
 	want := int(internal.Port())
 	port := -1
-	if m.free(c, want) {
+	switch {
+	case host && (want != 0 || c == ClassICMP) && !m.used[c][want]:
 		port = want
-	} else {
+	case m.free(c, want):
+		port = want
+	default:
 		lo, hi := m.bounds(c)
 		n := hi - lo + 1
 		find := func(parity bool) int {
@@ -137,6 +142,40 @@ func (m *model) bind(c int, internal netip.AddrPort) int {
 	return port
 }
 
+// claim is Pool.Claim of port for the host's endpoint at ip.
+func (m *model) claim(c int, ip netip.Addr, port uint16) bool {
+	if c != ClassICMP && port == 0 {
+		return false
+	}
+	k := modelKey{c, ip, port}
+	if b := m.binds[k]; b != nil {
+		if b.port != int(port) {
+			return false
+		}
+		b.refs++
+		return true
+	}
+	if m.used[c][int(port)] {
+		return false
+	}
+	m.used[c][int(port)] = true
+	m.binds[k] = &modelBinding{port: int(port), refs: 1}
+	return true
+}
+
+// reach is Pool.Reach unfiltered: the internal endpoint of the binding
+// whose external port is port, its reference taken; not the host's (at
+// ip).
+func (m *model) reach(c int, ip netip.Addr, port uint16) (netip.AddrPort, bool) {
+	for k, b := range m.binds {
+		if k.class == c && b.port == int(port) && k.ip != ip {
+			b.refs++
+			return netip.AddrPortFrom(k.ip, k.port), true
+		}
+	}
+	return netip.AddrPort{}, false
+}
+
 func (m *model) release(c int, internal netip.AddrPort) {
 	k := modelKey{c, internal.Addr(), internal.Port()}
 	b := m.binds[k]
@@ -155,31 +194,45 @@ type harness struct {
 	ports PortRange
 	res   []Reservation
 	share int
-	held  []*Binding // one entry per reference
+	held  []heldRef  // one entry per reference
 	dead  []*Binding // released bindings
 	// made records the range and reservations each binding was made under.
-	made map[*Binding]struct {
-		ports PortRange
-		res   []Reservation
-	}
+	made map[*Binding]madeUnder
+}
+
+// heldRef is a reference the harness holds, and the peer it was taken
+// with (Reach), if any.
+type heldRef struct {
+	b    *Binding
+	peer netip.Addr
+}
+
+type madeUnder struct {
+	ports PortRange
+	res   []Reservation
+	host  bool // the host's own endpoint, which may keep any port
 }
 
 func newHarness(t testing.TB, ports PortRange, res []Reservation, share int) *harness {
-	h := &harness{t: t, model: newModel(), made: map[*Binding]struct {
-		ports PortRange
-		res   []Reservation
-	}{}}
-	h.tbl, h.pool = testPool(t, PoolConfig{IP: addr(poolIP), Ports: ports, Reserved: res, PortShare: share})
+	h := &harness{t: t, model: newModel(), made: map[*Binding]madeUnder{}}
+	h.tbl, h.pool = testPool(t, PoolConfig{IP: addr(poolIP), Ports: ports, Reserved: res, PortShare: share, Host: true})
 	h.ports, h.res, h.share = ports, res, share
 	h.model.configure(ports, res, share)
 	return h
 }
 
+// bind binds internal, as the host's own endpoint (BindHost) if its
+// address is the pool's.
 func (h *harness) bind(proto uint8, internal netip.AddrPort) {
 	h.t.Helper()
 	c, _ := classOf(proto)
-	want := h.model.bind(c, internal)
-	b, err := h.pool.Bind(proto, internal)
+	host := internal.Addr() == h.pool.IP()
+	want := h.model.bind(c, internal, host)
+	bind := h.pool.Bind
+	if host {
+		bind = h.pool.BindHost
+	}
+	b, err := bind(proto, internal)
 	switch {
 	case want == -1 && errors.Is(err, ErrExhausted), want == -2 && errors.Is(err, ErrShareExceeded):
 		return
@@ -188,14 +241,50 @@ func (h *harness) bind(proto uint8, internal netip.AddrPort) {
 	case int(b.External().Port()) != want:
 		h.t.Fatalf("Bind(%d, %s) = port %d; the model says %d", proto, internal, b.External().Port(), want)
 	}
+	h.hold(b, netip.Addr{}, host)
+}
+
+// hold records a reference to b taken with peer.
+func (h *harness) hold(b *Binding, peer netip.Addr, host bool) {
+	h.t.Helper()
 	if _, ok := h.made[b]; !ok {
-		h.made[b] = struct {
-			ports PortRange
-			res   []Reservation
-		}{h.ports, h.res}
+		h.made[b] = madeUnder{h.ports, h.res, host}
 	}
-	h.held = append(h.held, b)
+	h.held = append(h.held, heldRef{b, peer})
 	h.invariants()
+}
+
+// claim claims port for the host, as a connection to the host's address
+// that reaches no mapping does.
+func (h *harness) claim(proto uint8, port uint16) {
+	h.t.Helper()
+	c, _ := classOf(proto)
+	want := h.model.claim(c, h.pool.IP(), port)
+	b := h.pool.Claim(proto, port)
+	if (b != nil) != want || b != nil && (b.External().Port() != port || b.Internal() != netip.AddrPortFrom(h.pool.IP(), port)) {
+		h.t.Fatalf("Claim(%d, %d) = %v; the model says %t", proto, port, b, want)
+	}
+	if b != nil {
+		h.hold(b, netip.Addr{}, true)
+	}
+}
+
+// reach reaches the mapping of port from peer, hairpinned (not filtered).
+func (h *harness) reach(proto uint8, port uint16, peer netip.Addr) {
+	h.t.Helper()
+	c, _ := classOf(proto)
+	want, ok := h.model.reach(c, h.pool.IP(), port)
+	b, why := h.pool.Reach(proto, port, peer, false)
+	if (b != nil) != ok || b != nil && b.Internal() != want {
+		h.t.Fatalf("Reach(%d, %d) = %v, %s; the model says %s (%t)", proto, port, b, why, want, ok)
+	}
+	if b == nil {
+		return
+	}
+	if b.Peers(peer) < 1 {
+		h.t.Fatalf("Reach(%d, %d) from %s did not count the peer", proto, port, peer)
+	}
+	h.hold(b, peer, false)
 }
 
 func (h *harness) release(i int) {
@@ -204,12 +293,17 @@ func (h *harness) release(i int) {
 		return
 	}
 	i %= len(h.held)
-	b := h.held[i]
+	ref := h.held[i]
+	b := ref.b
 	h.held[i] = h.held[len(h.held)-1]
 	h.held = h.held[:len(h.held)-1]
 	c, _ := classOf(b.Proto())
 	h.model.release(c, b.Internal())
-	b.Release()
+	if ref.peer.IsValid() {
+		b.ReleasePeer(ref.peer)
+	} else {
+		b.Release()
+	}
 	if b.Refs() == 0 {
 		h.dead = append(h.dead, b)
 		delete(h.made, b)
@@ -232,7 +326,7 @@ func (h *harness) doubleRelease(i int) {
 
 func (h *harness) configure(ports PortRange, res []Reservation, share int) {
 	h.t.Helper()
-	if err := h.tbl.Configure([]PoolConfig{{IP: addr(poolIP), Ports: ports, Reserved: res, PortShare: share}}); err != nil {
+	if err := h.tbl.Configure([]PoolConfig{{IP: addr(poolIP), Ports: ports, Reserved: res, PortShare: share, Host: true}}); err != nil {
 		h.t.Fatal(err)
 	}
 	h.ports, h.res, h.share = ports, res, share
@@ -250,17 +344,18 @@ func (h *harness) invariants() {
 		port  uint16
 	}
 	owner := map[slot]*Binding{}
-	for _, b := range h.held {
+	for _, ref := range h.held {
+		b := ref.b
 		c, _ := classOf(b.Proto())
 		s := slot{c, b.External().Port()}
 		if o := owner[s]; o != nil && o != b {
 			h.t.Fatalf("%s and %s share %s port %d", o.Internal(), b.Internal(), className(c), s.port)
 		}
 		owner[s] = b
-		if c == ClassICMP {
-			continue
-		}
 		m := h.made[b]
+		if c == ClassICMP || m.host && s.port == b.Internal().Port() {
+			continue // the host's own port may lie anywhere
+		}
 		if !m.ports.Contains(s.port) {
 			h.t.Fatalf("port %d is outside %s, the range when it was bound", s.port, m.ports)
 		}
@@ -310,16 +405,24 @@ func TestModel(t *testing.T) {
 	shares := []int{0, 3, 12}
 	h := newHarness(t, ranges[0], pickRes(), 0)
 	protos := []uint8{tcp, udp, icmp4}
+	hosts := 0
 	for range 20000 {
+		proto := protos[rng.IntN(3)]
+		port := uint16(1000 + rng.IntN(280))
+		if proto == icmp4 && rng.IntN(2) == 0 {
+			port = uint16(rng.IntN(8))
+		}
 		switch op := rng.IntN(100); {
-		case op < 55:
-			proto := protos[rng.IntN(3)]
+		case op < 45:
 			ip := netip.AddrFrom4([4]byte{10, 0, 0, byte(1 + rng.IntN(6))})
-			port := uint16(1000 + rng.IntN(280))
-			if proto == icmp4 && rng.IntN(2) == 0 {
-				port = uint16(rng.IntN(8))
-			}
 			h.bind(proto, netip.AddrPortFrom(ip, port))
+		case op < 50:
+			h.bind(proto, netip.AddrPortFrom(h.pool.IP(), port)) // the host's own
+			hosts++
+		case op < 53:
+			h.claim(proto, port)
+		case op < 55:
+			h.reach(proto, port, netip.AddrFrom4([4]byte{203, 0, 113, byte(rng.IntN(4))}))
 		case op < 97:
 			h.release(rng.IntN(1 << 20))
 		case op < 98:
@@ -330,7 +433,7 @@ func TestModel(t *testing.T) {
 	}
 	s := h.pool.Stats()
 	t.Logf("stats before draining: %+v", s)
-	if s.Exhausted == 0 || s.ShareExceeded == 0 || s.DoubleRelease == 0 || s.Allocated < 1000 {
+	if s.Exhausted == 0 || s.ShareExceeded == 0 || s.DoubleRelease == 0 || s.Allocated < 1000 || hosts == 0 {
 		t.Errorf("the random walk missed cases: %+v", s)
 	}
 	h.drain()
@@ -343,19 +446,29 @@ func FuzzPool(f *testing.F) {
 	ranges := []PortRange{{1024, 1039}, {1032, 1047}, {1030, 1031}}
 	resAll := []Reservation{{tcp, 1030}, {udp, 1031}, {tcp, 1036}, {udp, 1040}, {tcp, 1024}}
 	protos := []uint8{tcp, udp, icmp4}
+	f.Add([]byte{0, 0, 20, 8, 0, 20, 8, 1, 20, 9, 0, 20, 10, 0, 20, 0, 3, 20, 4, 0, 0, 8, 3, 20, 10, 1, 20, 4, 9, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		h := newHarness(t, ranges[0], resAll[:1], 0)
 		for i := 0; i+2 < len(data) && i < 3*512; i += 3 {
 			a, b := data[i+1], data[i+2]
-			switch data[i] % 8 {
+			proto := protos[a%3]
+			port := 1016 + uint16(b%40)
+			if proto == icmp4 {
+				port = uint16(b % 8)
+			}
+			switch data[i] % 11 {
 			case 0, 1, 2, 3:
-				proto := protos[a%3]
 				ip := netip.AddrFrom4([4]byte{10, 0, 0, 1 + a/3%4})
-				port := 1016 + uint16(b%40)
-				if proto == icmp4 {
-					port = uint16(b % 8)
+				if a/3%8 == 7 {
+					ip = h.pool.IP() // the host's own endpoint
 				}
 				h.bind(proto, netip.AddrPortFrom(ip, port))
+			case 8:
+				h.claim(proto, port)
+			case 9:
+				h.reach(proto, port, netip.AddrFrom4([4]byte{203, 0, 113, a}))
+			case 10:
+				h.claim(proto, 1016+uint16(b%40)) // a TCP or UDP port, also for ICMP
 			case 4, 5:
 				h.release(int(a))
 			case 6:

@@ -169,7 +169,7 @@ func (p *Pool) Host() bool {
 // always returned), [ErrExhausted] when the class has no free port and
 // [ErrRetired] when the pool is retired; these three allocate nothing.
 func (p *Pool) Bind(proto uint8, internal netip.AddrPort) (*Binding, error) {
-	return p.bind(proto, internal, false)
+	return p.bind(proto, internal, false, netip.Addr{})
 }
 
 // BindHost is Bind for the host's own endpoint, a connection the host
@@ -182,10 +182,12 @@ func (p *Pool) BindHost(proto uint8, internal netip.AddrPort) (*Binding, error) 
 	if internal.Addr() != p.ip {
 		return nil, fmt.Errorf("%w: %s is not the host's address %s", ErrInvalid, internal.Addr(), p.ip)
 	}
-	return p.bind(proto, internal, true)
+	return p.bind(proto, internal, true, netip.Addr{})
 }
 
-func (p *Pool) bind(proto uint8, internal netip.AddrPort, host bool) (*Binding, error) {
+// bind is Bind (BindHost if host) for a connection with remote address
+// peer, which the binding counts (AddPeer) unless it is the zero Addr.
+func (p *Pool) bind(proto uint8, internal netip.AddrPort, host bool, peer netip.Addr) (*Binding, error) {
 	c, key, err := p.bindKey(proto, internal)
 	if err != nil {
 		return nil, err
@@ -198,6 +200,7 @@ func (p *Pool) bind(proto uint8, internal netip.AddrPort, host bool) (*Binding, 
 	}
 	if b := p.bindings[key]; b != nil {
 		b.refs++
+		b.addPeer(peer)
 		p.mu.Unlock()
 		return b, nil
 	}
@@ -233,6 +236,7 @@ func (p *Pool) bind(proto uint8, internal netip.AddrPort, host bool) (*Binding, 
 		return nil, ErrExhausted
 	}
 	b := p.add(key, proto, netip.AddrPortFrom(addr.WithZone(""), internal.Port()), port)
+	b.addPeer(peer)
 	p.mu.Unlock()
 	return b, nil
 }
@@ -332,9 +336,11 @@ func (p *Pool) share(c int) int {
 
 // PoolStats is a snapshot of a pool's state and counters.
 type PoolStats struct {
-	IP      netip.Addr
-	Ports   PortRange // the TCP and UDP range; ICMP always uses 0-65535
-	Retired bool
+	IP        netip.Addr
+	Ports     PortRange // the TCP and UDP range; ICMP always uses 0-65535
+	Filtering Filtering
+	Host      bool // PoolConfig.Host
+	Retired   bool
 	// InUse counts live bindings per class (ClassTCP, ClassUDP, ClassICMP),
 	// including any left outside the range by a reconfiguration.
 	InUse [3]int
@@ -360,6 +366,8 @@ func (p *Pool) Stats() PoolStats {
 	s := PoolStats{
 		IP:            p.ip,
 		Ports:         p.ports,
+		Filtering:     p.filtering,
+		Host:          p.host,
 		Retired:       p.retired,
 		Allocated:     p.allocated,
 		Released:      p.released,
@@ -386,9 +394,13 @@ type Binding struct {
 	external uint16
 	proto    uint8
 	refs     int // guarded by pool.mu; 0 once the binding is gone
-	// peers counts the binding's connections by remote address (those
-	// that said, AddPeer): address-dependent filtering admits a new
-	// connection from these. Guarded by pool.mu; made on first use.
+	// The binding's connections by remote address (those that said,
+	// AddPeer): address-dependent filtering admits a new connection from
+	// these. The first address is counted in the binding itself (most
+	// mappings talk to one peer), others in peers, made on first use; an
+	// address is in one of the two. Guarded by pool.mu.
+	peer  netip.Addr
+	npeer int
 	peers map[netip.Addr]int
 }
 
@@ -444,6 +456,7 @@ func (p *Pool) remove(b *Binding) {
 	delete(p.bindings, b.key)
 	delete(p.byExt[b.key.class], b.external)
 	p.classes[b.key.class].put(int(b.external))
+	b.peer, b.npeer = netip.Addr{}, 0
 	clear(b.peers)
 	p.released++
 	held := p.held[b.key.addr]

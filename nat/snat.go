@@ -81,9 +81,8 @@ func (a *Action) Translate(d *dataplane.Decision, at rules.Site) bool {
 	if !peer.IsValid() {
 		peer = d.View().Dst
 	}
-	b, ok := a.table.snat(d, a.ip, prior, at.Host)
+	b, ok := a.table.snat(d, a.ip, prior, at.Host, peer)
 	if b != nil {
-		b.AddPeer(peer)
 		d.Hold(&connState{b: b, peer: peer})
 	}
 	return ok
@@ -163,12 +162,14 @@ type snatOnce struct{}
 // by the old. It reports false, with d.Drop set, when no translation is
 // possible.
 func (t *Table) SNAT(d *dataplane.Decision, ip netip.Addr, prior *Binding) (*Binding, bool) {
-	return t.snat(d, ip, prior, false)
+	return t.snat(d, ip, prior, false, netip.Addr{})
 }
 
-// snat is SNAT for a rule on the host's own vNIC if host: the host's
-// endpoint keeps its port unless a mapping holds it (Pool.BindHost).
-func (t *Table) snat(d *dataplane.Decision, ip netip.Addr, prior *Binding, host bool) (*Binding, bool) {
+// snat is SNAT for a rule on the host's own vNIC if host (the host's
+// endpoint keeps its port unless a mapping holds it: Pool.BindHost), for a
+// connection with remote address peer, which a new binding counts
+// (AddPeer) unless it is the zero Addr.
+func (t *Table) snat(d *dataplane.Decision, ip netip.Addr, prior *Binding, host bool, peer netip.Addr) (*Binding, bool) {
 	v, tr := d.View(), d.Trace()
 	x := dataplane.Transposition{Set: dataplane.FieldSrcIP, SrcIP: ip}
 	if ip.Is4() != v.Src.Is4() {
@@ -212,7 +213,7 @@ func (t *Table) snat(d *dataplane.Decision, ip netip.Addr, prior *Binding, host 
 		d.Drop = dataplane.DropTransposition
 		return nil, false
 	}
-	b, ext, err := bind(pool, proto, internal, host, d.Dry())
+	b, ext, err := bind(pool, proto, internal, host, d.Dry(), peer)
 	if err != nil {
 		if tr.On() {
 			tr.Addf("  snat: %s: %v", ip, err)
@@ -241,11 +242,12 @@ func (t *Table) snat(d *dataplane.Decision, ip netip.Addr, prior *Binding, host 
 	return b, true
 }
 
-// bind binds internal in pool (as the host's own endpoint if host) and
-// returns the binding and its external endpoint; a dry decision (a trace)
+// bind binds internal in pool (as the host's own endpoint if host) for a
+// connection with peer and returns the binding and its external endpoint;
+// a dry decision (a trace)
 // binds nothing (a bind moves the pool's counters and cursor) and gets
 // what a bind would give.
-func bind(pool *Pool, proto uint8, internal netip.AddrPort, host, dry bool) (*Binding, netip.AddrPort, error) {
+func bind(pool *Pool, proto uint8, internal netip.AddrPort, host, dry bool, peer netip.Addr) (*Binding, netip.AddrPort, error) {
 	switch {
 	case dry && host:
 		ext, err := pool.PeekHost(proto, internal)
@@ -253,14 +255,11 @@ func bind(pool *Pool, proto uint8, internal netip.AddrPort, host, dry bool) (*Bi
 	case dry:
 		ext, err := pool.Peek(proto, internal)
 		return nil, ext, err
+	case host && internal.Addr() != pool.IP():
+		_, err := pool.BindHost(proto, internal) // the error BindHost gives
+		return nil, netip.AddrPort{}, err
 	}
-	var b *Binding
-	var err error
-	if host {
-		b, err = pool.BindHost(proto, internal)
-	} else {
-		b, err = pool.Bind(proto, internal)
-	}
+	b, err := pool.bind(proto, internal, host, peer.WithZone(""))
 	if err != nil {
 		return nil, netip.AddrPort{}, err
 	}

@@ -1,6 +1,7 @@
 package vfp
 
 import (
+	"encoding/json"
 	"net/netip"
 	"strings"
 	"testing"
@@ -45,6 +46,17 @@ func TestStatefulActions(t *testing.T) {
 		{name: "DSR to remote backends on the uplink", action: ActionConfig{Type: "allow", LB: "dsr"}, uplink: true,
 			want: `a.lb: load balancer "dsr" has remote backends and no sourceVIP: their replies would not come back through this switch`},
 		{name: "snat and lb", action: ActionConfig{Type: "allow", SNAT: addr("192.168.1.10"), LB: "svc"}, want: "a.lb: an action that balances does not also snat"},
+		{name: "mapped on the uplink", action: ActionConfig{Type: Allow, Mapped: true}, uplink: true, want: "mapped"},
+		{name: "mapped hairpin", action: ActionConfig{Type: Allow, Mapped: true, SNAT: addr("192.168.1.10")}, want: "mapped, snat 192.168.1.10"},
+		{name: "mapped hairpin without snat", action: ActionConfig{Type: Allow, Mapped: true},
+			want: "a.snat: a hairpinned connection must come from its own mapping (RFC 4787 REQ-9): name the pool to translate its source to"},
+		{name: "mapped with snat on the uplink", action: ActionConfig{Type: Allow, Mapped: true, SNAT: addr("192.168.1.10")}, uplink: true,
+			want: "a.snat: on the uplink, connections that reach a mapping come from the network and keep their source"},
+		{name: "mapped hairpin to no pool", action: ActionConfig{Type: Allow, Mapped: true, SNAT: addr("192.168.1.11")}, want: "a.snat: 192.168.1.11 is not in switch.natPools"},
+		{name: "mapped and lb", action: ActionConfig{Type: Allow, Mapped: true, LB: "svc"}, want: "a.mapped: an action that balances does not also turn connections toward mappings"},
+		{name: "mapped and a destination", action: ActionConfig{Type: Allow, Mapped: true, SNAT: addr("192.168.1.10"), Modify: &ModifyConfig{DstIP: addr("10.0.0.9")}},
+			want: "a.mapped: the mapping translates the destination; the action may not also modify it or push"},
+		{name: "mapped block", action: ActionConfig{Type: Block, Mapped: true}, want: "a.mapped: a block action does not translate"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			a, err := tt.action.Compile("a", st, tt.uplink)
@@ -82,6 +94,48 @@ func TestStatefulRuleMustBeStateful(t *testing.T) {
 	l.Groups[0].Rules[0].Stateful = true
 	if _, err := l.Compile("l", st, false); err != nil {
 		t.Error(err)
+	}
+	l.Groups[0].Rules[0] = RuleConfig{Name: "r", Priority: Priority(1), Action: ActionConfig{Type: "allow", Mapped: true}}
+	_, err = l.Compile("l", st, true)
+	if want := "l.groups[0].rules[0].stateful: a rule that turns connections toward mappings (mapped) must be stateful"; err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("got %v, want %s", err, want)
+	}
+}
+
+// TestPoolFiltering: a pool's filtering is a name of a behaviour, checked
+// where the document is decoded and compiled to the pool's.
+func TestPoolFiltering(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		want nat.Filtering
+		err  string
+	}{
+		{in: `""`, want: nat.DefaultFiltering},
+		{in: `"endpoint-independent"`, want: nat.EndpointIndependent},
+		{in: `"address-dependent"`, want: nat.AddressDependent},
+		{in: `"address-and-port-dependent"`, want: nat.AddressAndPortDependent},
+		{in: `"EndpointIndependent"`, err: `"EndpointIndependent" is not a filtering behaviour`},
+		{in: `7`, err: "cannot unmarshal number"},
+	} {
+		var f Filtering
+		err := json.Unmarshal([]byte(tt.in), &f)
+		if tt.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("%s: error %v, want %s", tt.in, err, tt.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", tt.in, err)
+		}
+		pools, err := (&SwitchConfig{NATPools: []NATPoolConfig{{IP: addr("192.168.1.10"), Filtering: f}}}).CompilePools()
+		if err != nil || pools[0].Filtering != tt.want {
+			t.Errorf("%s: compiled to %v (%v), want %v", tt.in, pools[0].Filtering, err, tt.want)
+		}
+	}
+	_, err := (&SwitchConfig{NATPools: []NATPoolConfig{{IP: addr("192.168.1.10"), Filtering: "full-cone"}}}).CompilePools()
+	if want := `switch.natPools[0].filtering: "full-cone" is not a filtering behaviour`; err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("a document built in code with an unknown filtering: %v", err)
 	}
 }
 

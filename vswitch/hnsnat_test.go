@@ -433,12 +433,12 @@ func TestHNSNATLower(t *testing.T) {
 		}
 		// Connections to a NAT address reach its dynamic mappings.
 		ovAMapped = []string{
-			"100 hairpin-to-192.168.1.10 proto=tcp,udp,icmp dst=192.168.1.10 allow mapped snat=192.168.1.10 stateful",
-			"101 hairpin-to-fd00:1::10 proto=tcp,udp,icmpv6 dst=fd00:1::10 allow mapped snat=fd00:1::10 stateful",
+			"100 hairpin-from-192.168.1.10 proto=tcp,udp,icmp dst=192.168.1.10 allow mapped snat=192.168.1.10 stateful",
+			"101 hairpin-from-fd00:1::10 proto=tcp,udp,icmpv6 dst=fd00:1::10 allow mapped snat=fd00:1::10 stateful",
 		}
 		upMapped = []string{
-			"100 mapped-192.168.1.10 proto=tcp,udp,icmp dst=192.168.1.10 allow mapped stateful",
-			"101 mapped-fd00:1::10 proto=tcp,udp,icmpv6 dst=fd00:1::10 allow mapped stateful",
+			"100 mapped-IPv4 proto=tcp,udp,icmp dst=192.168.1.10 allow mapped stateful",
+			"101 mapped-IPv6 proto=tcp,udp,icmpv6 dst=fd00:1::10 allow mapped stateful",
 		}
 		upMappings = []string{
 			"100 port-mapping-192.168.1.10-tcp-8080 proto=tcp dst=192.168.1.10 dport=8080 allow srcMAC=" + dr + " dstMAC=02:00:00:00:00:1a dstIP=10.244.0.10 dstPort=80 stateful",
@@ -537,6 +537,19 @@ func TestHNSNATLower(t *testing.T) {
 					"1100 snat-to-192.168.1.50 v4 allow snat=192.168.1.50 srcMAC=" + host + " dstMAC=" + gw + " stateful", snat6,
 				},
 				"ov-b/NAT_LAYER/outbound-nat-ipv4": ovB,
+				// A hairpin comes from the endpoint's own mapping: one
+				// rule per such address, reaching every pool.
+				"ov-a/NAT_LAYER/hairpin": {
+					"100 hairpin-from-192.168.1.50 proto=tcp,udp,icmp dst=192.168.1.50,192.168.1.10 allow mapped snat=192.168.1.50 stateful",
+					"101 hairpin-from-fd00:1::10 proto=tcp,udp,icmpv6 dst=fd00:1::10 allow mapped snat=fd00:1::10 stateful",
+				},
+				"ov-b/NAT_LAYER/hairpin": {
+					"100 hairpin-from-192.168.1.10 proto=tcp,udp,icmp dst=192.168.1.50,192.168.1.10 allow mapped snat=192.168.1.10 stateful",
+				},
+				"uplink/NAT_LAYER/mappings": {
+					"100 mapped-IPv4 proto=tcp,udp,icmp dst=192.168.1.50,192.168.1.10 allow mapped stateful",
+					"101 mapped-IPv6 proto=tcp,udp,icmpv6 dst=fd00:1::10 allow mapped stateful",
+				},
 			},
 			// Pools in order of first use.
 			pools: []vfp.NATPoolConfig{

@@ -47,6 +47,7 @@ func (s *Switch) Stats() inspect.Stats {
 	for _, ps := range pools {
 		np := inspect.NATPoolStats{Address: ps.IP, Exhausted: ps.Exhausted, ShareExceeded: ps.ShareExceeded,
 			Endpoints: uint64(max(ps.Endpoints, 0)), Retired: ps.Retired,
+			Filtering: ps.Filtering.String(), Host: ps.Host,
 			Protocols: make(map[string]inspect.NATPortUse, len(natProtocols))}
 		for _, pr := range natProtocols {
 			u := inspect.NATPortUse{InUse: uint64(max(ps.InUse[pr.class], 0)), Total: uint64(max(ps.Capacity[pr.class], 0)),

@@ -295,7 +295,7 @@ func (c *cli) counters(args []string) error {
 	if len(st.NATPools) == 0 {
 		fmt.Fprintln(c.stdout, "no NAT pools")
 	} else {
-		t := newTable(c.stdout, "NAT POOL", "IN USE", "TCP", "UDP", "ICMP", "SHARE T/U/I", "EXHAUSTED", "OVER SHARE", "STATE")
+		t := newTable(c.stdout, "NAT POOL", "IN USE", "TCP", "UDP", "ICMP", "SHARE T/U/I", "EXHAUSTED", "OVER SHARE", "FILTERING", "STATE")
 		for _, p := range st.NATPools {
 			use := func(proto string) string {
 				u := p.Protocols[proto]
@@ -307,7 +307,7 @@ func (c *cli) counters(args []string) error {
 			}
 			share := fmt.Sprintf("%d/%d/%d", p.Protocols["tcp"].Share, p.Protocols["udp"].Share, p.Protocols["icmp"].Share)
 			t.row(p.Address.String(), fmt.Sprintf("%d/%d", p.PortsInUse, p.PortsTotal), use("tcp"), use("udp"), use("icmp"),
-				share, fmt.Sprint(p.Exhausted), fmt.Sprint(p.ShareExceeded), state)
+				share, fmt.Sprint(p.Exhausted), fmt.Sprint(p.ShareExceeded), p.Filtering, state)
 		}
 		if err := t.flush(); err != nil {
 			return err
