@@ -284,9 +284,9 @@ type fragEntry struct {
 }
 
 // cover records that fragment f of e's datagram arrived, and reports why
-// it must be dropped, if it must: an overlap with another fragment, or a
-// range no datagram can have. tcp: the datagram is TCP (RFC 1858: a
-// fragment at offset 8 would rewrite the TCP flags).
+// it must be dropped, if it must: an overlap with another fragment (a TCP
+// fragment at offset 8 counts as one whatever came: it would rewrite the
+// TCP flags, RFC 1858), or a range no datagram can have.
 func (e *fragEntry) cover(f *fragFields) DropReason {
 	from, to := f.off, f.off+f.n
 	switch {
