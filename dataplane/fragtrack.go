@@ -284,9 +284,9 @@ type fragEntry struct {
 }
 
 // cover records that fragment f of e's datagram arrived, and reports why
-// it must be dropped, if it must: an overlap with another fragment, or a
-// range no datagram can have. tcp: the datagram is TCP (RFC 1858: a
-// fragment at offset 8 would rewrite the TCP flags).
+// it must be dropped, if it must: an overlap with another fragment (a TCP
+// fragment at offset 8 counts as one whatever came: it would rewrite the
+// TCP flags, RFC 1858), or a range no datagram can have.
 func (e *fragEntry) cover(f *fragFields) DropReason {
 	from, to := f.off, f.off+f.n
 	switch {
@@ -640,11 +640,19 @@ func (w *Worker) fragRefuse(e *fragEntry, r DropReason) {
 // fragment is handled whole: it follows the verdict its first fragment
 // left, or is held until the first comes, or is dropped. A first
 // fragment is checked against the fragments of its datagram that came
-// before it: an overlap drops it; otherwise fragment returns its
-// datagram's entry, in which fragDecided leaves the verdict the first
-// fragment's flow gives it. An IPv6 atomic fragment is not tracked
-// (entry -1).
-func (w *Worker) fragment(p *Packet, b []byte, pr *Parsed, now int64) (entry int32, done bool) {
+// before it: an overlap drops it; otherwise fragment leaves its datagram's
+// entry in w.fragFirst, for fragDecided to record the verdict the first
+// fragment's flow gives it (an IPv6 atomic fragment is not tracked).
+func (w *Worker) fragment(p *Packet, b []byte, pr *Parsed, now int64) (done bool) {
+	entry, done := w.fragmentEntry(p, b, pr, now)
+	if !done && entry >= 0 {
+		w.fragFirst = entry + 1
+	}
+	return done
+}
+
+// fragmentEntry is fragment, returning the first fragment's entry.
+func (w *Worker) fragmentEntry(p *Packet, b []byte, pr *Parsed, now int64) (entry int32, done bool) {
 	h := pr.Tenant()
 	f, ok := fragFieldsOf(b, h)
 	if !ok {
@@ -698,6 +706,27 @@ func (w *Worker) fragment(p *Packet, b []byte, pr *Parsed, now int64) (entry int
 		w.Trace.Addf("fragment of %s at offset %d: held until its first fragment comes (%d held)", &e.key, f.off, t.waiting)
 	}
 	return -1, true
+}
+
+// fragFast is the fast path of p, a fragment (pr describes its frame b)
+// whose flow f (its key's hash hash) the table holds and may use: a first
+// fragment is checked against its datagram's other fragments (fragment),
+// takes its flow's action and leaves it for the later ones (fragDecided).
+// Later fragments have no flow of their own, but should one be found,
+// fragment handles it whole.
+func (w *Worker) fragFast(p *Packet, b []byte, pr *Parsed, f *Flow, hash uint32, now int64) {
+	if w.fragment(p, b, pr, now) {
+		return
+	}
+	a := f.action.Load()
+	w.applyTo(p, b, pr, a, hash)
+	w.account(f, len(b), pr.Tenant().TCPFlags, now)
+	p.Path = PathFast
+	w.Flow = f
+	w.fast++
+	if w.fragFirst != 0 {
+		w.fragDecided(p, a, hash, now)
+	}
 }
 
 // traceFragment traces what became of a fragment of datagram k. (k is a
@@ -754,12 +783,15 @@ func (w *Worker) fragFollow(p *Packet, b []byte, pr *Parsed, e *fragEntry, now i
 	}
 }
 
-// fragDecided leaves in entry i the verdict that first fragment p got: the
-// action a applied to it with flow hash hash (nil if none was), or why it
-// was dropped or rejected; and releases the fragments of its datagram
-// that came before it, through that verdict.
-func (w *Worker) fragDecided(i int32, p *Packet, a *Action, hash uint32, now int64) {
+// fragDecided leaves in the entry fragment found for first fragment p
+// (w.fragFirst) the verdict p got: the action a applied to it with flow
+// hash hash (nil if none was), or why it was dropped or rejected; and
+// releases the fragments of its datagram that came before it, through
+// that verdict.
+func (w *Worker) fragDecided(p *Packet, a *Action, hash uint32, now int64) {
 	t := w.frags
+	i := w.fragFirst - 1
+	w.fragFirst = 0
 	e := &t.entries[i]
 	e.decided = true
 	switch {

@@ -201,3 +201,48 @@ func ffCheckOut(t *testing.T, p *Packet) {
 		t.Fatalf("a fragment of blocked datagram %d left the switch: %x", id, b)
 	}
 }
+
+// FuzzFragmentFields reads the fragment fields of every frame Decode
+// takes as a fragment, and checks them against the parse: they are found,
+// a later fragment has a non-zero offset and a first one none, the
+// protocol is the parse's (IPv4; an IPv6 later fragment's Next Header),
+// the data lies within the packet, and only IPv6 has atomic fragments.
+func FuzzFragmentFields(f *testing.F) {
+	for _, tc := range decodeCases() {
+		if len(tc.frame) <= 4096 {
+			f.Add(tc.frame)
+		}
+	}
+	fr := frRequest(false, false, 40000, frPort, 300).build(f)
+	f.Add(frSplit(f, fr, 9, 160)[1])
+	fr6 := frRequest(true, true, 40000, frPort, 300).build(f)
+	f.Add(frSplit(f, fr6, 9, 160)[0])
+	f.Add(frSplit(f, fr6, 9, 160)[1])
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var p Parsed
+		if p.Decode(b) != NotDropped {
+			return
+		}
+		h := p.Tenant()
+		if h.Flags&FlagFragment == 0 {
+			return
+		}
+		ff, ok := fragFieldsOf(b, h)
+		if !ok {
+			t.Fatalf("a fragment Decode took has no fragment fields: %x", b)
+		}
+		later := h.Flags&FlagLaterFragment != 0
+		if later != (ff.off != 0) {
+			t.Fatalf("later fragment %v, offset %d", later, ff.off)
+		}
+		if (h.IPVersion == 4 || later) && ff.proto != h.Proto {
+			t.Fatalf("protocol %d, the parse says %d", ff.proto, h.Proto)
+		}
+		if ff.n < 0 || ff.unfrag < 0 || int(h.L3)+ff.unfrag+ff.n > int(h.End) {
+			t.Fatalf("data of %d bytes after %d lies beyond the packet (L3 %d, end %d)", ff.n, ff.unfrag, h.L3, h.End)
+		}
+		if h.IPVersion == 4 && ff.atomic() {
+			t.Fatalf("IPv4 fragment taken as atomic (offset 0, no more)")
+		}
+	})
+}

@@ -373,8 +373,16 @@ type Worker struct {
 	rxBytes uint64
 
 	// frags tracks fragmented datagrams (fragtrack.go); nil until the
-	// worker sees its first fragment.
-	frags *fragTable
+	// worker sees its first fragment. fragFirst is the entry (plus one)
+	// of the first fragment being processed, whose verdict fragDecided
+	// records; 0 if none.
+	frags     *fragTable
+	fragFirst int32
+	// applied and appliedHash are the action the slow path applied to
+	// its packet and the flow hash it applied it with (apply); applied
+	// is nil if it applied none.
+	applied     *Action
+	appliedHash uint32
 }
 
 // emcSize is the number of entries of a worker's exact-match cache (a power
@@ -469,15 +477,6 @@ func (w *Worker) process(p *Packet, gen uint64, now int64) {
 		}
 		return
 	}
-	// A fragment: a later one follows its first fragment (or waits for
-	// it); a first one leaves its verdict for them (frag, fragDecided).
-	frag := int32(-1)
-	if h.Flags&FlagFragment != 0 {
-		var done bool
-		if frag, done = w.fragment(p, b, pr, now); done {
-			return
-		}
-	}
 	// ICMP errors are never cached: each may belong to another
 	// connection, and is translated as that connection's replies are
 	// (RFC 5508 section 4), or decided on its own.
@@ -503,16 +502,21 @@ func (w *Worker) process(p *Packet, gen uint64, now int64) {
 	if f != nil {
 		a := f.action.Load()
 		if a.Gen >= gen && f.guardOK(b[h.Eth:], outer) && !uft.Expired(f, now) && !restarts(f, h.TCPFlags) {
+			if h.Flags&FlagFragment != 0 {
+				w.fragFast(p, b, pr, f, hash, now) // a first fragment
+				return
+			}
 			w.applyTo(p, b, pr, a, hash)
 			w.account(f, len(b), h.TCPFlags, now)
 			p.Path = PathFast
 			w.Flow = f
 			w.fast++
-			if frag >= 0 {
-				w.fragDecided(frag, p, a, hash, now)
-			}
 			return
 		}
+	}
+	// A later fragment follows its first fragment, or waits for it.
+	if h.Flags&FlagFragment != 0 && w.fragment(p, b, pr, now) {
+		return
 	}
 	p.Path = PathSlow
 	w.slow++
@@ -524,9 +528,6 @@ func (w *Worker) process(p *Packet, gen uint64, now int64) {
 		sp.outerSrc, sp.outerDst = outer.Src, outer.Dst
 	}
 	w.slowPath(&sp)
-	if frag >= 0 {
-		w.fragDecided(frag, p, sp.applied, sp.appliedHash, now)
-	}
 }
 
 // tunnel takes the VXLAN packet p (frame b, decoded into pr) as plain UDP
@@ -614,9 +615,12 @@ func isNeighborDiscovery(h *Headers) bool {
 }
 
 // apply applies action a to the slow path's packet sp.p, with flow hash
-// hash, and records it in sp.
+// hash, and records them in w.applied and w.appliedHash (what a first
+// fragment's later fragments follow: fragDecided). They are worker fields
+// rather than slowPacket's: every packet's frame zeroes a slowPacket, and
+// the fast path would pay for two more fields.
 func (w *Worker) apply(sp *slowPacket, a *Action, hash uint32) {
-	sp.applied, sp.appliedHash = a, hash
+	w.applied, w.appliedHash = a, hash
 	w.applyTo(sp.p, sp.p.Bytes(), &w.parsed, a, hash)
 }
 
@@ -677,19 +681,25 @@ type slowPacket struct {
 	// any: its state (backend, NAT mapping) holds for the packet as for
 	// the connection's own packets.
 	held *Conn
-	// applied is the action the slow path applied to the packet, with
-	// the flow hash it applied it with (apply); nil if none: what a
-	// first fragment's later fragments follow.
-	applied     *Action
-	appliedHash uint32
 }
 
-// slowPath handles a packet the fast path could not. An ICMP error related
-// to a stateful connection is translated as the connection's replies are.
-// Any other packet has what the table holds for its key sorted out
-// (triage), is decided by the layers (decide), and has its decision
-// carried out (commit: installed and applied).
+// slowPath handles a packet the fast path could not (slowDecide); a
+// first fragment then leaves its verdict for its later fragments
+// (fragDecided).
 func (w *Worker) slowPath(sp *slowPacket) {
+	w.applied = nil
+	w.slowDecide(sp)
+	if w.fragFirst != 0 {
+		w.fragDecided(sp.p, w.applied, w.appliedHash, sp.now)
+	}
+}
+
+// slowDecide handles a packet the fast path could not. An ICMP error
+// related to a stateful connection is translated as the connection's
+// replies are. Any other packet has what the table holds for its key
+// sorted out (triage), is decided by the layers (decide), and has its
+// decision carried out (commit: installed and applied).
+func (w *Worker) slowDecide(sp *slowPacket) {
 	if sp.icmpErr && w.related(sp) {
 		return
 	}
