@@ -429,7 +429,7 @@ func TestCNI(t *testing.T) {
 			"ipam": cl.hostLocal(100, 150, false),
 			"policies": []any{
 				map[string]any{"name": "EndpointPolicy", "value": map[string]any{
-					"Type": "OutBoundNAT", "ExceptionList": []string{"10.244.0.0/16", "10.96.0.0/12"}}},
+					"Type": "OutBoundNAT", "ExceptionList": []string{"10.244.0.0/16", "10.96.0.0/12"}, "PortShare": 256}},
 				map[string]any{"name": "EndpointPolicy", "value": map[string]any{
 					"Type": "ROUTE", "DestinationPrefix": "10.96.0.0/12", "NeedEncap": true}},
 				map[string]any{"name": "EndpointPolicy", "value": map[string]any{
@@ -459,11 +459,25 @@ func TestCNI(t *testing.T) {
 			got = append(got, p.Type+b.String())
 		}
 		want := []string{
-			`OutBoundNAT{"Exceptions":["10.244.0.0/16","10.96.0.0/12"]}`,
+			`OutBoundNAT{"Exceptions":["10.244.0.0/16","10.96.0.0/12"],"PortShare":256}`,
 			`SDNRoute{"DestinationPrefix":"10.97.0.0/16","NextHop":"` + cniRemotePA + `","NeedEncap":true}`,
 		}
 		if !slices.Equal(got, want) {
 			t.Errorf("the endpoint's policies in ufpd:\n%q\nwant\n%q", got, want)
+		}
+		// The port share reaches the node's NAT pool.
+		st, err := cl.c.Counters(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		share := uint64(0)
+		for _, p := range st.NATPools {
+			if p.Address.String() == oneNodeIP {
+				share = p.Protocols["tcp"].Share
+			}
+		}
+		if share != 256 {
+			t.Errorf("the NAT pool of %s gives each source a share of %d TCP ports, want the conf's PortShare 256", oneNodeIP, share)
 		}
 		cl.mustCNI(t, "check", flannel, nsD)
 	})

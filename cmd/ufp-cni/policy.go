@@ -215,7 +215,7 @@ func (tr *translation) policy(at string, wp WinPolicy) (*pending, error) {
 
 // winOutboundNAT is OutBoundNAT as HNS v1 (VIP, ExceptionList) and v2
 // (VirtualIP, Exceptions, Destinations, Flags) write it, with ufp's own
-// PortRange, Nat66 and Filtering.
+// PortRange, PortShare, Nat66 and Filtering.
 type winOutboundNAT struct {
 	VIP           string   `json:"VIP"`
 	VirtualIP     string   `json:"VirtualIP"`
@@ -225,6 +225,9 @@ type winOutboundNAT struct {
 	// Flags are HCN's NatFlags: 2 is IPv6 (Nat66 here).
 	Flags     uint32 `json:"Flags"`
 	PortRange string `json:"PortRange"`
+	// PortShare is the most ports of each protocol the endpoint's
+	// address may hold in VirtualIP's pool (0: ufpd's default).
+	PortShare int    `json:"PortShare"`
 	Nat66     bool   `json:"Nat66"`
 	Filtering string `json:"Filtering"`
 }
@@ -233,9 +236,12 @@ type winOutboundNAT struct {
 const hcnNatFlagIPv6 = 2
 
 func (w *winOutboundNAT) settings(at string) (*hns.OutBoundNATSettings, error) {
-	s := &hns.OutBoundNATSettings{VirtualIP: w.VirtualIP, PortRange: w.PortRange, Nat66: w.Nat66 || w.Flags&hcnNatFlagIPv6 != 0}
+	s := &hns.OutBoundNATSettings{VirtualIP: w.VirtualIP, PortRange: w.PortRange, PortShare: w.PortShare, Nat66: w.Nat66 || w.Flags&hcnNatFlagIPv6 != 0}
 	if w.Flags&^hcnNatFlagIPv6 != 0 {
 		return nil, fmt.Errorf("%s.Flags: %d has flags ufp does not implement (2 IPv6 only)", at, w.Flags)
+	}
+	if w.PortShare < 0 || w.PortShare > 1<<16 {
+		return nil, fmt.Errorf("%s.PortShare: %d is not 1 to 65536 ports (or 0, ufpd's default)", at, w.PortShare)
 	}
 	s.Filtering = hns.NATFiltering(w.Filtering)
 	if err := s.Filtering.Validate(); err != nil {
