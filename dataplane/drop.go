@@ -81,9 +81,10 @@ const (
 	// outside whose inner IP packet is not ECN-capable (RFC 6040 4.2:
 	// the decapsulator must drop it).
 	DropTunnelECN
-	// DropICMPRateLimited: a packet over its output port's MTU that an
-	// ICMP error was due for, dropped unanswered because the worker's
-	// ICMP rate limit was reached (mtu.go).
+	// DropICMPRateLimited: a packet that an ICMP error was due for (over
+	// its output port's MTU, or refused as a Service with no backends
+	// refuses UDP), dropped unanswered because the worker's ICMP rate
+	// limit was reached (mtu.go).
 	DropICMPRateLimited
 	// Fragments (fragtrack.go). DropFragmentTimeout: a held later
 	// fragment whose first fragment did not come in time.

@@ -104,10 +104,11 @@ type PipelineConfig struct {
 	// VXLANZeroChecksum6 accepts VXLAN over IPv6 with a zero UDP
 	// checksum (RFC 6935); by default it is dropped (CheckTunnel).
 	VXLANZeroChecksum6 bool
-	// ICMPRate and ICMPBurst bound the ICMP errors each worker sends
-	// about packets over an MTU (mtu.go): a token bucket of ICMPBurst
-	// errors refilled at ICMPRate a second. Zero means DefaultICMPRate
-	// and DefaultICMPBurst; a negative ICMPRate, no limit.
+	// ICMPRate and ICMPBurst bound the ICMP errors each worker sends,
+	// about packets over an MTU (mtu.go) and refusing packets (reject):
+	// a token bucket of ICMPBurst errors refilled at ICMPRate a second.
+	// Zero means DefaultICMPRate and DefaultICMPBurst; a negative
+	// ICMPRate, no limit.
 	ICMPRate, ICMPBurst int
 }
 
@@ -894,11 +895,25 @@ func (w *Worker) insert(sp *slowPacket, a *Action, withConn bool) (*Flow, *connB
 
 // reject drops p for reason r and, where an answer is due, turns it into
 // the answer to its sender (Reject), sent back by the port it came in by.
-// The drop is counted either way; a rejected packet is never cached, so
-// every retry is answered.
+// A rejected packet is never cached, so every retry is answered: a TCP
+// segment with a reset, as Linux answers one to a closed port; anything
+// else with an ICMP error, held to the worker's ICMP rate limit as the
+// errors about an MTU are. The drop is counted as r, or as
+// DropICMPRateLimited when the limit kept its ICMP error from being sent.
 func (w *Worker) reject(p *Packet, pr *Parsed, r DropReason) {
+	icmp := !pr.Encap && pr.Outer.Proto != ProtoTCP && rejectDue(p.Bytes(), &pr.Outer)
+	if icmp && !w.icmp.take() {
+		if w.Trace.On() {
+			w.Trace.Addf("rejected (%s): dropped, unanswered: the ICMP rate limit is reached", r)
+		}
+		w.drop(p, DropICMPRateLimited)
+		return
+	}
 	w.countDrop(p.InPort, r)
 	if !Reject(p, pr) {
+		if icmp {
+			w.icmp.give()
+		}
 		p.Drop, p.OutPort = r, NoPort
 		return
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"net"
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/gopacket/gopacket"
@@ -675,5 +676,86 @@ func BenchmarkReject(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// rjSlow refuses every packet as a Service with no backends does.
+type rjSlow struct{ mtuSlow }
+
+func (s *rjSlow) Decide(v *View, tr *Trace, d *Decision) {
+	d.Drop, d.Reject, d.NoCache = DropNoBackend, true, true
+}
+
+// TestRejectRateLimit: the ICMP errors a refusal answers with are held to
+// the worker's ICMP rate limit, as those about an MTU are: past the burst
+// a refused UDP datagram is dropped unanswered (icmp-rate-limited) until
+// the bucket refills, and a refusal that needs no ICMP error takes no
+// token. TCP resets are not limited (Linux limits none to closed ports).
+func TestRejectRateLimit(t *testing.T) {
+	s := &rjSlow{mtuSlow{mtu: 1500}}
+	s.router4, s.router6 = netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("fd00::1")
+	pl, err := NewPipeline(PipelineConfig{FlowTable: FlowTableConfig{MaxFlows: 1024}, ICMPRate: 2, ICMPBurst: 3}, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := pl.NewWorker()
+	defer w.Release()
+	frames := map[string][]byte{
+		"udp":     rjFrame{proto: ProtoUDP, payload: 8}.build(t),
+		"udp6":    rjFrame{v6: true, proto: ProtoUDP, payload: 8}.build(t),
+		"syn":     rjFrame{proto: ProtoTCP, tcpFlags: TCPSyn}.build(t),
+		"rst":     rjFrame{proto: ProtoTCP, tcpFlags: TCPRst}.build(t),                         // never answered
+		"udp-any": rjFrame{proto: ProtoUDP, payload: 8, src: netip.IPv4Unspecified()}.build(t), // never answered
+	}
+	var got []string
+	outcome := func(kind string, now int64) {
+		p := mtuRun(t, w, mtuIn, frames[kind], now)
+		switch {
+		case p.Rejected == DropNoBackend && p.OutPort == mtuIn:
+			got = append(got, kind+":answered")
+		default:
+			got = append(got, kind+":"+p.Drop.String())
+		}
+	}
+	for _, k := range []string{"udp", "rst", "udp-any", "udp6", "udp", "udp", "syn", "syn", "syn", "syn"} {
+		outcome(k, plNow)
+	}
+	outcome("udp", plNow+499_000_000) // 0.998 tokens earned
+	outcome("udp", plNow+500_000_000) // 1
+	outcome("udp6", plNow+500_000_000)
+	want := []string{"udp:answered", "rst:lb-no-backends", "udp-any:lb-no-backends", "udp6:answered", "udp:answered",
+		"udp:icmp-rate-limited", "syn:answered", "syn:answered", "syn:answered", "syn:answered",
+		"udp:icmp-rate-limited", "udp:answered", "udp6:icmp-rate-limited"}
+	if !slices.Equal(got, want) {
+		t.Errorf("outcomes\n got %v\nwant %v", got, want)
+	}
+	c := pl.Counters()
+	if c.Drops[DropICMPRateLimited] != 3 || c.Drops[DropNoBackend] != 10 {
+		t.Errorf("%d icmp-rate-limited, %d lb-no-backends; want 3, 10", c.Drops[DropICMPRateLimited], c.Drops[DropNoBackend])
+	}
+
+	// Neither an answer nor a refusal past the limit allocates.
+	p := NewPacket(BufferSize)
+	batch := []*Packet{p}
+	for _, tc := range []struct {
+		name string
+		step int64 // the clock's step between packets
+		want DropReason
+	}{{"answered", 1e9, NotDropped}, {"rate-limited", 0, DropICMPRateLimited}} {
+		now := plNow + 20e9
+		if tc.step == 0 {
+			for range 3 {
+				mtuRun(t, w, mtuIn, frames["udp"], now) // empty the bucket
+			}
+		}
+		allocs := testing.AllocsPerRun(100, func() {
+			now += tc.step
+			p.SetFrame(frames["udp"])
+			p.InPort = mtuIn
+			w.Process(batch, now)
+		})
+		if allocs != 0 || p.Drop != tc.want {
+			t.Errorf("%s: %v allocations a packet, drop %s; want 0, %s", tc.name, allocs, p.Drop, tc.want)
+		}
 	}
 }
