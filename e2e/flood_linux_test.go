@@ -79,7 +79,7 @@ const (
 // flood from outside fills the table and every new flow, the flood's and
 // the legitimate ones, takes the place of a half-open connection by
 // early drop (as Linux conntrack's early drop does). In a full table a
-// few new flows of any port are refused (flow-table-full, under 1 in
+// few new flows of any port are refused (flow-table-full, about 1 in
 // 1,000 inserts): the place early drop made for one worker's flow is
 // taken by another worker's before it retries. A legitimate client's
 // retransmitted SYN gets in.
