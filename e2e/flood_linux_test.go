@@ -32,7 +32,7 @@ import (
 // outside and 50k from a pod, each flood at a rate of at most
 // floodExtRate or floodPodRate, and no faster than ufpd takes them in; a
 // flood goes on past its count only while the legitimate checks still
-// run, up to four times its count, and stops at floodMaxTime.
+// run, up to floodMaxFactor times its count, and stops at floodMaxTime.
 const (
 	floodMaxFlows = 10000
 	floodNATShare = 1024 // TCP ports of the node's pool per pod address
@@ -41,6 +41,9 @@ const (
 	floodPodSYNs  = 50000
 	floodPodRate  = 10000
 	floodMaxTime  = 60 * time.Second
+	// floodMaxFactor bounds a flood that goes on while the checks run:
+	// at most this many times its count.
+	floodMaxFactor = 10
 )
 
 // TestUfpdSYNFlood proves, with ufpd on real devices and the kernel's
@@ -147,13 +150,24 @@ func synFloodRun(t *testing.T, perPort int) {
 	l.tcpSink(nsC, ":7000")
 	l.tcpSink(o.ext, ":7000")
 	podLn := listenNoKeepAlive(t, nsB, ":7100")
+	var echoMu sync.Mutex
+	var echoConns []net.Conn
+	t.Cleanup(func() {
+		echoMu.Lock()
+		defer echoMu.Unlock()
+		for _, c := range echoConns {
+			c.Close()
+		}
+	})
 	go func() {
 		for {
 			c, err := podLn.Accept()
 			if err != nil {
 				return
 			}
-			t.Cleanup(func() { c.Close() })
+			echoMu.Lock()
+			echoConns = append(echoConns, c)
+			echoMu.Unlock()
 			go io.Copy(c, c)
 		}
 	}()
@@ -315,8 +329,8 @@ type floodMetrics struct {
 	Listen string `json:"listen"`
 }
 
-// A synFlood sends count TCP SYNs (more while until is open, at most four
-// times count) from a raw socket in namespace ns, each made by next, at
+// A synFlood sends count TCP SYNs (more while until is open, at most
+// floodMaxFactor times count) from a raw socket in namespace ns, each made by next, at
 // rate per second at most and no faster than ufpd takes them in: at most
 // floodWindow frames beyond what ufpd has counted as received on port
 // (read through its API), so that the flood loads ufpd rather than
@@ -381,7 +395,7 @@ func (fl *synFlood) received() (uint64, error) {
 }
 
 func (fl *synFlood) done(i int) bool {
-	if i >= 4*fl.count || time.Since(fl.started) > floodMaxTime {
+	if i >= floodMaxFactor*fl.count || time.Since(fl.started) > floodMaxTime {
 		select {
 		case <-fl.until:
 		default:
