@@ -23,6 +23,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "demo" {
 		return demo(args[1:], stdout, stderr)
 	}
+	if len(args) == 1 && args[0] == "fdholder" {
+		// Started by ufpd itself (see holder_linux.go), not by hand.
+		return holderMain(stderr)
+	}
 	fl := flag.NewFlagSet("ufpd", flag.ContinueOnError)
 	fl.SetOutput(stderr)
 	path := fl.String("config", "", "configuration file (JSON: policy and devices)")
@@ -129,17 +133,28 @@ func daemonMain(ctx context.Context, path string, c *config, rev uint64, fromSta
 	if c.state != "" {
 		removeStaleTemps(c.state)
 	}
+	in := inheritDevices(c, log)
 	var d *daemon
 	var err error
 	if fromState {
-		d, err = restoreDaemon(c, rev, log)
+		d, err = restoreDaemonFrom(c, rev, log, in)
 	} else {
-		d, err = newDaemon(c, log)
+		d, err = newDaemonFrom(c, log, in)
 	}
 	if err != nil {
+		in.holder.detach()
 		closeListeners()
 		return err
 	}
+	d.holder.startWatch()
+	defer func() {
+		// After serve: the devices are closed (or handed over).
+		if d.handedOver {
+			d.holder.detach()
+		} else {
+			d.holder.quit()
+		}
+	}()
 	if c.state != "" && !fromState {
 		// The file seeds the state: from now on the state file is the
 		// configuration.
@@ -171,6 +186,7 @@ func daemonMain(ctx context.Context, path string, c *config, rev uint64, fromSta
 	if c.state != "" {
 		wg.Go(func() { d.saveConns(ctx, connsPath(c.state)) })
 	}
+	wg.Go(func() { d.keepHolder(ctx) })
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)

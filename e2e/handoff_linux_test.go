@@ -1,0 +1,373 @@
+package e2e
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/ufp-dev/ufp/device"
+	"github.com/ufp-dev/ufp/hns"
+)
+
+// Restarts that keep the pods' carrier (docs/UFPD.md, "Restarts"): the
+// descriptor holder keeps the TAPs' and the uplink socket's descriptors
+// through a crash of ufpd, and a graceful restart hands them to the
+// successor. Measured with two sequence-numbered UDP streams of
+// handoffRate packets/s, one pod to pod and one from the outside host to
+// a pod through a port mapping on the uplink, while netlink watchers in
+// the pods' namespaces record every carrier change of their eth0 and
+// every neighbour entry that fails or goes.
+
+const (
+	handoffRate   = 20000 // packets per second per stream
+	handoffStream = 3 * time.Second
+)
+
+// handoffNode is a single node (oneNode's topology) with pods a and b,
+// a UDP PortMapping of the node's port 8200 to pod b's 7200, run from a
+// configuration file with an API socket and a state file (so with a
+// descriptor holder).
+type handoffNode struct {
+	*oneNode
+	a, b    onePod
+	cfgPath string
+	sock    string
+	state   string
+	cfg     ufpdConfig
+}
+
+func (l *lab) newHandoffNode() *handoffNode {
+	l.t.Helper()
+	o := &oneNode{l: l, node: l.netns("node"), ext: l.netns("ext"), pods: map[string]string{}}
+	l.veth(o.node, "eth0", "", o.ext, "eth0", oneExtMAC)
+	l.ip("-n", o.ext, "addr", "add", oneExtIP+"/24", "dev", "eth0")
+	h := &handoffNode{oneNode: o, a: onePod{"pod-a", 0x10}, b: onePod{"pod-b", 0x11}}
+	h.cfg = o.config([]onePod{h.a, h.b}, nil)
+	epB := &h.cfg.Policy.Endpoints[1]
+	epB.Policies = append(epB.Policies, pol("PortMapping", hns.PortMappingSettings{Protocol: 17, InternalPort: 7200, ExternalPort: 8200}))
+	dir := l.t.TempDir()
+	h.sock, h.state = filepath.Join(dir, "ufpd.sock"), filepath.Join(dir, "state", "ufpd.state")
+	rc := restartConfig{ufpdConfig: h.cfg, API: restartAPI{Socket: h.sock}, State: h.state}
+	raw, err := json.MarshalIndent(rc, "", "  ")
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	h.cfgPath = filepath.Join(dir, "ufpd.json")
+	if err := os.WriteFile(h.cfgPath, raw, 0o644); err != nil {
+		l.t.Fatal(err)
+	}
+	o.u = l.runUfpd(o.node, h.cfgPath, h.cfg)
+	for _, to := range []string{h.b.ip4(), oneExtIP} {
+		if err := l.waitPing(o.pods[h.a.name], to, 5*time.Second); err != nil {
+			l.t.Fatal(err)
+		}
+	}
+	if err := l.waitPing(o.pods[h.b.name], oneExtIP, 5*time.Second); err != nil {
+		l.t.Fatal(err)
+	}
+	return h
+}
+
+// streams starts the two streams (pod a to pod b's 7201; the outside
+// host to the node's 8200, mapped to pod b's 7200) and returns their
+// receivers and a channel closed when both senders are done.
+func (h *handoffNode) streams() ([]*udpSink, <-chan struct{}) {
+	l, t := h.l, h.l.t
+	t.Helper()
+	nsA, nsB := h.pods[h.a.name], h.pods[h.b.name]
+	sinks := []*udpSink{
+		l.udpSink(nsB, ":7201", "pod-a to pod-b"),
+		l.udpSink(nsB, ":7200", "outside to node:8200 (mapped to pod-b)"),
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, s := range []struct{ ns, dst string }{{nsA, h.b.ip4() + ":7201"}, {h.ext, oneNodeIP + ":8200"}} {
+		wg.Go(func() {
+			if err := udpStream(s.ns, s.dst, handoffRate, handoffStream); err != nil {
+				t.Errorf("stream %d: %v", i, err)
+			}
+		})
+	}
+	go func() { wg.Wait(); close(done) }()
+	return sinks, done
+}
+
+// TestUfpdCrashKeepsCarrier kills ufpd with SIGKILL in the middle of the
+// two streams and starts it again: the holder keeps the TAPs' and the
+// uplink socket's descriptors, so the pods never see their carrier go
+// (their neighbour entries stay), the new ufpd adopts every device, and
+// each stream loses at most what arrives while no ufpd runs beyond what
+// the kernel queues (the TAP's queue, the socket's buffer): far less than
+// the second of ARP retries a lost carrier costs.
+func TestUfpdCrashKeepsCarrier(t *testing.T) {
+	l := newLab(t, "ping")
+	h := l.newHandoffNode()
+	watch := l.watchCarrier(h.pods[h.a.name], h.pods[h.b.name])
+	sinks, done := h.streams()
+
+	time.Sleep(handoffStream / 3)
+	u := h.u
+	u.kill(t)
+	killed := time.Now()
+	h.u = l.runUfpd(h.node, h.cfgPath, h.cfg)
+	serving := time.Since(killed)
+	line := h.u.waitLog(t, 0, time.Second, "configuration restored")
+	<-done
+	for _, port := range []string{h.a.name, h.b.name, "vEthernet", "uplink"} {
+		h.u.waitLog(t, 0, time.Second, "port device up", "port="+port, "interface=adopted")
+	}
+	t.Logf("ufpd killed, the new one serving %v later: %s", serving.Round(time.Millisecond), line)
+
+	for _, s := range sinks {
+		r := s.result(t)
+		t.Logf("%s: %s", s.name, r)
+		if r.dups != 0 || r.reordered != 0 {
+			t.Errorf("%s: %d duplicated and %d reordered packets across a crash", s.name, r.dups, r.reordered)
+		}
+		// What is lost is what arrives while no ufpd reads, beyond the
+		// queues: at most the restart's gap, far under the second that
+		// a lost carrier costs.
+		if lostFor := time.Duration(r.lost) * time.Second / handoffRate; lostFor > 500*time.Millisecond || r.maxGap > 750*time.Millisecond {
+			t.Errorf("%s: %d packets lost (%v of the stream), longest gap %v", s.name, r.lost, lostFor, r.maxGap)
+		}
+	}
+	watch.check(t)
+}
+
+// udpStream sends count-numbered UDP datagrams of 64 bytes from
+// namespace ns to dst at rate per second for d: each carries its sequence
+// number (from 1), then the count of the stream's last (0 before the
+// last one).
+func udpStream(ns, dst string, rate int, d time.Duration) error {
+	c, err := dialIn(ns, "udp", dst)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	total := int(int64(rate) * int64(d) / int64(time.Second))
+	buf := make([]byte, 64)
+	start := time.Now()
+	for seq := 1; seq <= total; {
+		want := min(total, int(time.Since(start).Seconds()*float64(rate))+1)
+		for ; seq <= want; seq++ {
+			binary.BigEndian.PutUint64(buf, uint64(seq))
+			if seq == total {
+				binary.BigEndian.PutUint64(buf[8:], uint64(total))
+			}
+			// A full queue (no ufpd reading) drops the datagram: that
+			// is what the receiver counts as lost.
+			if _, err := c.Write(buf); err != nil && !errors.Is(err, syscall.ENOBUFS) && !errors.Is(err, syscall.ECONNREFUSED) {
+				return fmt.Errorf("send %d: %w", seq, err)
+			}
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+	// The last datagram once more, after the others had time to arrive:
+	// the receiver learns the count even if the first was lost.
+	time.Sleep(100 * time.Millisecond)
+	_, err = c.Write(buf)
+	return err
+}
+
+// udpSink receives a udpStream.
+type udpSink struct {
+	name string
+	c    *net.UDPConn
+	done chan struct{}
+
+	mu  sync.Mutex
+	res streamResult
+}
+
+// streamResult is what a sink saw of a stream.
+type streamResult struct {
+	total, received, lost, dups, reordered int
+	maxGap                                 time.Duration // the longest time between two datagrams
+	maxGapAfter                            int           // the sequence number before it
+}
+
+func (r streamResult) String() string {
+	return fmt.Sprintf("%d of %d received, %d lost, %d duplicated, %d reordered; longest gap %v (after #%d)",
+		r.received, r.total, r.lost, r.dups, r.reordered, r.maxGap.Round(time.Microsecond), r.maxGapAfter)
+}
+
+// udpSink listens on addr in namespace ns, with a receive buffer large
+// enough that the receiver itself loses nothing, and counts.
+func (l *lab) udpSink(ns, addr, name string) *udpSink {
+	l.t.Helper()
+	var c net.PacketConn
+	if err := device.InNetNS("/var/run/netns/"+ns, func() (err error) {
+		c, err = net.ListenPacket("udp", addr)
+		return err
+	}); err != nil {
+		l.t.Fatalf("%s: listen udp %s: %v", ns, addr, err)
+	}
+	s := &udpSink{name: name, c: c.(*net.UDPConn), done: make(chan struct{})}
+	rc, _ := s.c.SyscallConn()
+	rc.Control(func(fd uintptr) { unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 16<<20) })
+	l.t.Cleanup(func() { s.c.Close(); <-s.done })
+	go s.run()
+	return s
+}
+
+func (s *udpSink) run() {
+	defer close(s.done)
+	buf := make([]byte, 2048)
+	var seen []bool
+	var last uint64
+	var lastAt time.Time
+	for {
+		n, err := s.c.Read(buf)
+		if err != nil {
+			return
+		}
+		now := time.Now()
+		if n < 16 {
+			continue
+		}
+		seq, total := binary.BigEndian.Uint64(buf), binary.BigEndian.Uint64(buf[8:])
+		s.mu.Lock()
+		if seq >= uint64(len(seen)) {
+			seen = append(seen, make([]bool, int(seq)+1-len(seen))...)
+		}
+		r := &s.res
+		switch {
+		case total != 0 && seen[seq]:
+			// The count, sent again at the end.
+		case seen[seq]:
+			r.dups++
+		default:
+			seen[seq] = true
+			r.received++
+			if seq < last {
+				r.reordered++
+			}
+			if !lastAt.IsZero() && now.Sub(lastAt) > r.maxGap {
+				r.maxGap, r.maxGapAfter = now.Sub(lastAt), int(last)
+			}
+			last, lastAt = seq, now
+		}
+		if total != 0 {
+			r.total = int(total)
+		}
+		s.mu.Unlock()
+	}
+}
+
+// result waits (boundedly) for the stream's count and returns what the
+// sink saw.
+func (s *udpSink) result(t *testing.T) streamResult {
+	t.Helper()
+	for end := time.Now().Add(3 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		s.mu.Lock()
+		r := s.res
+		s.mu.Unlock()
+		if r.total != 0 {
+			r.lost = r.total - r.received
+			return r
+		}
+		if time.Now().After(end) {
+			t.Fatalf("%s: the stream's end never arrived (%s)", s.name, r)
+		}
+	}
+}
+
+// carrierWatch records, from netlink notifications in pod namespaces,
+// every carrier loss of eth0 and every neighbour entry that fails or is
+// removed.
+type carrierWatch struct {
+	mu     sync.Mutex
+	events []string
+	stop   chan struct{}
+}
+
+// watchCarrier starts watching the namespaces nss until the test ends.
+func (l *lab) watchCarrier(nss ...string) *carrierWatch {
+	t := l.t
+	t.Helper()
+	w := &carrierWatch{stop: make(chan struct{})}
+	t.Cleanup(func() { close(w.stop) })
+	for _, ns := range nss {
+		h, err := netns.GetFromName(ns)
+		if err != nil {
+			t.Fatalf("netns %s: %v", ns, err)
+		}
+		t.Cleanup(func() { h.Close() })
+		nh, err := netlink.NewHandleAt(h)
+		if err != nil {
+			t.Fatalf("netns %s: netlink: %v", ns, err)
+		}
+		link, err := nh.LinkByName("eth0")
+		nh.Close()
+		if err != nil {
+			t.Fatalf("%s: eth0: %v", ns, err)
+		}
+		if link.Attrs().RawFlags&unix.IFF_LOWER_UP == 0 {
+			t.Fatalf("%s: eth0 has no carrier before the test", ns)
+		}
+		links := make(chan netlink.LinkUpdate, 64)
+		neighs := make(chan netlink.NeighUpdate, 64)
+		errf := func(err error) { w.add(fmt.Sprintf("%s: netlink: %v", ns, err)) }
+		if err := netlink.LinkSubscribeWithOptions(links, w.stop, netlink.LinkSubscribeOptions{Namespace: &h, ErrorCallback: errf}); err != nil {
+			t.Fatal(err)
+		}
+		if err := netlink.NeighSubscribeWithOptions(neighs, w.stop, netlink.NeighSubscribeOptions{Namespace: &h, ErrorCallback: errf}); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			for u := range links {
+				if u.Attrs().Name == "eth0" && u.IfInfomsg.Flags&unix.IFF_LOWER_UP == 0 {
+					w.add(fmt.Sprintf("%s: eth0 lost its carrier (flags %#x)", ns, u.IfInfomsg.Flags))
+				}
+			}
+		}()
+		go func() {
+			for u := range neighs {
+				switch {
+				case u.Type == unix.RTM_DELNEIGH:
+					w.add(fmt.Sprintf("%s: neighbour %s removed", ns, u.IP))
+				case u.State&(netlink.NUD_FAILED|netlink.NUD_INCOMPLETE) != 0:
+					w.add(fmt.Sprintf("%s: neighbour %s %s", ns, u.IP, neighState(u.State)))
+				}
+			}
+		}()
+	}
+	return w
+}
+
+func (w *carrierWatch) add(ev string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.events = append(w.events, time.Now().Format("15:04:05.000000")+" "+ev)
+}
+
+// check fails t if the watch saw a carrier loss or a neighbour entry fail
+// or go.
+func (w *carrierWatch) check(t *testing.T) {
+	t.Helper()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.events) > 0 {
+		t.Errorf("the pods saw:\n%s", strings.Join(w.events, "\n"))
+	}
+}
+
+func neighState(s int) string {
+	if s&netlink.NUD_FAILED != 0 {
+		return "FAILED"
+	}
+	return "INCOMPLETE"
+}
