@@ -99,6 +99,10 @@ func AdoptTAP(fd int, l Link) (*TAP, error) {
 		unix.Close(fd)
 		return nil, err
 	}
+	if err := raiseTAPQueue(h, l.Name); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
 	if err := unix.SetNonblock(fd, true); err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("tap %s: non-blocking: %w", l.Name, err)

@@ -169,6 +169,8 @@ func TestTAPHandover(t *testing.T) {
 	checkHandover(t, tap, send, func(fd int) (testDevice, error) {
 		if l := nsLink(t, ns, "eth0"); l == nil || !slices.Contains(l.Flags, "LOWER_UP") {
 			t.Errorf("eth0 after the first process closed its descriptor: %+v, want it with carrier", l)
+		} else if l.TxQLen != tapTxQueueLen {
+			t.Errorf("eth0's txqueuelen is %d, want %d", l.TxQLen, tapTxQueueLen)
 		}
 		return AdoptTAP(fd, podLink(ns))
 	})

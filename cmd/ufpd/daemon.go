@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net"
 	"os"
 	"reflect"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/ufp-dev/ufp/api"
 	"github.com/ufp-dev/ufp/device"
@@ -39,9 +41,14 @@ type daemon struct {
 	// by port, until open adopts them.
 	holder *holderClient
 	held   map[string]heldFd
-	// handedOver is set once the devices are a successor's: closing
+	// handedOver is set while the devices are another process's (a
+	// successor's, or until it takes over, a predecessor's): closing
 	// them leaves the interfaces, and the holder is left as it is.
-	handedOver bool
+	handedOver atomic.Bool
+	// listeners are the API's and the metrics' (by name), handed to a
+	// successor; stopServing ends serve (after a hand-over).
+	listeners   map[string]net.Listener
+	stopServing context.CancelFunc
 }
 
 // inherited is what ufpd starts with besides its configuration: the
@@ -52,6 +59,9 @@ type inherited struct {
 	// noConns: the connections are not read from the connections file
 	// (a successor in a graceful restart is handed them).
 	noConns bool
+	// borrowed: the held descriptors are a predecessor's, which serves
+	// them until the successor takes over (handedOver until then).
+	borrowed bool
 }
 
 // owned is a device ufpd opened, with what it was opened from, so that a
@@ -78,6 +88,7 @@ func newDaemonFrom(c *config, log *slog.Logger, in inherited) (*daemon, error) {
 	sw.SetLogger(log)
 	d := &daemon{log: log, sw: sw, cfg: c, devs: map[string]*owned{}, devErr: map[string]string{},
 		holder: in.holder, held: in.held}
+	d.handedOver.Store(in.borrowed)
 	for _, spec := range c.devices {
 		if _, err := d.open(spec, sw.Port(spec.Port)); err != nil {
 			d.releaseHeld()
@@ -109,6 +120,7 @@ func restoreDaemonFrom(c *config, rev uint64, log *slog.Logger, in inherited) (*
 	sw.SetLogger(log)
 	d := &daemon{log: log, sw: sw, cfg: c, rev: rev, devs: map[string]*owned{}, devErr: map[string]string{},
 		holder: in.holder, held: in.held}
+	d.handedOver.Store(in.borrowed)
 	r := &api.RestoreReport{From: c.state, Revision: rev}
 	r.Networks, r.Endpoints, r.LoadBalancers = len(c.policy.Networks), len(c.policy.Endpoints), len(c.policy.LoadBalancers)
 	for _, spec := range c.devices {
@@ -194,6 +206,9 @@ func (d *daemon) serve(ctx context.Context) error {
 func (d *daemon) closeAll() {
 	for _, port := range slices.Sorted(maps.Keys(d.devs)) {
 		o := d.devs[port]
+		if d.handedOver.Load() {
+			keepOnClose(o.dev)
+		}
 		d.sw.Detach(port)
 		if err := o.dev.Close(); err != nil {
 			d.log.Warn("closing port device", "port", port, "err", err)

@@ -48,6 +48,14 @@ func (h rawHand) KeepOnClose() {
 	h.Raw.KeepOnClose()
 }
 
+// keepOnClose makes dev's Close leave its interface, if it can be
+// handed over.
+func keepOnClose(dev vswitch.Device) {
+	if h, _ := handOf(dev); h != nil {
+		h.KeepOnClose()
+	}
+}
+
 // heldSpec says whether a device of spec is held (its type can be).
 func heldSpec(spec deviceConfig) bool {
 	return spec.Type == fdTypeTAP || spec.Type == fdTypeAFPacket
@@ -132,7 +140,7 @@ func (d *daemon) hold(port string) {
 // unhold has the holder close what it holds for port (d.mu held), unless
 // the devices are handed over.
 func (d *daemon) unhold(port string) {
-	if d.holder != nil && !d.handedOver {
+	if d.holder != nil && !d.handedOver.Load() {
 		d.holder.drop(port)
 	}
 }
@@ -156,7 +164,7 @@ func (d *daemon) keepHolder(ctx context.Context) {
 		}
 		for {
 			d.mu.Lock()
-			if d.stopped || d.handedOver || d.holder.quitting {
+			if d.stopped || d.handedOver.Load() || d.holder.quitting {
 				d.mu.Unlock()
 				return
 			}

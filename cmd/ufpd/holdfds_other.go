@@ -41,6 +41,8 @@ func (d *daemon) openOrAdopt(spec deviceConfig, link device.Link) (vswitch.Devic
 	return dev, "made", err
 }
 
+func keepOnClose(vswitch.Device) {}
+
 func (d *daemon) releaseHeld()                   {}
 func (d *daemon) hold(string)                    {}
 func (d *daemon) unhold(string)                  {}

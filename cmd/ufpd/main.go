@@ -104,22 +104,43 @@ func newLogger(w io.Writer, lc logConfig) *slog.Logger {
 // c is the configuration to start from: the file's, or the state file's
 // (fromState) at revision rev.
 func daemonMain(ctx context.Context, path string, c *config, rev uint64, fromState bool, log *slog.Logger) error {
-	var apiL net.Listener
-	if c.api.Socket != "" {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// A graceful restart's successor is handed its devices and
+	// listeners by its predecessor, which serves until it takes over.
+	pred, err := predecessor()
+	if err != nil {
+		return err
+	}
+	handed := &handedIn{}
+	if pred != nil {
+		if handed, err = receiveHandoff(pred); err != nil {
+			failTo(pred, err)
+			return err
+		}
+		log.Info("graceful restart: devices and listeners handed over", "devices", len(handed.devs), "listeners", len(handed.listeners))
+	}
+	fail := func(err error) error {
+		if pred != nil {
+			failTo(pred, err)
+		}
+		return err
+	}
+	apiL, metricsL := handed.listeners["api"], handed.listeners["metrics"]
+	if c.api.Socket != "" && apiL == nil {
 		l, err := listenAPI(c.api.Socket)
 		if err != nil {
-			return err
+			return fail(err)
 		}
 		apiL = l
 	}
-	var metricsL net.Listener
-	if c.metrics.Listen != "" {
+	if c.metrics.Listen != "" && metricsL == nil {
 		l, err := net.Listen("tcp", c.metrics.Listen)
 		if err != nil {
 			if apiL != nil {
 				apiL.Close()
 			}
-			return fmt.Errorf("metrics.listen: %w", err)
+			return fail(fmt.Errorf("metrics.listen: %w", err))
 		}
 		metricsL = l
 	}
@@ -134,22 +155,41 @@ func daemonMain(ctx context.Context, path string, c *config, rev uint64, fromSta
 		removeStaleTemps(c.state)
 	}
 	in := inheritDevices(c, log)
+	if pred != nil {
+		// The holder holds the same devices: the predecessor's copies
+		// are the ones to adopt.
+		closeHeld(in.held)
+		in.held, in.noConns, in.borrowed = handed.devs, true, true
+	}
 	var d *daemon
-	var err error
 	if fromState {
 		d, err = restoreDaemonFrom(c, rev, log, in)
 	} else {
 		d, err = newDaemonFrom(c, log, in)
 	}
+	if err == nil && pred != nil {
+		if err = d.takeOver(pred); err != nil {
+			d.mu.Lock()
+			d.closeAll() // leaves the devices to the predecessor
+			d.mu.Unlock()
+		}
+	}
 	if err != nil {
 		in.holder.detach()
 		closeListeners()
-		return err
+		return fail(err)
+	}
+	d.stopServing = cancel
+	d.listeners = map[string]net.Listener{}
+	for name, l := range map[string]net.Listener{"api": apiL, "metrics": metricsL} {
+		if l != nil {
+			d.listeners[name] = l
+		}
 	}
 	d.holder.startWatch()
 	defer func() {
 		// After serve: the devices are closed (or handed over).
-		if d.handedOver {
+		if d.handedOver.Load() {
 			d.holder.detach()
 		} else {
 			d.holder.quit()
@@ -187,9 +227,13 @@ func daemonMain(ctx context.Context, path string, c *config, rev uint64, fromSta
 		wg.Go(func() { d.saveConns(ctx, connsPath(c.state)) })
 	}
 	wg.Go(func() { d.keepHolder(ctx) })
-	hup := make(chan os.Signal, 1)
+	hup, usr2 := make(chan os.Signal, 1), make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
+	if len(restartSignals) > 0 {
+		signal.Notify(usr2, restartSignals...)
+	}
 	defer signal.Stop(hup)
+	defer signal.Stop(usr2)
 	go func() {
 		for {
 			select {
@@ -197,9 +241,17 @@ func daemonMain(ctx context.Context, path string, c *config, rev uint64, fromSta
 				return
 			case <-hup:
 				d.reloadFile(path)
+			case <-usr2:
+				// A graceful restart onto this executable; it logs
+				// its outcome.
+				d.restart("")
 			}
 		}
 	}()
+	if pred != nil {
+		pred.send(fdMsg{Op: opServing}, -1)
+		pred.c.Close()
+	}
 	log.Info("ufpd serving", "config", path, "ports", len(d.sw.Ports()), "devices", len(c.devices), "pid", os.Getpid())
 	err = d.serve(ctx)
 	log.Info("ufpd stopped", "device_failures", d.sw.DeviceFailures())
