@@ -37,8 +37,9 @@ type fileConfig struct {
 	Metrics metricsConfig `json:"metrics"`
 	// Holder is where the devices' descriptors are kept so that they
 	// outlive a crash of ufpd (docs/UFPD.md, "Restarts"): "auto" (the
-	// default: a descriptor holder process, on the socket STATE.holder,
-	// when a state file is set) or "off".
+	// default: systemd's descriptor store under systemd, else a
+	// descriptor holder process on the socket STATE.holder when a state
+	// file is set) or "off".
 	Holder string `json:"holder,omitempty"`
 }
 

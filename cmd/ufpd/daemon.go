@@ -41,6 +41,9 @@ type daemon struct {
 	// by port, until open adopts them.
 	holder *holderClient
 	held   map[string]heldFd
+	// sd is systemd's descriptor store, used instead of a holder under
+	// systemd (nil: not).
+	sd *sdStore
 	// handedOver is set while the devices are another process's (a
 	// successor's, or until it takes over, a predecessor's): closing
 	// them leaves the interfaces, and the holder is left as it is.
@@ -55,6 +58,7 @@ type daemon struct {
 // holder and the descriptors of its ports' devices held for it.
 type inherited struct {
 	holder *holderClient
+	sd     *sdStore
 	held   map[string]heldFd
 	// noConns: the connections are not read from the connections file
 	// (a successor in a graceful restart is handed them).
@@ -87,7 +91,7 @@ func newDaemonFrom(c *config, log *slog.Logger, in inherited) (*daemon, error) {
 	}
 	sw.SetLogger(log)
 	d := &daemon{log: log, sw: sw, cfg: c, devs: map[string]*owned{}, devErr: map[string]string{},
-		holder: in.holder, held: in.held}
+		holder: in.holder, held: in.held, sd: in.sd}
 	d.handedOver.Store(in.borrowed)
 	for _, spec := range c.devices {
 		if _, err := d.open(spec, sw.Port(spec.Port)); err != nil {
@@ -119,7 +123,7 @@ func restoreDaemonFrom(c *config, rev uint64, log *slog.Logger, in inherited) (*
 	}
 	sw.SetLogger(log)
 	d := &daemon{log: log, sw: sw, cfg: c, rev: rev, devs: map[string]*owned{}, devErr: map[string]string{},
-		holder: in.holder, held: in.held}
+		holder: in.holder, held: in.held, sd: in.sd}
 	d.handedOver.Store(in.borrowed)
 	r := &api.RestoreReport{From: c.state, Revision: rev}
 	r.Networks, r.Endpoints, r.LoadBalancers = len(c.policy.Networks), len(c.policy.Endpoints), len(c.policy.LoadBalancers)

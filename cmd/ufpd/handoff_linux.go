@@ -113,6 +113,7 @@ func (d *daemon) restart(binary string) (*api.Restarted, error) {
 		d.log.Error("graceful restart: the successor failed after this ufpd stopped reading; exiting", "err", err)
 	} else {
 		d.log.Info("graceful restart: handed over; exiting", "pid", s.cmd.Process.Pid, "paused", paused)
+		d.sd.mainPID(s.cmd.Process.Pid)
 	}
 	d.handedOver.Store(true)
 	for _, it := range items {

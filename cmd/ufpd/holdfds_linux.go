@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"os"
 	"slices"
 	"time"
 
@@ -116,6 +117,7 @@ func (d *daemon) releaseHeld() {
 		h := d.held[port]
 		unix.Close(h.fd)
 		d.holder.drop(port)
+		d.sd.drop(port)
 		d.log.Warn("held descriptor of a port the configuration has no such device for: closed",
 			"port", port, "type", h.msg.Type, "name", h.msg.Name, "netns", h.msg.NetNS)
 	}
@@ -126,7 +128,7 @@ func (d *daemon) releaseHeld() {
 // (d.mu held), if the device is one it holds.
 func (d *daemon) hold(port string) {
 	o := d.devs[port]
-	if d.holder == nil || o == nil || !heldSpec(o.spec) {
+	if (d.holder == nil && d.sd == nil) || o == nil || !heldSpec(o.spec) {
 		return
 	}
 	h, typ := handOf(o.dev)
@@ -134,14 +136,18 @@ func (d *daemon) hold(port string) {
 		return
 	}
 	m := fdMsg{Op: opPut, Port: port, Type: typ, Name: o.spec.Name, NetNS: o.spec.NetNS}
-	h.Control(func(fd uintptr) { d.holder.put(m, int(fd)) })
+	h.Control(func(fd uintptr) {
+		d.holder.put(m, int(fd))
+		d.sd.put(m, int(fd))
+	})
 }
 
 // unhold has the holder close what it holds for port (d.mu held), unless
 // the devices are handed over.
 func (d *daemon) unhold(port string) {
-	if d.holder != nil && !d.handedOver.Load() {
+	if !d.handedOver.Load() {
 		d.holder.drop(port)
+		d.sd.drop(port)
 	}
 }
 
@@ -214,6 +220,9 @@ func (d *daemon) reconnectHolder() error {
 // one that cannot be reached or started, which is logged) ufpd runs as
 // before: a crash then takes the pods' carrier.
 func inheritDevices(c *config, log *slog.Logger) inherited {
+	if ns := os.Getenv("NOTIFY_SOCKET"); ns != "" && c.holder != "off" {
+		return inheritFromSystemd(c, ns, log)
+	}
 	path := c.holderPath()
 	if path == "" {
 		return inherited{}
@@ -224,4 +233,31 @@ func inheritDevices(c *config, log *slog.Logger) inherited {
 		return inherited{}
 	}
 	return inherited{holder: hc, held: held}
+}
+
+// inheritFromSystemd takes the descriptors systemd's store passed, and
+// the store for the devices from now on.
+func inheritFromSystemd(c *config, notify string, log *slog.Logger) inherited {
+	sd, err := newSDStore(notify, log)
+	if err != nil {
+		log.Error("systemd's descriptor store not used; a restart of ufpd will take the pods' carrier", "err", err)
+		return inherited{}
+	}
+	held, skipped, err := listenFds(os.Getenv, os.Getpid())
+	if err != nil {
+		log.Error("descriptors from systemd not taken", "err", err)
+	}
+	for _, name := range skipped {
+		log.Warn("descriptor from systemd not ufpd's: closed", "name", name)
+	}
+	// The store keeps only the port and type: the configuration says the
+	// rest, and the adoption checks the descriptor against it.
+	for _, spec := range c.devices {
+		if h, ok := held[spec.Port]; ok && h.msg.Type == spec.Type {
+			h.msg.Name, h.msg.NetNS = spec.Name, spec.NetNS
+			held[spec.Port] = h
+		}
+	}
+	log.Info("systemd's descriptor store in use", "notify", notify, "held", len(held))
+	return inherited{sd: sd, held: held}
 }

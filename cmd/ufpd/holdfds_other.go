@@ -17,6 +17,10 @@ import (
 
 type holderClient struct{}
 
+type sdStore struct{}
+
+func (*sdStore) close() {}
+
 func (*holderClient) startWatch()         {}
 func (*holderClient) detach()             {}
 func (*holderClient) quit()               {}

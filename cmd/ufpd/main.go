@@ -176,6 +176,7 @@ func daemonMain(ctx context.Context, path string, c *config, rev uint64, fromSta
 	}
 	if err != nil {
 		in.holder.detach()
+		in.sd.close()
 		closeListeners()
 		return fail(err)
 	}
@@ -194,6 +195,7 @@ func daemonMain(ctx context.Context, path string, c *config, rev uint64, fromSta
 		} else {
 			d.holder.quit()
 		}
+		d.sd.close()
 	}()
 	if c.state != "" && !fromState {
 		// The file seeds the state: from now on the state file is the
