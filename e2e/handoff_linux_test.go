@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -505,5 +506,38 @@ func stopSuccessor(t *testing.T, u *ufpd, pid int) {
 	}
 	if t.Failed() {
 		t.Logf("ufpd's log:\n%s", u.log.String())
+	}
+}
+
+// TestUfpdFailedStartQuitsHolder: a ufpd that starts a descriptor holder
+// and then fails to start (a device that cannot be opened) has the
+// holder quit, leaving no process behind (the lab's cleanup fails the
+// test for a process left in a namespace it made).
+func TestUfpdFailedStartQuitsHolder(t *testing.T) {
+	l := newLab(t)
+	node := l.netns("node")
+	h := &handoffNode{a: onePod{"pod-a", 0x10}}
+	o := &oneNode{l: l, node: node, pods: map[string]string{}}
+	cfg := o.config([]onePod{h.a}, nil) // its uplink's eth0 does not exist in node
+	dir := t.TempDir()
+	raw, err := json.Marshal(restartConfig{ufpdConfig: cfg, State: filepath.Join(dir, "state", "ufpd.state")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "ufpd.json")
+	if err := os.WriteFile(path, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("ip", "netns", "exec", node, ufpdBinary(t), "-config", path)
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("ufpd started without its uplink's interface:\n%s", out)
+	}
+	t.Logf("ufpd:\n%s", out)
+	if !strings.Contains(string(out), "descriptor holder started") {
+		t.Fatalf("ufpd did not start a holder:\n%s", out)
+	}
+	if l.linkExists(o.pods[h.a.name], "eth0") {
+		t.Errorf("the failed start left pod-a's TAP:\n%s", out)
 	}
 }

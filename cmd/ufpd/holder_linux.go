@@ -140,6 +140,8 @@ type holderClient struct {
 	lost     chan struct{}
 	quitting bool
 	quitDone chan struct{}
+	// started: this ufpd started the holder (it held nothing before).
+	started bool
 }
 
 // connectHolder connects to the holder listening at path, starting one
@@ -155,7 +157,7 @@ func connectHolder(path string, log *slog.Logger) (*holderClient, map[string]hel
 			return nil, nil, err
 		}
 	}
-	hc := &holderClient{path: path, log: log, fc: newFdConn(c)}
+	hc := &holderClient{path: path, log: log, fc: newFdConn(c), started: started != 0}
 	held, err := hc.list()
 	if err != nil {
 		c.Close()
@@ -286,17 +288,15 @@ func closeHeld(held map[string]heldFd) {
 }
 
 // watch reads fc until it ends: the holder sends nothing but the answer
-// to opQuit, so an end is the holder's death (or its quitting).
+// to opQuit, and its end (EOF, once the process has exited and its
+// descriptors are closed) is the holder's death or its quitting.
 func (hc *holderClient) watch(fc *fdConn, lost chan struct{}) {
 	for {
-		m, fd, err := fc.recv()
+		_, fd, err := fc.recv()
 		if fd >= 0 {
 			unix.Close(fd)
 		}
-		if err != nil && errors.Is(err, errFdMsg) {
-			continue
-		}
-		if err != nil || m.Op == opEnd {
+		if err != nil && !errors.Is(err, errFdMsg) {
 			break
 		}
 	}
@@ -367,6 +367,21 @@ func (hc *holderClient) quit() {
 		hc.log.Warn("descriptor holder did not answer its quit", "socket", hc.path)
 	}
 	fc.c.Close()
+}
+
+// abandon is the end of a ufpd that failed to start: a holder it
+// started itself holds nothing worth keeping and quits; one it found
+// keeps what it holds for the next ufpd.
+func (hc *holderClient) abandon() {
+	if hc == nil {
+		return
+	}
+	if hc.started {
+		hc.startWatch()
+		hc.quit()
+		return
+	}
+	hc.detach()
 }
 
 // detach closes the connection and leaves the holder holding what it

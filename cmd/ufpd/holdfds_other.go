@@ -23,6 +23,7 @@ func (*sdStore) close() {}
 
 func (*holderClient) startWatch()         {}
 func (*holderClient) detach()             {}
+func (*holderClient) abandon()            {}
 func (*holderClient) quit()               {}
 func (*holderClient) drop(string)         {}
 func (*holderClient) dropSync(string)     {}

@@ -175,7 +175,11 @@ func daemonMain(ctx context.Context, path string, c *config, rev uint64, fromSta
 		}
 	}
 	if err != nil {
-		in.holder.detach()
+		if pred != nil {
+			in.holder.detach() // the predecessor serves on with it
+		} else {
+			in.holder.abandon()
+		}
 		in.sd.close()
 		closeListeners()
 		return fail(err)
