@@ -5,6 +5,12 @@
 // (OpenUplink). Each device implements vswitch.Device: frames move a batch
 // at a time in dataplane.Packets.
 //
+// A TAP and an AF_PACKET uplink can outlive their process: their
+// descriptor is lent (Control) to another process that keeps it, reads
+// stop at a frame boundary (Quiesce), Close can leave the interface
+// (KeepOnClose), and AdoptTAP and AdoptRaw serve a descriptor received
+// from another process after checking that it is what it claims to be.
+//
 // Linux-only devices (TAP, AF_PACKET, AF_XDP, namespaces) are behind build tags;
 // the L3 port over golang.zx2c4.com/wireguard/tun builds everywhere, so
 // that Windows gets its Wintun port.

@@ -86,6 +86,7 @@ type ipLink struct {
 	Name        string   `json:"ifname"`
 	Index       int      `json:"ifindex"`
 	MTU         int      `json:"mtu"`
+	TxQLen      int      `json:"txqlen"`
 	Address     string   `json:"address"`
 	Flags       []string `json:"flags"`
 	Promiscuity int      `json:"promiscuity"`

@@ -55,6 +55,7 @@ type Raw struct {
 	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
+	hand      handover
 
 	// down is set by the reader when the socket reports the link down;
 	// the reader then polls the link every rawDownPoll.
@@ -168,8 +169,14 @@ func openRaw(ifname, netns string, opt rawOptions) (*Raw, error) {
 		unix.Close(fd)
 		return nil, err
 	}
+	return newRaw(fd, ifname, ifindex)
+}
+
+// newRaw returns the Raw over the packet socket fd, set up and bound to
+// the interface ifname (ifindex). It closes fd if it fails.
+func newRaw(fd int, ifname string, ifindex int) (*Raw, error) {
 	r := &Raw{name: ifname, ifindex: ifindex, f: os.NewFile(uintptr(fd), "raw:"+ifname),
-		errDown: fmt.Errorf("raw %s: %w", ifname, ErrLinkDown)}
+		errDown: fmt.Errorf("raw %s: %w", ifname, ErrLinkDown), hand: newHandover()}
 	rc, err := r.f.SyscallConn()
 	if err != nil {
 		r.f.Close()
@@ -254,6 +261,9 @@ func (r *Raw) ReadPackets(pkts []*dataplane.Packet) (int, error) {
 		if r.closed.Load() {
 			return 0, ErrClosed
 		}
+		if r.hand.quiesced.Load() {
+			return 0, r.hand.park()
+		}
 		v := r.rx
 		v.pkts, v.n, v.err = pkts, 0, nil
 		err := r.rc.Read(r.readFn)
@@ -266,6 +276,9 @@ func (r *Raw) ReadPackets(pkts []*dataplane.Packet) (int, error) {
 			}
 			return 0, ErrClosed
 		case err != nil && errors.Is(err, os.ErrDeadlineExceeded):
+			if r.hand.quiesced.Load() {
+				continue // parks
+			}
 			if err := r.checkDown(); err != nil {
 				return 0, err
 			}
@@ -596,6 +609,7 @@ func (r *Raw) writeBatch(fd uintptr) bool {
 func (r *Raw) Close() error {
 	r.closeOnce.Do(func() {
 		r.closed.Store(true)
+		close(r.hand.closing)
 		if err := r.f.Close(); err != nil {
 			r.closeErr = fmt.Errorf("raw %s: close: %w", r.name, err)
 		}

@@ -43,6 +43,7 @@ type TAP struct {
 	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
+	hand      handover
 
 	// The reader's batch, filled by readFn inside rc.Read. readFn and
 	// writeFn are method values made once, so that a read or a write
@@ -165,7 +166,11 @@ func OpenTAP(l Link) (*TAP, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := repairLink(h, "tap", l.Name, l); err != nil {
+	err = repairLink(h, "tap", l.Name, l)
+	if err == nil {
+		err = raiseTAPQueue(h, l.Name)
+	}
+	if err != nil {
 		unix.Close(fd) // persist stays: the interface is left for another try
 		return nil, err
 	}
@@ -194,7 +199,8 @@ func OpenOrCreateTAP(l Link) (t *TAP, reattached bool, err error) {
 // fails, it closes fd, clearing persist first if remove is set (which
 // removes the interface).
 func newTAP(fd int, name string, remove bool) (*TAP, error) {
-	t := &TAP{name: name, f: os.NewFile(uintptr(fd), "tap:"+name), errDown: fmt.Errorf("tap %s: %w", name, ErrLinkDown)}
+	t := &TAP{name: name, f: os.NewFile(uintptr(fd), "tap:"+name), errDown: fmt.Errorf("tap %s: %w", name, ErrLinkDown),
+		hand: newHandover()}
 	rc, err := t.f.SyscallConn()
 	if err != nil {
 		if remove {
@@ -268,7 +274,32 @@ func setupTAP(fd int, tmp string, l Link) error {
 		return linkStepError("tap", l.Name, "configure", err)
 	}
 	defer h.Close()
-	return configureLink(h, "tap", l.Name, l)
+	if err := configureLink(h, "tap", l.Name, l); err != nil {
+		return err
+	}
+	return raiseTAPQueue(h, l.Name)
+}
+
+// tapTxQueueLen is the length of a TAP's queue of frames from the pod
+// (txqueuelen; the kernel's default for a TAP is 500): the frames a pod
+// sends while no switch reads the TAP (a restart) wait there, and at
+// 20,000 frames/s 4096 of them last 200 ms. Reading keeps it short.
+const tapTxQueueLen = 4096
+
+// raiseTAPQueue raises the queue of the TAP name in h's namespace to
+// tapTxQueueLen (a longer one is left).
+func raiseTAPQueue(h *netlink.Handle, name string) error {
+	link, err := h.LinkByName(name)
+	if err != nil {
+		return linkStepError("tap", name, "find link", err)
+	}
+	if link.Attrs().TxQLen >= tapTxQueueLen {
+		return nil
+	}
+	if err := h.LinkSetTxQLen(link, tapTxQueueLen); err != nil {
+		return linkStepError("tap", name, fmt.Sprintf("set txqueuelen %d", tapTxQueueLen), err)
+	}
+	return nil
 }
 
 // placeLink moves the interface tmp of the caller's namespace into
@@ -320,6 +351,9 @@ func (t *TAP) ReadPackets(pkts []*dataplane.Packet) (int, error) {
 	if t.closed.Load() {
 		return 0, ErrClosed
 	}
+	if t.hand.quiesced.Load() {
+		return 0, t.hand.park()
+	}
 	t.rx = tapBatch{pkts: pkts}
 	err := t.rc.Read(t.readFn)
 	n, rerr := t.rx.n, t.rx.err
@@ -327,6 +361,8 @@ func (t *TAP) ReadPackets(pkts []*dataplane.Packet) (int, error) {
 	switch {
 	case err != nil && t.closed.Load():
 		return 0, ErrClosed
+	case err != nil && t.hand.quiesced.Load() && errors.Is(err, os.ErrDeadlineExceeded):
+		return 0, t.hand.park()
 	case err != nil:
 		return 0, fmt.Errorf("tap %s: read: %w", t.name, err)
 	case n > 0:
@@ -490,16 +526,22 @@ func isGone(err error) bool {
 }
 
 // Close implements vswitch.Device: it clears persist and closes the fd,
-// which removes the interface wherever it is, and unblocks a pending
-// ReadPackets (which returns ErrClosed). Close is idempotent. A process
-// that dies without Close leaves the interface, persistent, for OpenTAP.
+// which removes the interface wherever it is (once no other process holds
+// a descriptor of it), and unblocks a pending ReadPackets (which returns
+// ErrClosed). After KeepOnClose it closes the fd only. Close is
+// idempotent. A process that dies without Close leaves the interface,
+// persistent, for OpenTAP.
 func (t *TAP) Close() error {
 	t.closeOnce.Do(func() {
 		t.closed.Store(true)
+		close(t.hand.closing)
 		var perr error
-		cerr := t.rc.Control(func(fd uintptr) {
-			perr = unix.IoctlSetInt(int(fd), unix.TUNSETPERSIST, 0)
-		})
+		var cerr error
+		if !t.hand.keep.Load() {
+			cerr = t.rc.Control(func(fd uintptr) {
+				perr = unix.IoctlSetInt(int(fd), unix.TUNSETPERSIST, 0)
+			})
+		}
 		if perr == unix.EBADFD { // the interface is gone already
 			perr = nil
 		}

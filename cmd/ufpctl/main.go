@@ -75,6 +75,8 @@ var commands = []command{
 	{"flows", "[flush] [-port P] [-proto P] [-src A|PFX] [-dst A|PFX] [-sport N] [-dport N] [-limit N]", "list (or flush) the cached flows", (*cli).flows},
 	{"counters", "", "show the switch's counters", (*cli).counters},
 	{"trace", "PORT PROTO SRC[:PORT] DST[:PORT] [flags]", "tell what the switch would do with a packet", (*cli).trace},
+	{"restart", "", "restart ufpd gracefully: a new ufpd takes over the devices, listeners and connections, losing no packet", (*cli).restart},
+	{"upgrade", "-binary PATH", "restart ufpd gracefully onto another executable", (*cli).upgrade},
 	{"capture", "PORT -w FILE [-c COUNT] [-snaplen N] [-direction in|out] [-t DURATION]", "capture a port's frames as pcapng", (*cli).capture},
 }
 

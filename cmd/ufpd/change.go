@@ -124,7 +124,7 @@ func (d *daemon) validate(dr *draft) (*config, error) {
 		return nil, err
 	}
 	cur := d.cfg
-	b, err := json.Marshal(fileConfig{Policy: pol, Devices: dr.devs, Log: cur.log, API: cur.api, State: cur.state, Metrics: cur.metrics})
+	b, err := json.Marshal(fileConfig{Policy: pol, Devices: dr.devs, Log: cur.log, API: cur.api, State: cur.state, Metrics: cur.metrics, Holder: cur.holder})
 	if err != nil {
 		return nil, err
 	}

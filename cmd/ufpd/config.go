@@ -35,6 +35,12 @@ type fileConfig struct {
 	State string `json:"state,omitempty"`
 	// Metrics is the Prometheus endpoint (off unless set).
 	Metrics metricsConfig `json:"metrics"`
+	// Holder is where the devices' descriptors are kept so that they
+	// outlive a crash of ufpd (docs/UFPD.md, "Restarts"): "auto" (the
+	// default: systemd's descriptor store under systemd, else a
+	// descriptor holder process on the socket STATE.holder when a state
+	// file is set) or "off".
+	Holder string `json:"holder,omitempty"`
 }
 
 type apiConfig struct {
@@ -87,6 +93,7 @@ type config struct {
 	api     apiConfig
 	state   string
 	metrics metricsConfig
+	holder  string
 }
 
 // loadConfig reads and validates the configuration file at path. Errors
@@ -120,7 +127,12 @@ func parseConfig(b []byte) (*config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
-	c := &config{policy: pol, devices: fc.Devices, log: fc.Log, api: fc.API, state: fc.State, metrics: fc.Metrics}
+	c := &config{policy: pol, devices: fc.Devices, log: fc.Log, api: fc.API, state: fc.State, metrics: fc.Metrics, holder: fc.Holder}
+	switch c.holder {
+	case "", "auto", "off":
+	default:
+		return nil, fmt.Errorf("holder: %q is not auto or off", c.holder)
+	}
 	if s := c.api.Socket; s != "" && !strings.HasPrefix(s, "/") {
 		return nil, fmt.Errorf("api.socket: %q is not an absolute path", s)
 	}
@@ -205,6 +217,14 @@ func (d *deviceConfig) check(at string, pc *vfp.PortConfig) error {
 		return fmt.Errorf("%s.netns: %q is neither a name nor an absolute path", at, d.NetNS)
 	}
 	return nil
+}
+
+// holderPath returns the socket of c's descriptor holder ("": none).
+func (c *config) holderPath() string {
+	if c.holder == "off" || c.state == "" {
+		return ""
+	}
+	return c.state + ".holder"
 }
 
 // netnsPath returns the namespace path of d ("" for ufpd's own).

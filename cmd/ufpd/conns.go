@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -39,19 +40,25 @@ func (d *daemon) restoreConns(path string) *api.ConnsRestored {
 		return nil
 	}
 	defer f.Close()
+	return d.restoreConnsFrom(f, path)
+}
+
+// restoreConnsFrom puts back the connections r holds (from names it in
+// the log).
+func (d *daemon) restoreConnsFrom(r io.Reader, from string) *api.ConnsRestored {
 	start := time.Now()
-	st, err := d.sw.RestoreConns(f)
+	st, err := d.sw.RestoreConns(r)
 	if err != nil {
-		d.log.Error("connections not restored", "file", path, "err", err)
+		d.log.Error("connections not restored", "file", from, "err", err)
 	}
-	r := &api.ConnsRestored{Restored: st.Conns, Gone: st.Gone, Corrupt: st.Corrupt, Truncated: st.Truncated}
+	cr := &api.ConnsRestored{Restored: st.Conns, Gone: st.Gone, Corrupt: st.Corrupt, Truncated: st.Truncated}
 	lvl := d.log.Info
 	if st.Corrupt > 0 || st.Truncated {
 		lvl = d.log.Warn
 	}
-	lvl("connections restored", "file", path, "restored", st.Conns, "gone", st.Gone,
+	lvl("connections restored", "file", from, "restored", st.Conns, "gone", st.Gone,
 		"corrupt", st.Corrupt, "truncated", st.Truncated, "took", time.Since(start).Round(time.Microsecond))
-	return r
+	return cr
 }
 
 // saveConns rewrites the connections file at path every connsEvery

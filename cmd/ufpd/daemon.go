@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net"
 	"os"
 	"reflect"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/ufp-dev/ufp/api"
 	"github.com/ufp-dev/ufp/device"
@@ -33,6 +35,37 @@ type daemon struct {
 	devErr map[string]string
 	// restored reports what a start from the state file brought back.
 	restored *api.RestoreReport
+
+	// holder keeps duplicates of the devices' descriptors (nil: none);
+	// held are the descriptors found held (or handed over) at start,
+	// by port, until open adopts them.
+	holder *holderClient
+	held   map[string]heldFd
+	// sd is systemd's descriptor store, used instead of a holder under
+	// systemd (nil: not).
+	sd *sdStore
+	// handedOver is set while the devices are another process's (a
+	// successor's, or until it takes over, a predecessor's): closing
+	// them leaves the interfaces, and the holder is left as it is.
+	handedOver atomic.Bool
+	// listeners are the API's and the metrics' (by name), handed to a
+	// successor; stopServing ends serve (after a hand-over).
+	listeners   map[string]net.Listener
+	stopServing context.CancelFunc
+}
+
+// inherited is what ufpd starts with besides its configuration: the
+// holder and the descriptors of its ports' devices held for it.
+type inherited struct {
+	holder *holderClient
+	sd     *sdStore
+	held   map[string]heldFd
+	// noConns: the connections are not read from the connections file
+	// (a successor in a graceful restart is handed them).
+	noConns bool
+	// borrowed: the held descriptors are a predecessor's, which serves
+	// them until the successor takes over (handedOver until then).
+	borrowed bool
 }
 
 // owned is a device ufpd opened, with what it was opened from, so that a
@@ -46,18 +79,28 @@ type owned struct {
 // newDaemon starts a switch on c's policy and opens and attaches c's
 // devices. On error everything opened is closed again.
 func newDaemon(c *config, log *slog.Logger) (*daemon, error) {
+	return newDaemonFrom(c, log, inherited{})
+}
+
+// newDaemonFrom is newDaemon adopting what in holds.
+func newDaemonFrom(c *config, log *slog.Logger, in inherited) (*daemon, error) {
 	sw, err := vswitch.New(c.policy)
 	if err != nil {
+		closeHeld(in.held)
 		return nil, fmt.Errorf("policy: %w", err)
 	}
 	sw.SetLogger(log)
-	d := &daemon{log: log, sw: sw, cfg: c, devs: map[string]*owned{}, devErr: map[string]string{}}
+	d := &daemon{log: log, sw: sw, cfg: c, devs: map[string]*owned{}, devErr: map[string]string{},
+		holder: in.holder, held: in.held, sd: in.sd}
+	d.handedOver.Store(in.borrowed)
 	for _, spec := range c.devices {
 		if _, err := d.open(spec, sw.Port(spec.Port)); err != nil {
+			d.releaseHeld()
 			d.closeAll()
 			return nil, err
 		}
 	}
+	d.releaseHeld()
 	return d, nil
 }
 
@@ -68,12 +111,20 @@ func newDaemon(c *config, log *slog.Logger) (*daemon, error) {
 // other pods keep their network and the orchestrator can delete what is
 // gone.
 func restoreDaemon(c *config, rev uint64, log *slog.Logger) (*daemon, error) {
+	return restoreDaemonFrom(c, rev, log, inherited{})
+}
+
+// restoreDaemonFrom is restoreDaemon adopting what in holds.
+func restoreDaemonFrom(c *config, rev uint64, log *slog.Logger, in inherited) (*daemon, error) {
 	sw, err := vswitch.New(c.policy)
 	if err != nil {
+		closeHeld(in.held)
 		return nil, fmt.Errorf("%s: policy: %w", c.state, err)
 	}
 	sw.SetLogger(log)
-	d := &daemon{log: log, sw: sw, cfg: c, rev: rev, devs: map[string]*owned{}, devErr: map[string]string{}}
+	d := &daemon{log: log, sw: sw, cfg: c, rev: rev, devs: map[string]*owned{}, devErr: map[string]string{},
+		holder: in.holder, held: in.held, sd: in.sd}
+	d.handedOver.Store(in.borrowed)
 	r := &api.RestoreReport{From: c.state, Revision: rev}
 	r.Networks, r.Endpoints, r.LoadBalancers = len(c.policy.Networks), len(c.policy.Endpoints), len(c.policy.LoadBalancers)
 	for _, spec := range c.devices {
@@ -89,10 +140,13 @@ func restoreDaemon(c *config, rev uint64, log *slog.Logger) (*daemon, error) {
 			r.Recreated = append(r.Recreated, spec.Port)
 		}
 	}
+	d.releaseHeld()
 	// The connections go back before the switch serves: the replies of
 	// old connections find their flows, and their NAT ports are taken
 	// before any new connection can be given one.
-	r.Connections = d.restoreConns(connsPath(c.state))
+	if !in.noConns {
+		r.Connections = d.restoreConns(connsPath(c.state))
+	}
 	d.restored = r
 	log.Info("configuration restored", "state", c.state, "revision", rev,
 		"networks", r.Networks, "endpoints", r.Endpoints, "loadbalancers", r.LoadBalancers,
@@ -107,7 +161,7 @@ func (d *daemon) open(spec deviceConfig, port *vswitch.Port) (reattached bool, e
 	if err := checkNetNS(spec); err != nil {
 		return false, err
 	}
-	dev, reattached, err := openDevice(spec, port.Link)
+	dev, how, err := d.openOrAdopt(spec, port.Link)
 	if err != nil {
 		return false, fmt.Errorf("port %s: %s device %s: %w", spec.Port, spec.Type, spec.Name, err)
 	}
@@ -117,10 +171,8 @@ func (d *daemon) open(spec deviceConfig, port *vswitch.Port) (reattached bool, e
 	}
 	d.devs[spec.Port] = &owned{spec: spec, link: port.Link, dev: dev}
 	delete(d.devErr, spec.Port)
-	how := "made"
-	if reattached {
-		how = "reattached"
-	}
+	d.hold(spec.Port)
+	reattached = how != "made"
 	attrs := []any{"port", spec.Port, "type", spec.Type, "name", spec.Name, "netns", spec.NetNS, "interface", how}
 	if u, ok := dev.(interface{ uplinkIO() (string, error) }); ok {
 		io, fellBack := u.uplinkIO()
@@ -158,11 +210,15 @@ func (d *daemon) serve(ctx context.Context) error {
 func (d *daemon) closeAll() {
 	for _, port := range slices.Sorted(maps.Keys(d.devs)) {
 		o := d.devs[port]
+		if d.handedOver.Load() {
+			keepOnClose(o.dev)
+		}
 		d.sw.Detach(port)
 		if err := o.dev.Close(); err != nil {
 			d.log.Warn("closing port device", "port", port, "err", err)
 		}
 		delete(d.devs, port)
+		d.unhold(port)
 		d.log.Info("port device removed", "port", port, "name", o.spec.Name)
 	}
 }
@@ -241,6 +297,7 @@ func (d *daemon) apply(c *config) error {
 		d.sw.Detach(port)
 		o.dev.Close()
 		delete(d.devs, port)
+		d.unhold(port)
 		d.log.Info("port device removed", "port", port, "name", o.spec.Name)
 	}
 	for port := range d.devErr {

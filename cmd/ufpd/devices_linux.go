@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"sync/atomic"
 
 	"github.com/ufp-dev/ufp/device"
 	"github.com/ufp-dev/ufp/vswitch"
@@ -37,6 +38,9 @@ type uplink struct {
 	restore func() error
 	// fellBack says why an afxdp device is AF_PACKET (nil otherwise).
 	fellBack error
+	// keep is set once the socket is handed to a successor: Close
+	// leaves the interface dedicated.
+	keep atomic.Bool
 }
 
 func openUplink(ifname, netns string, mode device.UplinkMode) (*uplink, error) {
@@ -63,7 +67,7 @@ func (u *uplink) uplinkIO() (io string, fellBack error) {
 // Close closes the device and gives the interface back to the kernel.
 func (u *uplink) Close() error {
 	err := u.Uplink.Close()
-	if u.restore != nil {
+	if u.restore != nil && !u.keep.Load() {
 		err = errors.Join(err, u.restore())
 		u.restore = nil
 	}

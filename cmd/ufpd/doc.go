@@ -12,4 +12,13 @@
 // the new policy and swaps it in atomically; an invalid file is rejected
 // with an error naming the field and the running policy stays. On SIGTERM
 // or SIGINT it stops, removing the interfaces it made.
+//
+// With a state file, ufpd starts a descriptor holder (`ufpd fdholder`, a
+// process of its own that only keeps duplicates of the TAPs' and the
+// AF_PACKET uplink's descriptors): after a crash, the pods keep their
+// carrier and the next ufpd adopts the devices from it. On SIGUSR2 (or
+// POST /v1/restart) ufpd restarts gracefully: it starts its successor,
+// hands it the devices, the listeners and the connections, stops reading
+// at a frame boundary once the successor is ready, and exits when it
+// serves (docs/UFPD.md, "Restarts").
 package main

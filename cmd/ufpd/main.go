@@ -23,6 +23,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "demo" {
 		return demo(args[1:], stdout, stderr)
 	}
+	if len(args) == 1 && args[0] == "fdholder" {
+		// Started by ufpd itself (see holder_linux.go), not by hand.
+		return holderMain(stderr)
+	}
 	fl := flag.NewFlagSet("ufpd", flag.ContinueOnError)
 	fl.SetOutput(stderr)
 	path := fl.String("config", "", "configuration file (JSON: policy and devices)")
@@ -100,22 +104,43 @@ func newLogger(w io.Writer, lc logConfig) *slog.Logger {
 // c is the configuration to start from: the file's, or the state file's
 // (fromState) at revision rev.
 func daemonMain(ctx context.Context, path string, c *config, rev uint64, fromState bool, log *slog.Logger) error {
-	var apiL net.Listener
-	if c.api.Socket != "" {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// A graceful restart's successor is handed its devices and
+	// listeners by its predecessor, which serves until it takes over.
+	pred, err := predecessor()
+	if err != nil {
+		return err
+	}
+	handed := &handedIn{}
+	if pred != nil {
+		if handed, err = receiveHandoff(pred); err != nil {
+			failTo(pred, err)
+			return err
+		}
+		log.Info("graceful restart: devices and listeners handed over", "devices", len(handed.devs), "listeners", len(handed.listeners))
+	}
+	fail := func(err error) error {
+		if pred != nil {
+			failTo(pred, err)
+		}
+		return err
+	}
+	apiL, metricsL := handed.listeners["api"], handed.listeners["metrics"]
+	if c.api.Socket != "" && apiL == nil {
 		l, err := listenAPI(c.api.Socket)
 		if err != nil {
-			return err
+			return fail(err)
 		}
 		apiL = l
 	}
-	var metricsL net.Listener
-	if c.metrics.Listen != "" {
+	if c.metrics.Listen != "" && metricsL == nil {
 		l, err := net.Listen("tcp", c.metrics.Listen)
 		if err != nil {
 			if apiL != nil {
 				apiL.Close()
 			}
-			return fmt.Errorf("metrics.listen: %w", err)
+			return fail(fmt.Errorf("metrics.listen: %w", err))
 		}
 		metricsL = l
 	}
@@ -129,17 +154,53 @@ func daemonMain(ctx context.Context, path string, c *config, rev uint64, fromSta
 	if c.state != "" {
 		removeStaleTemps(c.state)
 	}
+	in := inheritDevices(c, log)
+	if pred != nil {
+		// The holder holds the same devices: the predecessor's copies
+		// are the ones to adopt.
+		closeHeld(in.held)
+		in.held, in.noConns, in.borrowed = handed.devs, true, true
+	}
 	var d *daemon
-	var err error
 	if fromState {
-		d, err = restoreDaemon(c, rev, log)
+		d, err = restoreDaemonFrom(c, rev, log, in)
 	} else {
-		d, err = newDaemon(c, log)
+		d, err = newDaemonFrom(c, log, in)
+	}
+	if err == nil && pred != nil {
+		if err = d.takeOver(pred); err != nil {
+			d.mu.Lock()
+			d.closeAll() // leaves the devices to the predecessor
+			d.mu.Unlock()
+		}
 	}
 	if err != nil {
+		if pred != nil {
+			in.holder.detach() // the predecessor serves on with it
+		} else {
+			in.holder.abandon()
+		}
+		in.sd.close()
 		closeListeners()
-		return err
+		return fail(err)
 	}
+	d.stopServing = cancel
+	d.listeners = map[string]net.Listener{}
+	for name, l := range map[string]net.Listener{"api": apiL, "metrics": metricsL} {
+		if l != nil {
+			d.listeners[name] = l
+		}
+	}
+	d.holder.startWatch()
+	defer func() {
+		// After serve: the devices are closed (or handed over).
+		if d.handedOver.Load() {
+			d.holder.detach()
+		} else {
+			d.holder.quit()
+		}
+		d.sd.close()
+	}()
 	if c.state != "" && !fromState {
 		// The file seeds the state: from now on the state file is the
 		// configuration.
@@ -171,9 +232,14 @@ func daemonMain(ctx context.Context, path string, c *config, rev uint64, fromSta
 	if c.state != "" {
 		wg.Go(func() { d.saveConns(ctx, connsPath(c.state)) })
 	}
-	hup := make(chan os.Signal, 1)
+	wg.Go(func() { d.keepHolder(ctx) })
+	hup, usr2 := make(chan os.Signal, 1), make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
+	if len(restartSignals) > 0 {
+		signal.Notify(usr2, restartSignals...)
+	}
 	defer signal.Stop(hup)
+	defer signal.Stop(usr2)
 	go func() {
 		for {
 			select {
@@ -181,9 +247,17 @@ func daemonMain(ctx context.Context, path string, c *config, rev uint64, fromSta
 				return
 			case <-hup:
 				d.reloadFile(path)
+			case <-usr2:
+				// A graceful restart onto this executable; it logs
+				// its outcome.
+				d.restart("")
 			}
 		}
 	}()
+	if pred != nil {
+		pred.send(fdMsg{Op: opServing}, -1)
+		pred.c.Close()
+	}
 	log.Info("ufpd serving", "config", path, "ports", len(d.sw.Ports()), "devices", len(c.devices), "pid", os.Getpid())
 	err = d.serve(ctx)
 	log.Info("ufpd stopped", "device_failures", d.sw.DeviceFailures())

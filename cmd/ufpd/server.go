@@ -56,7 +56,11 @@ func listenAPI(path string) (net.Listener, error) {
 
 // serveAPI serves the API on l until ctx ends, then removes the socket.
 func (d *daemon) serveAPI(ctx context.Context, l net.Listener) error {
-	defer os.Remove(l.Addr().String())
+	defer func() {
+		if !d.handedOver.Load() { // else the successor's now
+			os.Remove(l.Addr().String())
+		}
+	}()
 	return serveHTTP(ctx, l, d.handler(), d.log)
 }
 
@@ -85,6 +89,20 @@ func serveHTTP(ctx context.Context, l net.Listener, h http.Handler, log *slog.Lo
 	return nil
 }
 
+// postRestart is a graceful restart (docs/UFPD.md, "Restarts"): it
+// answers once the successor serves, or with why it does not (ufpd then
+// serves on).
+func (d *daemon) postRestart(w http.ResponseWriter, r *http.Request) (any, error) {
+	var req api.RestartRequest
+	if err := decode(r, "restart", &req); err != nil {
+		return nil, err
+	}
+	if req.Binary != "" && !filepath.IsAbs(req.Binary) {
+		return nil, errorf(http.StatusBadRequest, "restart", "binary %q is not an absolute path", req.Binary)
+	}
+	return d.restart(req.Binary)
+}
+
 // handler returns the API's routes (docs/API.md).
 func (d *daemon) handler() http.Handler {
 	mux := http.NewServeMux()
@@ -96,6 +114,7 @@ func (d *daemon) handler() http.Handler {
 	}
 	h("GET /v1/status", d.getStatus)
 	h("GET /v1/config", d.getConfig)
+	h("POST /v1/restart", d.postRestart)
 	h("PUT /v1/config", d.putConfig)
 
 	routeCollection(h, d, "/v1/networks", networks)
@@ -146,7 +165,7 @@ func (d *daemon) answer(w http.ResponseWriter, r *http.Request, v any, err error
 	case v == nil:
 		w.WriteHeader(http.StatusNoContent)
 		return
-	case r.Method == http.MethodPost && r.URL.Path != "/v1/trace":
+	case r.Method == http.MethodPost && r.URL.Path != "/v1/trace" && r.URL.Path != "/v1/restart":
 		status = http.StatusCreated
 	}
 	writeJSON(w, status, v)

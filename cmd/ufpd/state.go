@@ -110,7 +110,7 @@ func readState(path string, base *config) (*config, uint64, error) {
 	if err := dec.Decode(&st); err != nil {
 		return nil, 0, fmt.Errorf("%s: not a ufpd state file: %w", path, err)
 	}
-	fc := fileConfig{Policy: st.Policy, Devices: st.Devices, Log: base.log, API: base.api, State: base.state, Metrics: base.metrics}
+	fc := fileConfig{Policy: st.Policy, Devices: st.Devices, Log: base.log, API: base.api, State: base.state, Metrics: base.metrics, Holder: base.holder}
 	fb, err := json.Marshal(fc)
 	if err != nil {
 		return nil, 0, err
