@@ -575,17 +575,20 @@ func (w *Worker) account(f *Flow, n int, tcp uint8, now int64) {
 	w.runBytes += uint64(n)
 	w.runNow = now
 	if tcp&(TCPSyn|TCPFin|TCPRst) != 0 || tcp&TCPAck != 0 && uint8(f.state.Load())&TCPAck == 0 {
-		f.Account(0, tcp, now)
+		w.pl.uft.Account(f, 0, tcp, now)
 	}
 }
 
 // endRun counts the current run on its flow.
 func (w *Worker) endRun() {
 	if f := w.run; f != nil {
-		f.packets.Add(w.runPkts)
+		first := f.packets.Add(w.runPkts) == w.runPkts
 		f.bytes.Add(w.runBytes)
 		if f.lastSeen.Load() < w.runNow {
 			f.lastSeen.Store(w.runNow)
+		}
+		if first {
+			w.pl.uft.touch(f) // replied now, perhaps
 		}
 		w.run, w.runPkts, w.runBytes = nil, 0, 0
 	}
@@ -840,7 +843,7 @@ func (w *Worker) install(sp *slowPacket, d *Decision, a *Action) *Conn {
 	}
 	n := p.Len()
 	w.apply(sp, a, sp.hash)
-	f.Account(n, pr.Tenant().TCPFlags, sp.now)
+	w.pl.uft.Account(f, n, pr.Tenant().TCPFlags, sp.now)
 	return c
 }
 
@@ -1015,7 +1018,7 @@ func (w *Worker) revalidate(sp *slowPacket, f *Flow, c *Conn) bool {
 	w.Flow = f
 	n := p.Len()
 	w.apply(sp, f.action.Load(), sp.hash)
-	f.Account(n, w.parsed.Tenant().TCPFlags, sp.now)
+	w.pl.uft.Account(f, n, w.parsed.Tenant().TCPFlags, sp.now)
 	return true
 }
 

@@ -181,7 +181,10 @@ type Flow struct {
 	// the slow path. outer holds the outer source and destination
 	// addresses of an encapsulated packet, interned (few tunnel ends
 	// serve many flows): the zero Handle for a packet that is not.
-	macs  [12]byte // destination then source, as in the Ethernet header
+	macs [12]byte // destination then source, as in the Ethernet header
+	// filed is the expiry wheel slot the flow is filed at (see wheel),
+	// its low 32 bits; under the shard's lock.
+	filed atomic.Uint32
 	outer unique.Handle[outerAddrs]
 
 	hash  uint32 // key.Hash()
@@ -287,11 +290,21 @@ func (f *Flow) guardOK(eth []byte, outer *Headers) bool {
 	return f.outerIs(&outer.Src, &outer.Dst)
 }
 
-// Account counts one packet of n bytes with TCP flags tcp at time now; n
-// == 0 records the flags and time only.
-func (f *Flow) Account(n int, tcp uint8, now int64) {
+// Account counts one packet of n bytes of f, a flow of t, with TCP flags
+// tcp at time now; n == 0 records the flags and time only.
+func (t *FlowTable) Account(f *Flow, n int, tcp uint8, now int64) {
+	if f.account(n, tcp, now) {
+		t.touch(f)
+	}
+}
+
+// account is Account for f alone: it reports whether the packet changed
+// what f's timeout depends on (a TCP flag not seen before, or f's first
+// packet), for the caller to tell the table (touch).
+func (f *Flow) account(n int, tcp uint8, now int64) bool {
+	changed := false
 	if n > 0 {
-		f.packets.Add(1)
+		changed = f.packets.Add(1) == 1
 		f.bytes.Add(uint64(n))
 	}
 	if f.lastSeen.Load() < now {
@@ -300,8 +313,10 @@ func (f *Flow) Account(n int, tcp uint8, now int64) {
 	if tcp != 0 {
 		if s := f.state.Load(); uint32(tcp)&^s != 0 {
 			f.state.Or(uint32(tcp))
+			changed = true
 		}
 	}
+	return changed
 }
 
 // Conn is the state a connection's two directions share: the flows, the
@@ -380,6 +395,16 @@ type FlowTable struct {
 	earlyDropped, shareRefused          atomic.Uint64
 	// perPort counts the flows charged to each port (Flow.owner).
 	perPort []atomic.Int32
+
+	// Expiry (see wheel): the slots of each shard's wheel (a power of
+	// two), the flows whose due time moved earlier, and the expiry
+	// pass's lock and scratch space.
+	wheelSlots int
+	pending    *pendingRing
+	expireMu   sync.Mutex
+	touched    []*Flow
+	gone       []*Flow
+	visits     uint64 // wheel entries the passes looked at, for tests
 }
 
 // A shard maps key hashes to flows, chaining the rare flows whose keys
@@ -393,8 +418,9 @@ type shard struct {
 	mu   sync.RWMutex
 	m    map[uint32]*Flow
 	peak int // the most keys m held since it was made
+	w    wheel
 	// Keep shards on their own cache lines.
-	_ [(64 - (unsafe.Sizeof(sync.RWMutex{})+unsafe.Sizeof(map[uint32]*Flow(nil))+unsafe.Sizeof(0))%64) % 64]byte
+	_ [(64 - (unsafe.Sizeof(sync.RWMutex{})+unsafe.Sizeof(map[uint32]*Flow(nil))+unsafe.Sizeof(0)+unsafe.Sizeof(wheel{}))%64) % 64]byte
 }
 
 // shrinkMin is the peak below which a shard's map is never rebuilt.
@@ -430,6 +456,12 @@ func NewFlowTable(cfg FlowTableConfig) (*FlowTable, error) {
 	}
 	t := &FlowTable{cfg: cfg, shards: make([]shard, cfg.Shards), mask: uint32(cfg.Shards - 1),
 		perPort: make([]atomic.Int32, int(NoPort)+1)}
+	// About 256 slots (4.6 min) per shard, fewer with many shards: a
+	// flow filed further ahead is looked at once per turn of the wheel.
+	t.wheelSlots = max(16, min(256, 1<<18/cfg.Shards))
+	// Room for the state changes of a second (two per connection that
+	// closes), up to 64k.
+	t.pending = newPendingRing(max(256, min(1<<16, int(nextPow2(uint64(cfg.MaxFlows/64))))))
 	for i := range t.shards {
 		t.shards[i].m = make(map[uint32]*Flow)
 	}
@@ -550,6 +582,7 @@ func (t *FlowTable) insert(f *Flow, share bool) (got, evicted *Flow, why DropRea
 	why = t.reserve(f.owner, share)
 	if why == NotDropped {
 		s.addLocked(f)
+		t.fileLocked(s, f)
 	}
 	s.mu.Unlock()
 	if why == NotDropped {
@@ -569,6 +602,7 @@ func (t *FlowTable) insert(f *Flow, share bool) (got, evicted *Flow, why DropRea
 	why = t.reserve(f.owner, share)
 	if why == NotDropped {
 		s.addLocked(f)
+		t.fileLocked(s, f)
 	}
 	s.mu.Unlock()
 	if why != NotDropped {
@@ -803,6 +837,9 @@ func (t *FlowTable) Pair(fwd, rev *Flow, stateful bool, now int64) *Conn {
 	if c.rev.CompareAndSwap(nil, rev) || c.rev.Load() == rev {
 		rev.conn.Store(c)
 	}
+	// The pair may be replied, or hold the other's RST, now.
+	t.touch(fwd)
+	t.touch(rev)
 	return c
 }
 
@@ -940,23 +977,24 @@ func (t *FlowTable) Expired(f *Flow, now int64) bool {
 }
 
 // Expire removes every flow whose connection has been idle past its timeout
-// at time now, and returns how many it removed.
+// at time now, and returns how many it removed. Its work is in proportion
+// to the flows whose wheel slots came due (see wheel), not to the table.
 func (t *FlowTable) Expire(now int64) int {
-	n := 0
-	var gone []*Flow
+	t.expireMu.Lock()
+	defer t.expireMu.Unlock()
+	touched, lost := t.drain(t.touched)
+	gone := t.gone[:0]
+	n, j := 0, 0
 	for i := range t.shards {
 		s := &t.shards[i]
 		s.mu.Lock()
-		for _, f := range s.m {
-			for f != nil {
-				next := f.next
-				if t.Expired(f, now) {
-					t.deleteLocked(s, f)
-					gone = append(gone, f)
-				}
-				f = next
-			}
+		if lost {
+			t.rebuildLocked(s)
 		}
+		for ; j < len(touched) && touched[j].hash&t.mask == uint32(i); j++ {
+			t.refileLocked(s, touched[j])
+		}
+		gone = t.expireLocked(s, now, gone)
 		s.shrinkLocked()
 		s.mu.Unlock()
 		// Partners expire with them: both directions share the idle time.
@@ -968,8 +1006,11 @@ func (t *FlowTable) Expire(now int64) int {
 		}
 		n += k
 		t.expired.Add(uint64(k))
+		clear(gone)
 		gone = gone[:0]
 	}
+	clear(touched)
+	t.touched, t.gone = touched[:0], gone
 	return n
 }
 
@@ -1007,7 +1048,7 @@ func (t *FlowTable) Flush() {
 				f = next
 			}
 		}
-		s.m, s.peak = make(map[uint32]*Flow), 0
+		s.m, s.peak, s.w = make(map[uint32]*Flow), 0, wheel{}
 		s.mu.Unlock()
 	}
 }

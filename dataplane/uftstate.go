@@ -143,6 +143,7 @@ func (rs *Restorer) Restore(r *ConnRecord, now int64) error {
 	}
 	r.Fwd.restore(f, now)
 	r.Rev.restore(rev, now)
+	uft.touch(f) // idle since before now
 	return nil
 }
 
