@@ -590,6 +590,7 @@ func (w *Worker) endRun() {
 		if first {
 			w.pl.uft.touch(f) // replied now, perhaps
 		}
+		w.pl.uft.changed(f.hash)
 		w.run, w.runPkts, w.runBytes = nil, 0, 0
 	}
 }
@@ -858,7 +859,7 @@ func (w *Worker) install(sp *slowPacket, d *Decision, a *Action) *Conn {
 func (w *Worker) insert(sp *slowPacket, a *Action, withConn bool) (*Flow, *connBlock, DropReason) {
 	if f := sp.flow; f != nil {
 		// Stale stateless flow: keep it (and its counters), new action.
-		f.SetAction(a)
+		w.pl.uft.SetAction(f, a)
 		if !f.Removed() {
 			return f, nil, NotDropped
 		}
@@ -889,7 +890,7 @@ func (w *Worker) insert(sp *slowPacket, a *Action, withConn bool) (*Flow, *connB
 		return nil, nil, why
 	}
 	if f != nf {
-		f.SetAction(a) // another worker got there first
+		uft.SetAction(f, a) // another worker got there first
 		blk = nil
 	}
 	return f, blk, NotDropped
@@ -961,7 +962,7 @@ func (w *Worker) installReverse(f *Flow, orig, final *View, d *Decision, blk *co
 	}
 	if old := c.rev.Load(); old != nil {
 		if old.key == rkey {
-			old.SetAction(ra)
+			uft.SetAction(old, ra)
 			return true
 		}
 		uft.Remove(old)
@@ -1072,7 +1073,7 @@ func (w *Worker) redecide(c *Conn, gen uint64, now int64) redecision {
 		w.Trace.Addf("transposition rejected: %v", err)
 		return stateGone
 	}
-	fwd.SetAction(a)
+	w.pl.uft.SetAction(fwd, a)
 	if a.Drop == NotDropped && d.Stateful {
 		w.installReverse(fwd, orig, v, d, nil)
 	} else if r := c.rev.Load(); r != nil {

@@ -233,9 +233,6 @@ func (f *Flow) Key() FlowKey { return f.key }
 // Action returns the flow's current action.
 func (f *Flow) Action() *Action { return f.action.Load() }
 
-// SetAction replaces the flow's action (after revalidation).
-func (f *Flow) SetAction(a *Action) { f.action.Store(a) }
-
 // Conn returns the connection the flow belongs to, nil if none.
 func (f *Flow) Conn() *Conn { return f.conn.Load() }
 
@@ -295,6 +292,9 @@ func (f *Flow) guardOK(eth []byte, outer *Headers) bool {
 func (t *FlowTable) Account(f *Flow, n int, tcp uint8, now int64) {
 	if f.account(n, tcp, now) {
 		t.touch(f)
+	}
+	if n > 0 {
+		t.changed(f.hash)
 	}
 }
 
@@ -405,6 +405,12 @@ type FlowTable struct {
 	touched    []*Flow
 	gone       []*Flow
 	visits     uint64 // wheel entries the passes looked at, for tests
+
+	// MeterTraffic's: a flag per shard whose flows changed, and each
+	// shard's sums.
+	dirty     []dirtyFlag
+	trafficMu sync.Mutex
+	traffic   []map[Meter]Traffic
 }
 
 // A shard maps key hashes to flows, chaining the rare flows whose keys
@@ -455,7 +461,7 @@ func NewFlowTable(cfg FlowTableConfig) (*FlowTable, error) {
 		return nil, err
 	}
 	t := &FlowTable{cfg: cfg, shards: make([]shard, cfg.Shards), mask: uint32(cfg.Shards - 1),
-		perPort: make([]atomic.Int32, int(NoPort)+1)}
+		perPort: make([]atomic.Int32, int(NoPort)+1), dirty: make([]dirtyFlag, cfg.Shards)}
 	// About 256 slots (4.6 min) per shard, fewer with many shards: a
 	// flow filed further ahead is looked at once per turn of the wheel.
 	t.wheelSlots = max(16, min(256, 1<<18/cfg.Shards))
@@ -583,6 +589,7 @@ func (t *FlowTable) insert(f *Flow, share bool) (got, evicted *Flow, why DropRea
 	if why == NotDropped {
 		s.addLocked(f)
 		t.fileLocked(s, f)
+		t.changed(hash)
 	}
 	s.mu.Unlock()
 	if why == NotDropped {
@@ -603,6 +610,7 @@ func (t *FlowTable) insert(f *Flow, share bool) (got, evicted *Flow, why DropRea
 	if why == NotDropped {
 		s.addLocked(f)
 		t.fileLocked(s, f)
+		t.changed(hash)
 	}
 	s.mu.Unlock()
 	if why != NotDropped {
@@ -755,6 +763,7 @@ func (t *FlowTable) deleteLocked(s *shard, f *Flow) {
 	}
 	f.next = nil
 	f.state.Or(flowRemoved)
+	t.changed(f.hash)
 	t.count.Add(-1)
 	t.perPort[f.owner].Add(-1)
 	if m := f.action.Load().Meter; m != nil {

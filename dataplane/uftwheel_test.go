@@ -162,8 +162,8 @@ func TestFlowTableExpireWork(t *testing.T) {
 // FuzzFlowTableExpire checks Expire against the plain walk it replaces:
 // for any sequence of flows, pairings, packets (flags, replies) and times,
 // each pass removes exactly the flows that Expired reports expired, and
-// nothing else. Small wheels and a small pending ring make the wheel turn
-// and the ring overflow.
+// nothing else; and MeterTraffic against the sums of a walk. Small wheels
+// and a small pending ring make the wheel turn and the ring overflow.
 func FuzzFlowTableExpire(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 200, 201, 202, 255, 254, 100})
 	f.Add([]byte{1, 0, 0x10, 0x21, 0x32, 0x43, 0x54, 0x65, 0x76, 0x87, 0x98, 0xa9, 0xba, 0xcb, 0xdc, 0xed, 0xfe})
@@ -185,6 +185,7 @@ func fuzzExpire(t *testing.T, ops []byte) {
 		ft.pending = newPendingRing(2)
 	}
 	protos := []uint8{ProtoTCP, ProtoTCP, ProtoUDP, ProtoICMPv4, ProtoESP}
+	actions := []*Action{{Out: 2, Meter: &plMeter{}}, {Out: 2, Meter: &plMeter{}}, {Out: 2}}
 	flags := []uint8{TCPSyn, TCPSyn | TCPAck, TCPAck, TCPFin | TCPAck, TCPRst, 0}
 	var live []*Flow
 	now := uftT0
@@ -194,6 +195,7 @@ func fuzzExpire(t *testing.T, ops []byte) {
 		case 0, 1: // a new flow, maybe with its reply
 			k := uftKeyProto(len(live)*31+arg, protos[arg%len(protos)])
 			fw := uftNewFlow(k, now)
+			fw.action.Store(actions[arg%len(actions)])
 			if ft.Insert(fw) != fw {
 				continue
 			}
@@ -210,7 +212,11 @@ func fuzzExpire(t *testing.T, ops []byte) {
 				continue
 			}
 			fl := live[arg%len(live)]
-			if !fl.Removed() {
+			switch {
+			case fl.Removed():
+			case op%6 == 3 && arg%4 == 0:
+				ft.SetAction(fl, actions[arg/4%len(actions)])
+			default:
 				ft.Account(fl, 60*(arg%2), flags[arg%len(flags)], now)
 			}
 		case 4: // time passes: up to 4 min, in steps from 1/8 s
@@ -242,7 +248,9 @@ func checkExpire(t *testing.T, ft *FlowTable, now int64) {
 		}
 		return true
 	})
+	checkTraffic(t, ft)
 	n := ft.Expire(now)
+	checkTraffic(t, ft)
 	if n != len(want) {
 		t.Errorf("Expire at %s removed %d flows, the walk finds %d expired", fmtSec(now), n, len(want))
 	}
@@ -257,3 +265,25 @@ func checkExpire(t *testing.T, ft *FlowTable, now int64) {
 }
 
 func fmtSec(ns int64) string { return fmt.Sprintf("%.3fs", float64(ns-uftT0)/1e9) }
+
+// checkTraffic checks MeterTraffic against a walk of the table.
+func checkTraffic(t *testing.T, ft *FlowTable) {
+	t.Helper()
+	want := map[Meter]Traffic{}
+	ft.Range(func(f *Flow) bool {
+		if m := f.Action().Meter; m != nil {
+			w := want[m]
+			want[m] = Traffic{w.Packets + f.Packets(), w.Bytes + f.Bytes()}
+		}
+		return true
+	})
+	got := ft.MeterTraffic()
+	if len(got) != len(want) {
+		t.Errorf("MeterTraffic has %d meters, the walk %d", len(got), len(want))
+	}
+	for m, w := range want {
+		if got[m] != w {
+			t.Errorf("MeterTraffic %+v, the walk %+v", got[m], w)
+		}
+	}
+}
