@@ -429,14 +429,20 @@ type shard struct {
 	_ [(64 - (unsafe.Sizeof(sync.RWMutex{})+unsafe.Sizeof(map[uint32]*Flow(nil))+unsafe.Sizeof(0)+unsafe.Sizeof(wheel{}))%64) % 64]byte
 }
 
-// shrinkMin is the peak below which a shard's map is never rebuilt.
-const shrinkMin = 1024
+// shrinkMin is the peak below which a shard's map is rebuilt only when
+// it empties, and shrinkEmptyMin the peak below which not even then.
+const (
+	shrinkMin      = 1024
+	shrinkEmptyMin = 64
+)
 
-// shrinkLocked rebuilds s's map if it holds under a quarter of its peak:
-// the cost, one copy of what is left, is paid for by the removals since
-// the peak (at least three times as many).
-func (s *shard) shrinkLocked() {
-	if s.peak < shrinkMin || len(s.m) >= s.peak/4 {
+// shrinkLocked rebuilds s's map, and its expiry wheel, if the map holds
+// under a quarter of its peak: the cost, one copy of what is left, is
+// paid for by the removals since the peak (at least three times as
+// many). The wheel's lists drop the entries of the flows removed, which
+// they would otherwise keep until their slots came due.
+func (t *FlowTable) shrinkLocked(s *shard) {
+	if (s.peak < shrinkMin || len(s.m) >= s.peak/4) && (len(s.m) != 0 || s.peak < shrinkEmptyMin) {
 		return
 	}
 	m := make(map[uint32]*Flow, len(s.m))
@@ -444,6 +450,7 @@ func (s *shard) shrinkLocked() {
 		m[h] = f
 	}
 	s.m, s.peak = m, len(m)
+	t.rebuildLocked(s)
 }
 
 // findLocked returns the flow of s with key k, whose hash is hash.
@@ -795,7 +802,7 @@ func (t *FlowTable) Remove(f *Flow) bool {
 	ok := s.findLocked(&f.key, f.hash) == f
 	if ok {
 		t.deleteLocked(s, f)
-		s.shrinkLocked()
+		t.shrinkLocked(s)
 	}
 	s.mu.Unlock()
 	return ok
@@ -1004,7 +1011,7 @@ func (t *FlowTable) Expire(now int64) int {
 			t.refileLocked(s, touched[j])
 		}
 		gone = t.expireLocked(s, now, gone)
-		s.shrinkLocked()
+		t.shrinkLocked(s)
 		s.mu.Unlock()
 		// Partners expire with them: both directions share the idle time.
 		k := len(gone)

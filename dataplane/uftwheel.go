@@ -116,7 +116,8 @@ func (t *FlowTable) refileLocked(s *shard, f *Flow) {
 // rebuildLocked files every flow of s anew, in a new wheel (after the
 // pending ring overflowed: the flows whose state changed are unknown).
 func (t *FlowTable) rebuildLocked(s *shard) {
-	if s.w.slots == nil {
+	if s.w.slots == nil || len(s.m) == 0 {
+		s.w = wheel{}
 		return
 	}
 	s.w.slots, s.w.base = make([][]*Flow, t.wheelSlots), math.MaxInt64

@@ -287,3 +287,24 @@ func checkTraffic(t *testing.T, ft *FlowTable) {
 		}
 	}
 }
+
+// A shard that empties after holding shrinkEmptyMin flows or more gets a
+// new map and drops its wheel, whatever removed the flows.
+func TestFlowTableEmptiedShard(t *testing.T) {
+	for _, n := range []int{shrinkEmptyMin - 1, shrinkEmptyMin, 3000} {
+		ft := uftTable(t, FlowTableConfig{MaxFlows: n, Shards: 1})
+		var flows []*Flow
+		for i := range n {
+			f := uftNewFlow(uftKey(i), uftT0)
+			ft.Insert(f)
+			flows = append(flows, f)
+		}
+		for _, f := range flows {
+			ft.Remove(f)
+		}
+		s := &ft.shards[0]
+		if fresh := s.peak == 0 && s.w.slots == nil; fresh != (n >= shrinkEmptyMin) {
+			t.Errorf("%d flows removed: peak %d, wheel of %d slots; want fresh %v", n, s.peak, len(s.w.slots), n >= shrinkEmptyMin)
+		}
+	}
+}
