@@ -21,21 +21,24 @@ const (
 )
 
 // memReturn decides when the expiry loop returns memory: it keeps the
-// table's peak size since the last return. The zero value is ready; not
-// safe for concurrent use.
+// table's peak size since the last return, and its size at the last
+// tick. The zero value is ready; not safe for concurrent use.
 type memReturn struct {
-	peak int
-	last time.Time
+	peak, prev int
+	last       time.Time
 }
 
 // due records that the table holds n flows at now, and reports whether
 // memory is to be returned: the table lost at least half its peak and
-// freeOSMinFlows since the last return, and that was freeOSInterval ago.
-// A true answer starts the count anew.
+// freeOSMinFlows since the last return, it stopped shrinking (a flush
+// takes several ticks: return once it is over), and the last return
+// was freeOSInterval ago. A true answer starts the count anew.
 func (m *memReturn) due(n int, now time.Time) bool {
 	m.peak = max(m.peak, n)
+	falling := n < m.prev
+	m.prev = n
 	drop := m.peak - n
-	if drop < freeOSMinFlows || drop < m.peak/2 || !m.last.IsZero() && now.Sub(m.last) < freeOSInterval {
+	if falling || drop < freeOSMinFlows || drop < m.peak/2 || !m.last.IsZero() && now.Sub(m.last) < freeOSInterval {
 		return false
 	}
 	m.peak, m.last = n, now

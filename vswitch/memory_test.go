@@ -13,20 +13,26 @@ type memStep struct {
 }
 
 // memReturn returns memory after the table lost half its peak and at
-// least freeOSMinFlows, at most once per freeOSInterval.
+// least freeOSMinFlows and stopped shrinking, at most once per
+// freeOSInterval.
 func TestMemReturn(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 0)
 	const big = freeOSMinFlows * 4
+	sec := time.Second
 	for _, tc := range []struct {
 		name  string
 		steps []memStep
 	}{
-		{name: "flush", steps: []memStep{{0, 0, false}, {big, time.Second, false}, {0, 2 * time.Second, true}, {0, 3 * time.Second, false}}},
-		{name: "small-table", steps: []memStep{{freeOSMinFlows - 1, 0, false}, {0, time.Second, false}}},
-		{name: "less-than-half", steps: []memStep{{big, 0, false}, {big/2 + 1, time.Second, false}, {big / 2, 2 * time.Second, true}}},
-		{name: "rate-limited", steps: []memStep{{big, 0, false}, {0, time.Second, true}, {big, 2 * time.Second, false}, {0, 3 * time.Second, false},
-			{0, time.Second + freeOSInterval - 1, false}, {0, time.Second + freeOSInterval, true}}},
-		{name: "slow-expiry", steps: []memStep{{big, 0, false}, {big * 3 / 4, time.Minute, false}, {big/2 - 1, 2 * time.Minute, true}, {big / 4, 3 * time.Minute, false}}},
+		{name: "flush", steps: []memStep{{0, 0, false}, {big, sec, false}, {big / 2, 2 * sec, false}, {0, 3 * sec, false},
+			{0, 4 * sec, true}, {0, 5 * sec, false}}},
+		{name: "expiry-pass", steps: []memStep{{big, 0, false}, {big / 4, sec, false}, {big/4 + 1, 2 * sec, true}}},
+		{name: "small-table", steps: []memStep{{freeOSMinFlows - 1, 0, false}, {0, sec, false}, {0, 2 * sec, false}}},
+		{name: "less-than-half", steps: []memStep{{big, 0, false}, {big/2 + 1, sec, false}, {big/2 + 1, 2 * sec, false},
+			{big / 2, 3 * sec, false}, {big / 2, 4 * sec, true}}},
+		{name: "rate-limited", steps: []memStep{{big, 0, false}, {0, sec, false}, {0, 2 * sec, true}, {big, 3 * sec, false},
+			{0, 4 * sec, false}, {0, 5 * sec, false}, {0, 2*sec + freeOSInterval - 1, false}, {0, 2*sec + freeOSInterval, true}}},
+		{name: "slow-expiry", steps: []memStep{{big, 0, false}, {big * 3 / 4, time.Minute, false}, {big/2 - 1, 2 * time.Minute, false},
+			{big/2 - 1, 3 * time.Minute, true}, {big / 4, 4 * time.Minute, false}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var m memReturn
