@@ -576,18 +576,22 @@ func (w *Worker) account(f *Flow, n int, tcp uint8, now int64) {
 	w.runBytes += uint64(n)
 	w.runNow = now
 	if tcp&(TCPSyn|TCPFin|TCPRst) != 0 || tcp&TCPAck != 0 && uint8(f.state.Load())&TCPAck == 0 {
-		f.Account(0, tcp, now)
+		w.pl.uft.Account(f, 0, tcp, now)
 	}
 }
 
 // endRun counts the current run on its flow.
 func (w *Worker) endRun() {
 	if f := w.run; f != nil {
-		f.packets.Add(w.runPkts)
+		first := f.packets.Add(w.runPkts) == w.runPkts
 		f.bytes.Add(w.runBytes)
 		if f.lastSeen.Load() < w.runNow {
 			f.lastSeen.Store(w.runNow)
 		}
+		if first {
+			w.pl.uft.touch(f) // replied now, perhaps
+		}
+		w.pl.uft.changed(f.hash)
 		w.run, w.runPkts, w.runBytes = nil, 0, 0
 	}
 }
@@ -841,7 +845,7 @@ func (w *Worker) install(sp *slowPacket, d *Decision, a *Action) *Conn {
 	}
 	n := p.Len()
 	w.apply(sp, a, sp.hash)
-	f.Account(n, pr.Tenant().TCPFlags, sp.now)
+	w.pl.uft.Account(f, n, pr.Tenant().TCPFlags, sp.now)
 	return c
 }
 
@@ -856,7 +860,7 @@ func (w *Worker) install(sp *slowPacket, d *Decision, a *Action) *Conn {
 func (w *Worker) insert(sp *slowPacket, a *Action, withConn bool) (*Flow, *connBlock, DropReason) {
 	if f := sp.flow; f != nil {
 		// Stale stateless flow: keep it (and its counters), new action.
-		f.SetAction(a)
+		w.pl.uft.SetAction(f, a)
 		if !f.Removed() {
 			return f, nil, NotDropped
 		}
@@ -887,7 +891,7 @@ func (w *Worker) insert(sp *slowPacket, a *Action, withConn bool) (*Flow, *connB
 		return nil, nil, why
 	}
 	if f != nf {
-		f.SetAction(a) // another worker got there first
+		uft.SetAction(f, a) // another worker got there first
 		blk = nil
 	}
 	return f, blk, NotDropped
@@ -973,7 +977,7 @@ func (w *Worker) installReverse(f *Flow, orig, final *View, d *Decision, blk *co
 	}
 	if old := c.rev.Load(); old != nil {
 		if old.key == rkey {
-			old.SetAction(ra)
+			uft.SetAction(old, ra)
 			return true
 		}
 		uft.Remove(old)
@@ -1030,7 +1034,7 @@ func (w *Worker) revalidate(sp *slowPacket, f *Flow, c *Conn) bool {
 	w.Flow = f
 	n := p.Len()
 	w.apply(sp, f.action.Load(), sp.hash)
-	f.Account(n, w.parsed.Tenant().TCPFlags, sp.now)
+	w.pl.uft.Account(f, n, w.parsed.Tenant().TCPFlags, sp.now)
 	return true
 }
 
@@ -1084,7 +1088,7 @@ func (w *Worker) redecide(c *Conn, gen uint64, now int64) redecision {
 		w.Trace.Addf("transposition rejected: %v", err)
 		return stateGone
 	}
-	fwd.SetAction(a)
+	w.pl.uft.SetAction(fwd, a)
 	if a.Drop == NotDropped && d.Stateful {
 		w.installReverse(fwd, orig, v, d, nil)
 	} else if r := c.rev.Load(); r != nil {

@@ -181,7 +181,10 @@ type Flow struct {
 	// the slow path. outer holds the outer source and destination
 	// addresses of an encapsulated packet, interned (few tunnel ends
 	// serve many flows): the zero Handle for a packet that is not.
-	macs  [12]byte // destination then source, as in the Ethernet header
+	macs [12]byte // destination then source, as in the Ethernet header
+	// filed is the expiry wheel slot the flow is filed at (see wheel),
+	// its low 32 bits; under the shard's lock.
+	filed atomic.Uint32
 	outer unique.Handle[outerAddrs]
 
 	hash  uint32 // key.Hash()
@@ -229,9 +232,6 @@ func (f *Flow) Key() FlowKey { return f.key }
 
 // Action returns the flow's current action.
 func (f *Flow) Action() *Action { return f.action.Load() }
-
-// SetAction replaces the flow's action (after revalidation).
-func (f *Flow) SetAction(a *Action) { f.action.Store(a) }
 
 // Conn returns the connection the flow belongs to, nil if none.
 func (f *Flow) Conn() *Conn { return f.conn.Load() }
@@ -287,11 +287,24 @@ func (f *Flow) guardOK(eth []byte, outer *Headers) bool {
 	return f.outerIs(&outer.Src, &outer.Dst)
 }
 
-// Account counts one packet of n bytes with TCP flags tcp at time now; n
-// == 0 records the flags and time only.
-func (f *Flow) Account(n int, tcp uint8, now int64) {
+// Account counts one packet of n bytes of f, a flow of t, with TCP flags
+// tcp at time now; n == 0 records the flags and time only.
+func (t *FlowTable) Account(f *Flow, n int, tcp uint8, now int64) {
+	if f.account(n, tcp, now) {
+		t.touch(f)
+	}
 	if n > 0 {
-		f.packets.Add(1)
+		t.changed(f.hash)
+	}
+}
+
+// account is Account for f alone: it reports whether the packet changed
+// what f's timeout depends on (a TCP flag not seen before, or f's first
+// packet), for the caller to tell the table (touch).
+func (f *Flow) account(n int, tcp uint8, now int64) bool {
+	changed := false
+	if n > 0 {
+		changed = f.packets.Add(1) == 1
 		f.bytes.Add(uint64(n))
 	}
 	if f.lastSeen.Load() < now {
@@ -300,8 +313,10 @@ func (f *Flow) Account(n int, tcp uint8, now int64) {
 	if tcp != 0 {
 		if s := f.state.Load(); uint32(tcp)&^s != 0 {
 			f.state.Or(uint32(tcp))
+			changed = true
 		}
 	}
+	return changed
 }
 
 // Conn is the state a connection's two directions share: the flows, the
@@ -380,6 +395,22 @@ type FlowTable struct {
 	earlyDropped, shareRefused          atomic.Uint64
 	// perPort counts the flows charged to each port (Flow.owner).
 	perPort []atomic.Int32
+
+	// Expiry (see wheel): the slots of each shard's wheel (a power of
+	// two), the flows whose due time moved earlier, and the expiry
+	// pass's lock and scratch space.
+	wheelSlots int
+	pending    *pendingRing
+	expireMu   sync.Mutex
+	touched    []*Flow
+	gone       []*Flow
+	visits     uint64 // wheel entries the passes looked at, for tests
+
+	// MeterTraffic's: a flag per shard whose flows changed, and each
+	// shard's sums.
+	dirty     []dirtyFlag
+	trafficMu sync.Mutex
+	traffic   []map[Meter]Traffic
 }
 
 // A shard maps key hashes to flows, chaining the rare flows whose keys
@@ -393,18 +424,25 @@ type shard struct {
 	mu   sync.RWMutex
 	m    map[uint32]*Flow
 	peak int // the most keys m held since it was made
+	w    wheel
 	// Keep shards on their own cache lines.
-	_ [(64 - (unsafe.Sizeof(sync.RWMutex{})+unsafe.Sizeof(map[uint32]*Flow(nil))+unsafe.Sizeof(0))%64) % 64]byte
+	_ [(64 - (unsafe.Sizeof(sync.RWMutex{})+unsafe.Sizeof(map[uint32]*Flow(nil))+unsafe.Sizeof(0)+unsafe.Sizeof(wheel{}))%64) % 64]byte
 }
 
-// shrinkMin is the peak below which a shard's map is never rebuilt.
-const shrinkMin = 1024
+// shrinkMin is the peak below which a shard's map is rebuilt only when
+// it empties, and shrinkEmptyMin the peak below which not even then.
+const (
+	shrinkMin      = 1024
+	shrinkEmptyMin = 64
+)
 
-// shrinkLocked rebuilds s's map if it holds under a quarter of its peak:
-// the cost, one copy of what is left, is paid for by the removals since
-// the peak (at least three times as many).
-func (s *shard) shrinkLocked() {
-	if s.peak < shrinkMin || len(s.m) >= s.peak/4 {
+// shrinkLocked rebuilds s's map, and its expiry wheel, if the map holds
+// under a quarter of its peak: the cost, one copy of what is left, is
+// paid for by the removals since the peak (at least three times as
+// many). The wheel's lists drop the entries of the flows removed, which
+// they would otherwise keep until their slots came due.
+func (t *FlowTable) shrinkLocked(s *shard) {
+	if (s.peak < shrinkMin || len(s.m) >= s.peak/4) && (len(s.m) != 0 || s.peak < shrinkEmptyMin) {
 		return
 	}
 	m := make(map[uint32]*Flow, len(s.m))
@@ -412,6 +450,7 @@ func (s *shard) shrinkLocked() {
 		m[h] = f
 	}
 	s.m, s.peak = m, len(m)
+	t.rebuildLocked(s)
 }
 
 // findLocked returns the flow of s with key k, whose hash is hash.
@@ -429,7 +468,13 @@ func NewFlowTable(cfg FlowTableConfig) (*FlowTable, error) {
 		return nil, err
 	}
 	t := &FlowTable{cfg: cfg, shards: make([]shard, cfg.Shards), mask: uint32(cfg.Shards - 1),
-		perPort: make([]atomic.Int32, int(NoPort)+1)}
+		perPort: make([]atomic.Int32, int(NoPort)+1), dirty: make([]dirtyFlag, cfg.Shards)}
+	// About 256 slots (4.6 min) per shard, fewer with many shards: a
+	// flow filed further ahead is looked at once per turn of the wheel.
+	t.wheelSlots = max(16, min(256, 1<<18/cfg.Shards))
+	// Room for the state changes of a second (two per connection that
+	// closes), up to 64k.
+	t.pending = newPendingRing(max(256, min(1<<16, int(nextPow2(uint64(cfg.MaxFlows/64))))))
 	for i := range t.shards {
 		t.shards[i].m = make(map[uint32]*Flow)
 	}
@@ -550,6 +595,8 @@ func (t *FlowTable) insert(f *Flow, share bool) (got, evicted *Flow, why DropRea
 	why = t.reserve(f.owner, share)
 	if why == NotDropped {
 		s.addLocked(f)
+		t.fileLocked(s, f)
+		t.changed(hash)
 	}
 	s.mu.Unlock()
 	if why == NotDropped {
@@ -569,6 +616,8 @@ func (t *FlowTable) insert(f *Flow, share bool) (got, evicted *Flow, why DropRea
 	why = t.reserve(f.owner, share)
 	if why == NotDropped {
 		s.addLocked(f)
+		t.fileLocked(s, f)
+		t.changed(hash)
 	}
 	s.mu.Unlock()
 	if why != NotDropped {
@@ -721,6 +770,7 @@ func (t *FlowTable) deleteLocked(s *shard, f *Flow) {
 	}
 	f.next = nil
 	f.state.Or(flowRemoved)
+	t.changed(f.hash)
 	t.count.Add(-1)
 	t.perPort[f.owner].Add(-1)
 	if m := f.action.Load().Meter; m != nil {
@@ -752,7 +802,7 @@ func (t *FlowTable) Remove(f *Flow) bool {
 	ok := s.findLocked(&f.key, f.hash) == f
 	if ok {
 		t.deleteLocked(s, f)
-		s.shrinkLocked()
+		t.shrinkLocked(s)
 	}
 	s.mu.Unlock()
 	return ok
@@ -803,6 +853,9 @@ func (t *FlowTable) Pair(fwd, rev *Flow, stateful bool, now int64) *Conn {
 	if c.rev.CompareAndSwap(nil, rev) || c.rev.Load() == rev {
 		rev.conn.Store(c)
 	}
+	// The pair may be replied, or hold the other's RST, now.
+	t.touch(fwd)
+	t.touch(rev)
 	return c
 }
 
@@ -940,24 +993,25 @@ func (t *FlowTable) Expired(f *Flow, now int64) bool {
 }
 
 // Expire removes every flow whose connection has been idle past its timeout
-// at time now, and returns how many it removed.
+// at time now, and returns how many it removed. Its work is in proportion
+// to the flows whose wheel slots came due (see wheel), not to the table.
 func (t *FlowTable) Expire(now int64) int {
-	n := 0
-	var gone []*Flow
+	t.expireMu.Lock()
+	defer t.expireMu.Unlock()
+	touched, lost := t.drain(t.touched)
+	gone := t.gone[:0]
+	n, j := 0, 0
 	for i := range t.shards {
 		s := &t.shards[i]
 		s.mu.Lock()
-		for _, f := range s.m {
-			for f != nil {
-				next := f.next
-				if t.Expired(f, now) {
-					t.deleteLocked(s, f)
-					gone = append(gone, f)
-				}
-				f = next
-			}
+		if lost {
+			t.rebuildLocked(s)
 		}
-		s.shrinkLocked()
+		for ; j < len(touched) && touched[j].hash&t.mask == uint32(i); j++ {
+			t.refileLocked(s, touched[j])
+		}
+		gone = t.expireLocked(s, now, gone)
+		t.shrinkLocked(s)
 		s.mu.Unlock()
 		// Partners expire with them: both directions share the idle time.
 		k := len(gone)
@@ -968,8 +1022,11 @@ func (t *FlowTable) Expire(now int64) int {
 		}
 		n += k
 		t.expired.Add(uint64(k))
+		clear(gone)
 		gone = gone[:0]
 	}
+	clear(touched)
+	t.touched, t.gone = touched[:0], gone
 	return n
 }
 
@@ -1007,7 +1064,7 @@ func (t *FlowTable) Flush() {
 				f = next
 			}
 		}
-		s.m, s.peak = make(map[uint32]*Flow), 0
+		s.m, s.peak, s.w = make(map[uint32]*Flow), 0, wheel{}
 		s.mu.Unlock()
 	}
 }

@@ -160,7 +160,7 @@ func TestFlowTableEvictOldest(t *testing.T) {
 	}
 	// Flow 5 has been idle longest; flow 0 was active lately.
 	flows[5].lastSeen.Store(uftT0)
-	flows[0].Account(100, 0, uftT0+100*int64(time.Second))
+	ft.Account(flows[0], 100, 0, uftT0+100*int64(time.Second))
 	nf := uftNewFlow(uftKey(100), uftT0+200*int64(time.Second))
 	if got := ft.Insert(nf); got != nf {
 		t.Fatalf("Insert into a full EvictOldest table = %p, want the new flow", got)
@@ -289,7 +289,7 @@ func TestFlowTableEarlyDrop(t *testing.T) {
 				if ft.Insert(f) != f {
 					t.Fatalf("conn %d not inserted", i)
 				}
-				f.Account(60, c.fwd, at)
+				ft.Account(f, 60, c.fwd, at)
 				if c.rev != 0xff {
 					r := uftNewFlow(f.Key().Reverse(2), at)
 					if ft.Insert(r) != r {
@@ -297,7 +297,7 @@ func TestFlowTableEarlyDrop(t *testing.T) {
 					}
 					ft.Pair(f, r, true, at)
 					if c.rev != 0xfe {
-						r.Account(60, c.rev, at)
+						ft.Account(r, 60, c.rev, at)
 					}
 				}
 				fwds = append(fwds, f)
@@ -342,7 +342,7 @@ func TestFlowTablePortShare(t *testing.T) {
 		if ft.Insert(f) != f {
 			t.Fatalf("port 1 flow %d refused", i)
 		}
-		f.Account(60, TCPAck, uftT0)
+		ft.Account(f, 60, TCPAck, uftT0)
 	}
 	got, _, why := ft.InsertWhy(uftNewFlow(keyOn(3, 1), uftT0))
 	if got != nil || why != DropFlowShareExceeded {
@@ -352,7 +352,7 @@ func TestFlowTablePortShare(t *testing.T) {
 	var half []*Flow
 	for i := range 5 {
 		f := uftNewFlow(keyOn(10+i, 2), uftT0+int64(i))
-		f.Account(60, TCPSyn, uftT0+int64(i))
+		ft.Account(f, 60, TCPSyn, uftT0+int64(i))
 		if got, _, why := ft.InsertWhy(f); got != f {
 			t.Fatalf("port 2 half-open flow %d: %p, %s", i, got, why)
 		}
@@ -483,7 +483,7 @@ func TestFlowTableExpire(t *testing.T) {
 			now := uftT0
 			for _, fl := range tc.fwd {
 				now += int64(time.Millisecond)
-				fwd.Account(60, fl, now)
+				ft.Account(fwd, 60, fl, now)
 			}
 			if tc.rev != nil {
 				rev := uftNewFlow(fwd.Key().Reverse(2), uftT0)
@@ -491,7 +491,7 @@ func TestFlowTableExpire(t *testing.T) {
 				ft.Pair(fwd, rev, true, uftT0)
 				for _, fl := range tc.rev {
 					now += int64(time.Millisecond)
-					rev.Account(60, fl, now)
+					ft.Account(rev, 60, fl, now)
 				}
 				flows = append(flows, rev)
 			}
@@ -536,12 +536,12 @@ func TestFlowTableConnectionIdle(t *testing.T) {
 		var flags uint8
 		if proto == ProtoTCP {
 			flags = TCPAck
-			rev.Account(60, TCPAck, uftT0) // established, then silent
+			ft.Account(rev, 60, TCPAck, uftT0) // established, then silent
 		}
 		now := uftT0
 		for range 300 {
 			now += 10 * sec
-			fwd.Account(60, flags, now)
+			ft.Account(fwd, 60, flags, now)
 			if n := ft.Expire(now + 20*sec); n != 0 {
 				t.Fatalf("proto %d: Expire removed %d flows of an active connection", proto, n)
 			}
@@ -682,7 +682,7 @@ func TestFlowTableHashCollisions(t *testing.T) {
 	}
 	// Expire some of the chain.
 	for i := 1; i < n-1; i += 2 {
-		flows[i].Account(10, 0, uftT0+int64(time.Hour))
+		ft.Account(flows[i], 10, 0, uftT0+int64(time.Hour))
 	}
 	ft.Expire(uftT0 + int64(time.Hour))
 	for i := 1; i < n-1; i++ {
@@ -798,7 +798,7 @@ func TestFlowTableConcurrent(t *testing.T) {
 							f = nil
 						}
 						if f != nil {
-							f.Account(100, TCPAck, now)
+							ft.Account(f, 100, TCPAck, now)
 							_ = f.Conn()
 						}
 						if i%500 == w*100 {
@@ -1005,7 +1005,7 @@ func BenchmarkFlowTableExpireIdle(b *testing.B) {
 			ft := uftTable(b, FlowTableConfig{MaxFlows: n})
 			for i := range n {
 				f := uftNewFlow(uftKey(i), uftT0)
-				f.Account(60, TCPAck, uftT0)
+				ft.Account(f, 60, TCPAck, uftT0)
 				ft.Insert(f)
 			}
 			b.ReportAllocs()
@@ -1034,7 +1034,7 @@ func BenchmarkFlowTableInsertFull(b *testing.B) {
 			ft := uftTable(b, FlowTableConfig{MaxFlows: n})
 			for i := range n {
 				f := uftNewFlow(uftKey(i), uftT0)
-				f.Account(60, tc.flags, uftT0)
+				ft.Account(f, 60, tc.flags, uftT0)
 				ft.Insert(f)
 			}
 			b.ReportAllocs()

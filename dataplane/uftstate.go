@@ -143,6 +143,9 @@ func (rs *Restorer) Restore(r *ConnRecord, now int64) error {
 	}
 	r.Fwd.restore(f, now)
 	r.Rev.restore(rev, now)
+	uft.touch(f) // idle since before now
+	uft.changed(f.hash)
+	uft.changed(rev.hash)
 	return nil
 }
 

@@ -3,7 +3,6 @@ package vswitch
 import (
 	"sync"
 
-	"github.com/ufp-dev/ufp/dataplane"
 	"github.com/ufp-dev/ufp/inspect"
 	"github.com/ufp-dev/ufp/rules"
 )
@@ -54,20 +53,12 @@ func (ms *meterSet) get(rs []*rules.Rule) *ruleMeter {
 // RuleCounters returns the counters of every rule of the running policy,
 // in policy order (ports, their layers, groups, rules). They count from
 // the Apply that installed the policy; a flow decided under an older
-// policy counts for the new one's rules once it is revalidated.
+// policy counts for the new one's rules once it is revalidated. The live
+// flows' part is the flow table's sums by meter (MeterTraffic): a call
+// does not walk the table.
 func (s *Switch) RuleCounters() []inspect.RuleCount {
 	pol := s.pol.Load()
-	live := map[*rules.Rule][2]uint64{}
-	s.pl.FlowTable().Range(func(f *dataplane.Flow) bool {
-		if m, ok := f.Action().Meter.(*ruleMeter); ok {
-			p, b := f.Packets(), f.Bytes()
-			for _, r := range m.rules {
-				t := live[r]
-				live[r] = [2]uint64{t[0] + p, t[1] + b}
-			}
-		}
-		return true
-	})
+	live := liveTraffic(s.pl.FlowTable())
 	var out []inspect.RuleCount
 	for _, p := range pol.ports {
 		for _, l := range p.Layers {

@@ -131,19 +131,17 @@ func (s *Switch) Layers(port string) ([]inspect.LayerInfo, error) {
 
 // liveTraffic sums, by rule, the packets and bytes of the flows in ft that
 // the rule decided: what its counters will be credited with when they
-// leave the table.
+// leave the table. It adds the table's sums by meter, not its flows.
 func liveTraffic(ft *dataplane.FlowTable) map[*rules.Rule][2]uint64 {
 	live := map[*rules.Rule][2]uint64{}
-	ft.Range(func(f *dataplane.Flow) bool {
-		if m, ok := f.Action().Meter.(*ruleMeter); ok {
-			p, b := f.Packets(), f.Bytes()
+	for mt, tr := range ft.MeterTraffic() {
+		if m, ok := mt.(*ruleMeter); ok {
 			for _, r := range m.rules {
 				t := live[r]
-				live[r] = [2]uint64{t[0] + p, t[1] + b}
+				live[r] = [2]uint64{t[0] + tr.Packets, t[1] + tr.Bytes}
 			}
 		}
-		return true
-	})
+	}
 	return live
 }
 

@@ -211,15 +211,22 @@ func (s *Switch) Serve(ctx context.Context) error {
 // ExpireInterval is how often a serving switch removes idle flows.
 const ExpireInterval = time.Second
 
+// expireLoop removes idle flows every ExpireInterval, and gives memory
+// back after a large drop of flows (memReturn).
 func (s *Switch) expireLoop(ctx context.Context) {
 	t := time.NewTicker(ExpireInterval)
 	defer t.Stop()
+	var mr memReturn
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
-			s.pl.FlowTable().Expire(s.Now())
+		case now := <-t.C:
+			ft := s.pl.FlowTable()
+			ft.Expire(s.Now())
+			if mr.due(ft.Len(), now) {
+				returnMemory()
+			}
 		}
 	}
 }
