@@ -295,8 +295,10 @@ func (s *Switch) decide(v *dataplane.View, tr *dataplane.Trace, d *dataplane.Dec
 		// table (the half-open connections of a SYN flood at its
 		// mapping) would be charged to the pod's share, and spoofed
 		// bare ACKs from the network, timed as established, would hold
-		// the uplink's share beyond early drop's reach. Not cached: a
-		// SYN on the key opens the connection.
+		// the uplink's share beyond early drop's reach. What the
+		// stateful actions bound is given back with the decision
+		// (Decision.Keep). Not cached: a SYN on the key opens the
+		// connection.
 		if tr.On() {
 			tr.Addf("stateful: tcp [%s] belongs to no connection and cannot open one%s: dropped", tcpFlags(v.TCPFlags), pickupNote(v, in.Uplink))
 		}
@@ -304,8 +306,9 @@ func (s *Switch) decide(v *dataplane.View, tr *dataplane.Trace, d *dataplane.Dec
 		return
 	}
 	if x.stateful && !x.natted && !d.Revalidating && !opens(v) {
-		// Only a translation needs state whatever the packet is (a
-		// connection picked up mid-stream keeps its mapping). Allowed by
+		// Only a translation needs state for a packet that opens no
+		// connection (a connection picked up mid-stream keeps its
+		// mapping; tcpOpens says which TCP segments may). Allowed by
 		// filtering alone, an answer (a SYN-ACK, a mid-stream segment,
 		// an echo reply) opens no connection: its reply direction would
 		// pass the layers unchecked, so a pod could open holes in its own
