@@ -288,19 +288,17 @@ func (s *Switch) decide(v *dataplane.View, tr *dataplane.Trace, d *dataplane.Dec
 	if out == nil || !s.crossLayers(out, rules.In, x, d) {
 		return
 	}
-	if x.stateful && x.natted && !d.Revalidating && !tcpOpens(v, in.Uplink) {
+	if x.stateful && x.natted && !d.Revalidating && !tcpOpens(v) {
 		// A translated connection would be opened by a segment that
 		// cannot open one: Linux conntrack calls it invalid. Taken up,
 		// a SYN-ACK a pod retransmits for a connection that left the
 		// table (the half-open connections of a SYN flood at its
-		// mapping) would be charged to the pod's share, and spoofed
-		// bare ACKs from the network, timed as established, would hold
-		// the uplink's share beyond early drop's reach. What the
+		// mapping) would be charged to the pod's share. What the
 		// stateful actions bound is given back with the decision
 		// (Decision.Keep). Not cached: a SYN on the key opens the
 		// connection.
 		if tr.On() {
-			tr.Addf("stateful: tcp [%s] belongs to no connection and cannot open one%s: dropped", tcpFlags(v.TCPFlags), pickupNote(v, in.Uplink))
+			tr.Addf("stateful: tcp [%s] belongs to no connection and cannot open one: dropped", tcpFlags(v.TCPFlags))
 		}
 		d.Drop, d.NoCache = dataplane.DropTCPNoConnection, true
 		return
@@ -416,38 +414,25 @@ func opens(v *dataplane.View) bool {
 	return true
 }
 
-// tcpOpens reports whether the packet v describes, entering by the
-// uplink if uplink, may open a stateful, translated connection: anything
-// but a TCP segment; a TCP SYN (without ACK, RST or FIN); and, from a
-// pod's port, a bare ACK (without SYN, RST or FIN, with or without data),
-// taken up mid-stream as Linux conntrack does with nf_conntrack_tcp_loose
-// (its default): a connection the switch lost (idle past its timeout,
-// evicted, not yet written to the journal when ufpd died) carries on
-// where its NAT port is still free, as port preservation makes likely.
-// A SYN-ACK, a RST or a FIN never opens one (Linux: invalid), nor does a
-// bare ACK from the uplink: anyone on the network can forge one, and a
-// connection taken up mid-stream is timed as established and never
-// early-dropped. A later fragment has no TCP header to judge: it follows
-// its first fragment.
-func tcpOpens(v *dataplane.View, uplink bool) bool {
+// tcpOpens reports whether the packet v describes may open a stateful,
+// translated connection: anything but a TCP segment; a TCP SYN (without
+// ACK, RST or FIN); and a bare ACK (without SYN, RST or FIN, with or
+// without data), taken up mid-stream as Linux conntrack does with
+// nf_conntrack_tcp_loose (its default). A connection the switch lost
+// carries on by it where its NAT port is still free: one early-dropped
+// under a flood between its SYN-ACK and its client's ACK, one idle past
+// its timeout or evicted, one not yet in the journal when ufpd died. A
+// SYN-ACK, a RST or a FIN never opens one (Linux: invalid). A later
+// fragment has no TCP header to judge: it follows its first fragment.
+func tcpOpens(v *dataplane.View) bool {
 	if v.Proto != dataplane.ProtoTCP || v.LaterFragment {
 		return true
 	}
 	switch v.TCPFlags & (dataplane.TCPSyn | dataplane.TCPAck | dataplane.TCPRst | dataplane.TCPFin) {
-	case dataplane.TCPSyn:
+	case dataplane.TCPSyn, dataplane.TCPAck:
 		return true
-	case dataplane.TCPAck:
-		return !uplink
 	}
 	return false
-}
-
-// pickupNote adds to a trace why a bare ACK is not taken up (tcpOpens).
-func pickupNote(v *dataplane.View, uplink bool) string {
-	if uplink && v.TCPFlags&(dataplane.TCPSyn|dataplane.TCPAck|dataplane.TCPRst|dataplane.TCPFin) == dataplane.TCPAck {
-		return " (a connection is not taken up mid-stream from the network)"
-	}
-	return ""
 }
 
 // crossLayers runs the packet of decision d through port p's layers in

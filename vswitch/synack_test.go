@@ -12,9 +12,8 @@ import (
 // TCP segments that belong to no connection the switch tracks: where the
 // decision would make a stateful, translated connection (source NAT, a
 // port mapping's replies, a Service), only a SYN opens one, and from a
-// pod's port a bare ACK (taken up mid-stream); a SYN-ACK, a RST or a FIN
-// is dropped as tcp-no-connection, uncached, and so is a bare ACK from
-// the uplink. Untranslated paths are as before.
+// bare ACK (taken up mid-stream); a SYN-ACK, a RST or a FIN is dropped
+// as tcp-no-connection, uncached. Untranslated paths are as before.
 
 // synackDoc is natL2Doc (pod-a and pod-b behind outbound NAT to the
 // host's 192.168.1.10) with a TCP port mapping 192.168.1.10:8080 to
@@ -77,13 +76,13 @@ func TestTCPNoConnection(t *testing.T) {
 		{name: "service from pod RST", in: "pod-a", k: toSvc, flags: "R", want: noConn},
 		{name: "service from pod bare ACK taken up", in: "pod-a", k: toSvc, flags: "A", want: "pod-b|uplink"},
 		{name: "service from network SYN", in: "uplink", k: svcIn, flags: "S", want: "pod-b|uplink"},
-		{name: "service from network bare ACK", in: "uplink", k: svcIn, flags: "A", want: noConn},
+		{name: "service from network bare ACK taken up", in: "uplink", k: svcIn, flags: "A", want: "pod-b|uplink"},
 		{name: "service from network SYN-ACK", in: "uplink", k: svcIn, flags: "SA", want: noConn},
 		{name: "service from network FIN-ACK", in: "uplink", k: svcIn, flags: "FA", want: noConn},
 		{name: "service from network RST", in: "uplink", k: svcIn, flags: "R", want: noConn},
 		{name: "mapping from network SYN", in: "uplink", k: mapIn, flags: "S", want: "pod-a"},
 		{name: "mapping from network SYN-ACK", in: "uplink", k: mapIn, flags: "SA", want: noConn},
-		{name: "mapping from network bare ACK", in: "uplink", k: mapIn, flags: "A", want: noConn},
+		{name: "mapping from network bare ACK taken up", in: "uplink", k: mapIn, flags: "A", want: "pod-a"},
 		{name: "mapping from network RST", in: "uplink", k: mapIn, flags: "R", want: noConn},
 		{name: "untranslated SYN-ACK", in: "pod-a", k: local, flags: "SA", want: "pod-b"},
 		{name: "untranslated RST", in: "pod-a", k: local, flags: "R", want: "pod-b"},
@@ -198,12 +197,12 @@ func TestTraceTCPNoConnection(t *testing.T) {
 		t.Errorf("verdict %s %s, want drop tcp-no-connection, saying why:\n%s", res.Verdict, res.Drop, lines)
 	}
 	up := inspect.TraceRequest{Port: "uplink", Proto: "tcp", Src: netip.MustParseAddr("198.18.0.9"), SrcPort: 6000,
-		Dst: netip.MustParseAddr("10.96.0.50"), DstPort: 80, TCPFlags: "A"}
+		Dst: netip.MustParseAddr("10.96.0.50"), DstPort: 80, TCPFlags: "R"}
 	if res, err = r.sw.Trace(up); err != nil {
 		t.Fatal(err)
 	}
 	lines = strings.Join(res.Lines, "\n")
-	if res.Drop != "tcp-no-connection" || !strings.Contains(lines, "not taken up mid-stream from the network") {
+	if res.Drop != "tcp-no-connection" || !strings.Contains(lines, "stateful: tcp [R] belongs to no connection and cannot open one: dropped") {
 		t.Errorf("verdict %s %s, want drop tcp-no-connection, saying why:\n%s", res.Verdict, res.Drop, lines)
 	}
 	if n := r.sw.Pipeline().FlowTable().Len(); n != 0 {
