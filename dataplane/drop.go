@@ -115,8 +115,7 @@ const (
 	DropFlowShareExceeded
 	// DropTCPNoConnection: a TCP segment of no connection the switch
 	// tracks that cannot open one (a SYN-ACK, a RST, a FIN, a segment
-	// with none of SYN, ACK and RST; from the uplink, a bare ACK too),
-	// where the decision would have made it a stateful, translated
+	// with none of SYN, ACK and RST), where the decision would have made it a stateful, translated
 	// connection. Linux conntrack calls such a segment invalid. Not
 	// cached: a SYN on the same key opens the connection.
 	DropTCPNoConnection

@@ -11,8 +11,8 @@ import (
 
 // TCP segments that belong to no connection the switch tracks: where the
 // decision would make a stateful, translated connection (source NAT, a
-// port mapping's replies, a Service), only a SYN opens one, and from a
-// bare ACK (taken up mid-stream); a SYN-ACK, a RST or a FIN is dropped
+// port mapping's replies, a Service), only a SYN opens one, and a bare
+// ACK (taken up mid-stream); a SYN-ACK, a RST or a FIN is dropped
 // as tcp-no-connection, uncached. Untranslated paths are as before.
 
 // synackDoc is natL2Doc (pod-a and pod-b behind outbound NAT to the
