@@ -115,9 +115,10 @@ const (
 	DropFlowShareExceeded
 	// DropTCPNoConnection: a TCP segment of no connection the switch
 	// tracks that cannot open one (a SYN-ACK, a RST, a FIN, a segment
-	// with none of SYN, ACK and RST), where the decision would have made it a stateful, translated
-	// connection. Linux conntrack calls such a segment invalid. Not
-	// cached: a SYN on the same key opens the connection.
+	// with none of SYN, ACK and RST), where the decision would have
+	// made it a stateful, translated connection. Linux conntrack calls
+	// such a segment invalid. Not cached: a SYN on the same key opens
+	// the connection.
 	DropTCPNoConnection
 
 	numDropReasons
