@@ -113,6 +113,13 @@ const (
 	// of the flow table (FlowTableConfig.PortShare), none of them
 	// unassured.
 	DropFlowShareExceeded
+	// DropTCPNoConnection: a TCP segment of no connection the switch
+	// tracks that cannot open one (a SYN-ACK, a RST, a FIN, a segment
+	// with none of SYN, ACK and RST), where the decision would have
+	// made it a stateful, translated connection. Linux conntrack calls
+	// such a segment invalid. Not cached: a SYN on the same key opens
+	// the connection.
+	DropTCPNoConnection
 
 	numDropReasons
 )
@@ -169,6 +176,7 @@ var dropNames = [numDropReasons]string{
 	DropFragmentOverlap:      "fragment-overlap",
 	DropFragmentInvalid:      "fragment-invalid",
 	DropNATFiltered:          "nat-filtered",
+	DropTCPNoConnection:      "tcp-no-connection",
 }
 
 // NumDropReasons is the number of distinct drop reasons, for sizing arrays.

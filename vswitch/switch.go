@@ -288,9 +288,25 @@ func (s *Switch) decide(v *dataplane.View, tr *dataplane.Trace, d *dataplane.Dec
 	if out == nil || !s.crossLayers(out, rules.In, x, d) {
 		return
 	}
+	if x.stateful && x.natted && !d.Revalidating && !tcpOpens(v) {
+		// A translated connection would be opened by a segment that
+		// cannot open one: Linux conntrack calls it invalid. Taken up,
+		// a SYN-ACK a pod retransmits for a connection that left the
+		// table (the half-open connections of a SYN flood at its
+		// mapping) would be charged to the pod's share. What the
+		// stateful actions bound is given back with the decision
+		// (Decision.Keep). Not cached: a SYN on the key opens the
+		// connection.
+		if tr.On() {
+			tr.Addf("stateful: tcp [%s] belongs to no connection and cannot open one: dropped", tcpFlags(v.TCPFlags))
+		}
+		d.Drop, d.NoCache = dataplane.DropTCPNoConnection, true
+		return
+	}
 	if x.stateful && !x.natted && !d.Revalidating && !opens(v) {
-		// Only a translation needs state whatever the packet is (a
-		// connection picked up mid-stream keeps its mapping). Allowed by
+		// Only a translation needs state for a packet that opens no
+		// connection (a connection picked up mid-stream keeps its
+		// mapping; tcpOpens says which TCP segments may). Allowed by
 		// filtering alone, an answer (a SYN-ACK, a mid-stream segment,
 		// an echo reply) opens no connection: its reply direction would
 		// pass the layers unchecked, so a pod could open holes in its own
@@ -396,6 +412,27 @@ func opens(v *dataplane.View) bool {
 		return v.ICMPType != dataplane.ICMPv6EchoReply
 	}
 	return true
+}
+
+// tcpOpens reports whether the packet v describes may open a stateful,
+// translated connection: anything but a TCP segment; a TCP SYN (without
+// ACK, RST or FIN); and a bare ACK (without SYN, RST or FIN, with or
+// without data), taken up mid-stream as Linux conntrack does with
+// nf_conntrack_tcp_loose (its default). A connection the switch lost
+// carries on by it where its NAT port is still free: one early-dropped
+// under a flood between its SYN-ACK and its client's ACK, one idle past
+// its timeout or evicted, one not yet in the journal when ufpd died. A
+// SYN-ACK, a RST or a FIN never opens one (Linux: invalid). A later
+// fragment has no TCP header to judge: it follows its first fragment.
+func tcpOpens(v *dataplane.View) bool {
+	if v.Proto != dataplane.ProtoTCP || v.LaterFragment {
+		return true
+	}
+	switch v.TCPFlags & (dataplane.TCPSyn | dataplane.TCPAck | dataplane.TCPRst | dataplane.TCPFin) {
+	case dataplane.TCPSyn, dataplane.TCPAck:
+		return true
+	}
+	return false
 }
 
 // crossLayers runs the packet of decision d through port p's layers in
