@@ -73,6 +73,8 @@ func (l *lab) newHandoffNode() *handoffNode {
 	if err := os.WriteFile(h.cfgPath, raw, 0o644); err != nil {
 		l.t.Fatal(err)
 	}
+	// Packets are counted at 20k/s: ufpd as it ships (ufpdPlainBinary).
+	l.plainUfpd = true
 	o.u = l.runUfpd(o.node, h.cfgPath, h.cfg)
 	for _, to := range []string{h.b.ip4(), oneExtIP} {
 		if err := l.waitPing(o.pods[h.a.name], to, 5*time.Second); err != nil {

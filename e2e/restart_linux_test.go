@@ -357,7 +357,11 @@ func (l *lab) runUfpd(node, path string, taps ufpdConfig) *ufpd {
 	t := l.t
 	t.Helper()
 	u := &ufpd{l: l, node: node, path: path, cfg: taps}
-	u.cmd = exec.Command("ip", "netns", "exec", node, ufpdBinary(t), "-config", path)
+	bin := ufpdBinary(t)
+	if l.plainUfpd {
+		bin = ufpdPlainBinary(t)
+	}
+	u.cmd = exec.Command("ip", "netns", "exec", node, bin, "-config", path)
 	u.cmd.Stdout, u.cmd.Stderr = &u.log, &u.log
 	var err error
 	if u.exited, err = startOrphanSafe(u.cmd, syscall.SIGTERM); err != nil {
