@@ -149,28 +149,7 @@ func synFloodRun(t *testing.T, perPort int) {
 	// the mapping; the outside host's end of the idle connection.
 	l.tcpSink(nsC, ":7000")
 	l.tcpSink(o.ext, ":7000")
-	podLn := listenNoKeepAlive(t, nsB, ":7100")
-	var echoMu sync.Mutex
-	var echoConns []net.Conn
-	t.Cleanup(func() {
-		echoMu.Lock()
-		defer echoMu.Unlock()
-		for _, c := range echoConns {
-			c.Close()
-		}
-	})
-	go func() {
-		for {
-			c, err := podLn.Accept()
-			if err != nil {
-				return
-			}
-			echoMu.Lock()
-			echoConns = append(echoConns, c)
-			echoMu.Unlock()
-			go io.Copy(c, c)
-		}
-	}()
+	echoOn(t, listenNoKeepAlive(t, nsB, ":7100"))
 	idleLn := listenNoKeepAlive(t, o.ext, oneExtIP+":9001")
 
 	// The idle NATed connection: pod-a dials out and echoes, the outside

@@ -824,10 +824,15 @@ func (l *lab) uplinkSysctls(node string) string {
 // back, and registers its close.
 func (l *lab) tcpEcho(ns, addr string) {
 	l.t.Helper()
-	ln := l.listen(ns, "tcp", addr)
+	echoOn(l.t, l.listen(ns, "tcp", addr))
+}
+
+// echoOn echoes every connection ln accepts back, and registers the
+// close of ln and of the connections.
+func echoOn(t *testing.T, ln net.Listener) {
 	var mu sync.Mutex
 	var conns []net.Conn
-	l.t.Cleanup(func() {
+	t.Cleanup(func() {
 		ln.Close()
 		mu.Lock()
 		defer mu.Unlock()
