@@ -603,29 +603,39 @@ func (t *FlowTable) insert(f *Flow, share bool) (got, evicted *Flow, why DropRea
 		t.inserted.Add(1)
 		return f, nil, NotDropped
 	}
-	// Make room (early drop, then EvictOldest), then try once more.
-	evicted = t.makeRoom(hash, f.owner, why == DropFlowShareExceeded)
-	if evicted == nil {
-		return nil, nil, t.refuse(why)
-	}
-	s.mu.Lock()
-	if old := s.findLocked(&f.key, hash); old != nil {
+	// Make room (early drop, then EvictOldest) and try again. Another
+	// worker's insert may take the place made first, so up to roomTries
+	// times; evicted is the last connection removed.
+	for range roomTries {
+		ev := t.makeRoom(hash, f.owner, why == DropFlowShareExceeded)
+		if ev == nil {
+			break
+		}
+		evicted = ev
+		s.mu.Lock()
+		if old := s.findLocked(&f.key, hash); old != nil {
+			s.mu.Unlock()
+			return old, evicted, NotDropped
+		}
+		why = t.reserve(f.owner, share)
+		if why == NotDropped {
+			s.addLocked(f)
+			t.fileLocked(s, f)
+			t.changed(hash)
+		}
 		s.mu.Unlock()
-		return old, evicted, NotDropped
+		if why == NotDropped {
+			t.inserted.Add(1)
+			return f, evicted, NotDropped
+		}
 	}
-	why = t.reserve(f.owner, share)
-	if why == NotDropped {
-		s.addLocked(f)
-		t.fileLocked(s, f)
-		t.changed(hash)
-	}
-	s.mu.Unlock()
-	if why != NotDropped {
-		return nil, evicted, t.refuse(why)
-	}
-	t.inserted.Add(1)
-	return f, evicted, NotDropped
+	return nil, evicted, t.refuse(why)
 }
+
+// roomTries is how many times an insert into a full table makes room
+// before it is refused: under a flood, another worker's insert takes the
+// place made before the retry about once in a thousand inserts.
+const roomTries = 3
 
 // refuse counts a refusal for why and returns it.
 func (t *FlowTable) refuse(why DropReason) DropReason {
@@ -930,7 +940,7 @@ func (t *FlowTable) timeoutOf(f *Flow) int64 {
 			return t.tmo[tmoTCPTimeWait]
 		case (mine|theirs)&TCPFin != 0:
 			return t.tmo[tmoTCPTransitory]
-		case (mine|theirs)&TCPSyn != 0 && !handshaken(mine, theirs, other):
+		case halfOpen(f, mine, theirs, other):
 			return t.tmo[tmoTCPHalfOpen]
 		}
 		return t.tmo[tmoTCPEstablished]
@@ -954,10 +964,29 @@ func handshaken(mine, theirs uint8, other *Flow) bool {
 	return other != nil && mine&theirs&TCPAck != 0
 }
 
+// halfOpen reports whether TCP flow f, whose connection's flags seen are
+// mine and theirs (other its partner flow, nil if none), is timed and
+// early-dropped as half-open: a SYN seen and the handshake not complete,
+// or a connection taken up mid-stream (by a bare ACK) that the other end
+// has not answered with an ACK yet. Linux conntrack keeps such a pickup
+// unassured, early-droppable, until it sees a reply; a flood of spoofed
+// bare ACKs must not hold the table for the established timeout. A flow
+// of no connection (cached without state) that saw no SYN is not.
+func halfOpen(f *Flow, mine, theirs uint8, other *Flow) bool {
+	switch seen := mine | theirs; {
+	case handshaken(mine, theirs, other):
+		return false
+	case seen&TCPSyn != 0:
+		return true
+	default: // taken up mid-stream
+		return seen&TCPAck != 0 && f.conn.Load() != nil
+	}
+}
+
 // unassured reports whether f's connection may be early-dropped: a TCP
-// connection that saw a SYN and has not completed its handshake, or one of
-// another protocol never answered. TCP seen without a SYN (taken up
-// mid-stream) counts as assured, as it is timed as established.
+// connection that is half-open (halfOpen: its handshake not complete, or
+// taken up mid-stream and not answered yet), or one of another protocol
+// never answered.
 func unassured(f *Flow) bool {
 	var other *Flow
 	if c := f.conn.Load(); c != nil {
@@ -973,7 +1002,7 @@ func unassured(f *Flow) bool {
 	if other != nil {
 		theirs = uint8(other.state.Load())
 	}
-	return (mine|theirs)&TCPSyn != 0 && !handshaken(mine, theirs, other)
+	return halfOpen(f, mine, theirs, other)
 }
 
 // replied reports whether both directions of a connection, f and its

@@ -258,6 +258,12 @@ func TestFlowTableEarlyDrop(t *testing.T) {
 			{proto: ProtoTCP, fwd: ack, rev: ack, seen: 1},
 			{proto: ProtoTCP, fwd: syn, rev: synack, seen: 5},
 		}},
+		// A connection taken up by a bare ACK is assured only once
+		// answered: a flood of spoofed ACKs holds nothing.
+		{name: "taken-up-unanswered", policy: RefuseNew, dropped: 1, conns: []conn{
+			{proto: ProtoTCP, fwd: ack, rev: ack, seen: 1},
+			{proto: ProtoTCP, fwd: ack, rev: 0xfe, seen: 5},
+		}},
 		{name: "oldest-unassured", policy: RefuseNew, dropped: 2, conns: []conn{
 			{proto: ProtoUDP, fwd: 0, rev: 0xfe, seen: 4},
 			{proto: ProtoUDP, fwd: 0, rev: 0, seen: 1},
@@ -468,6 +474,8 @@ func TestFlowTableExpire(t *testing.T) {
 		{name: "tcp-handshake-done", proto: ProtoTCP, fwd: []uint8{syn, ack}, rev: []uint8{synack}, want: uftTimeouts.TCPEstablished},
 		{name: "tcp-established", proto: ProtoTCP, fwd: []uint8{syn, ack, ack}, rev: []uint8{synack, ack}, want: uftTimeouts.TCPEstablished},
 		{name: "tcp-midstream", proto: ProtoTCP, fwd: []uint8{ack}, rev: []uint8{ack}, want: uftTimeouts.TCPEstablished},
+		{name: "tcp-midstream-unanswered", proto: ProtoTCP, fwd: []uint8{ack, ack}, rev: []uint8{}, want: uftTimeouts.TCPHalfOpen},
+		{name: "tcp-midstream-uncached-state", proto: ProtoTCP, fwd: []uint8{ack, ack}, want: uftTimeouts.TCPEstablished},
 		{name: "tcp-fin-one-way", proto: ProtoTCP, fwd: []uint8{syn, ack, fin}, rev: []uint8{synack, ack}, want: uftTimeouts.TCPTransitory},
 		{name: "tcp-fin-reply-way", proto: ProtoTCP, fwd: []uint8{syn, ack}, rev: []uint8{synack, fin}, want: uftTimeouts.TCPTransitory},
 		{name: "tcp-fin-both", proto: ProtoTCP, fwd: []uint8{syn, ack, fin, ack}, rev: []uint8{synack, fin}, want: uftTimeouts.TCPTimeWait},
@@ -788,6 +796,7 @@ func TestFlowTableConcurrent(t *testing.T) {
 								rk := k.Reverse(2)
 								if r := ft.Insert(uftNewFlow(rk, now)); r != nil && r != f {
 									ft.Pair(f, r, true, now)
+									ft.Account(r, 100, TCPAck, now) // answered: assured
 								}
 							}
 						case rng.IntN(50) == 0:
