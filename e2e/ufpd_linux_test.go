@@ -87,10 +87,10 @@ var ufpdPlainBuild struct {
 }
 
 // ufpdPlainBinary returns the path of ufpd as it ships, without the race
-// detector whatever this test binary has: for the tests that count lost
-// packets at 20k packets/s, which a race-detector build, reading about a
-// tenth of the frames per second, cannot keep up with on a loaded 2-core
-// machine (it loses packets with no restart at all).
+// detector whatever this test binary has: for the tests that load it
+// (20k packets/s streams, SYN floods), which a race-detector build,
+// reading about a tenth of the frames per second, cannot keep up with on
+// a loaded 2-core machine.
 func ufpdPlainBinary(t *testing.T) string {
 	return ufpdBinaryOf(t, false)
 }
