@@ -585,51 +585,47 @@ func (t *FlowTable) insertReply(rf *Flow) *Flow {
 
 // insert adds f as InsertWhy does, holding its port to its share if share.
 func (t *FlowTable) insert(f *Flow, share bool) (got, evicted *Flow, why DropReason) {
-	hash := f.hash
-	s := t.shardOf(hash)
-	s.mu.Lock()
-	if old := s.findLocked(&f.key, hash); old != nil {
-		s.mu.Unlock()
-		return old, nil, NotDropped
-	}
-	why = t.reserve(f.owner, share)
-	if why == NotDropped {
-		s.addLocked(f)
-		t.fileLocked(s, f)
-		t.changed(hash)
-	}
-	s.mu.Unlock()
-	if why == NotDropped {
-		t.inserted.Add(1)
-		return f, nil, NotDropped
+	s := t.shardOf(f.hash)
+	if got, why = t.add(s, f, share); got != nil {
+		return got, nil, NotDropped
 	}
 	// Make room (early drop, then EvictOldest) and try again. Another
 	// worker's insert may take the place made first, so up to roomTries
 	// times; evicted is the last connection removed.
 	for range roomTries {
-		ev := t.makeRoom(hash, f.owner, why == DropFlowShareExceeded)
+		ev := t.makeRoom(f.hash, f.owner, why == DropFlowShareExceeded)
 		if ev == nil {
 			break
 		}
 		evicted = ev
-		s.mu.Lock()
-		if old := s.findLocked(&f.key, hash); old != nil {
-			s.mu.Unlock()
-			return old, evicted, NotDropped
-		}
-		why = t.reserve(f.owner, share)
-		if why == NotDropped {
-			s.addLocked(f)
-			t.fileLocked(s, f)
-			t.changed(hash)
-		}
-		s.mu.Unlock()
-		if why == NotDropped {
-			t.inserted.Add(1)
-			return f, evicted, NotDropped
+		if got, why = t.add(s, f, share); got != nil {
+			return got, evicted, NotDropped
 		}
 	}
 	return nil, evicted, t.refuse(why)
+}
+
+// add adds f to its shard s and returns it, or returns the flow present
+// with f's key, or nil and why f's port may hold no more flows (the
+// table full, or the port at its share).
+func (t *FlowTable) add(s *shard, f *Flow, share bool) (*Flow, DropReason) {
+	s.mu.Lock()
+	if old := s.findLocked(&f.key, f.hash); old != nil {
+		s.mu.Unlock()
+		return old, NotDropped
+	}
+	why := t.reserve(f.owner, share)
+	if why == NotDropped {
+		s.addLocked(f)
+		t.fileLocked(s, f)
+		t.changed(f.hash)
+	}
+	s.mu.Unlock()
+	if why != NotDropped {
+		return nil, why
+	}
+	t.inserted.Add(1)
+	return f, NotDropped
 }
 
 // roomTries is how many times an insert into a full table makes room
