@@ -18,19 +18,26 @@ func (m *plMeter) Retire(packets, bytes uint64) {
 	m.bytes.Add(bytes)
 }
 
+// meterRig is a pipeline whose stateful decisions carry meter m, a
+// worker of it, and a UDP datagram from the client and its reply.
+func meterRig(t *testing.T) (pl *Pipeline, w *Worker, m *plMeter, out, back []byte) {
+	t.Helper()
+	s := newPLSlow(t)
+	s.stateful = true
+	m = &plMeter{}
+	s.meter = m
+	pl = newPL(t, s, FlowTableConfig{})
+	out = plUDP4(5000, 100).build(t)
+	back = plFrame{srcMAC: plServerMAC, dstMAC: plGwMAC, src: plServer4, dst: plClient4,
+		proto: layers.IPProtocolUDP, srcPort: 8053, dstPort: 5000, size: 80}.build(t)
+	return pl, pl.NewWorker(), m, out, back
+}
+
 // A decision's meter is credited with the packets and bytes of both
 // directions of the connection it installed, once, when the flows leave
 // the table; not before, and the fast path never touches it.
 func TestMeterCreditsRetiredFlows(t *testing.T) {
-	s := newPLSlow(t)
-	s.stateful = true
-	m := &plMeter{}
-	s.meter = m
-	pl := newPL(t, s, FlowTableConfig{})
-	w := pl.NewWorker()
-	out := plUDP4(5000, 100).build(t)
-	back := plFrame{srcMAC: plServerMAC, dstMAC: plGwMAC, src: plServer4, dst: plClient4,
-		proto: layers.IPProtocolUDP, srcPort: 8053, dstPort: 5000, size: 80}.build(t)
+	pl, w, m, out, back := meterRig(t)
 	for range 3 {
 		if p := plRun(t, w, out, plClientPort, plNow); p.OutPort != plServerPort {
 			t.Fatalf("client datagram: out %d drop %s", p.OutPort, p.Drop)

@@ -1,23 +1,11 @@
 package dataplane
 
-import (
-	"testing"
-
-	"github.com/gopacket/gopacket/layers"
-)
+import "testing"
 
 // MeterTraffic reports the live flows' traffic by meter, counted on the
 // fast path and the slow path, and forgets flows that left.
 func TestMeterTrafficPipeline(t *testing.T) {
-	s := newPLSlow(t)
-	s.stateful = true
-	m := &plMeter{}
-	s.meter = m
-	pl := newPL(t, s, FlowTableConfig{})
-	w := pl.NewWorker()
-	out := plUDP4(5000, 100).build(t)
-	back := plFrame{srcMAC: plServerMAC, dstMAC: plGwMAC, src: plServer4, dst: plClient4,
-		proto: layers.IPProtocolUDP, srcPort: 8053, dstPort: 5000, size: 80}.build(t)
+	pl, w, m, out, back := meterRig(t)
 	ft := pl.FlowTable()
 	for i, c := range []struct {
 		frame []byte
