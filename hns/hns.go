@@ -111,6 +111,11 @@ type EndpointConfig struct {
 	// Unhealthy (ufp) takes a local endpoint out of every load balancer
 	// for new connections; its established ones go on.
 	Unhealthy bool `json:"Unhealthy,omitempty"`
+	// Owner (ufp) names the program that made the endpoint (the node
+	// agent's "ufp-agent/NODE"); a batch of one owner replaces and
+	// deletes only its own objects. Empty: made by hand or by the CNI
+	// plugin.
+	Owner string `json:"Owner,omitempty"`
 }
 
 // IpConfigConfig is one address of an endpoint.

@@ -34,6 +34,9 @@ type LoadBalancerConfig struct {
 	PortMappings []LoadBalancerPortMappingConfig `json:"PortMappings"`
 	// Flags: 1 DSR, 2 IPv6 (the load balancer's family).
 	Flags uint32 `json:"Flags,omitempty"`
+	// Owner (ufp) names the program that made the load balancer, as an
+	// endpoint's Owner does.
+	Owner string `json:"Owner,omitempty"`
 }
 
 // LoadBalancerPortMappingConfig is one port of a load balancer.

@@ -1,0 +1,53 @@
+package api
+
+import (
+	"context"
+	"net/http"
+)
+
+// Batch is a set of changes to endpoints and load balancers that ufpd
+// applies at once (POST /v1/batch): validated, compiled and swapped in
+// together, persisted once, or refused whole with the running policy
+// left as it was. It is how a program that owns many objects (the node
+// agent) keeps them in step without one call per object.
+type Batch struct {
+	// Owner marks every object the batch writes (their Owner field is
+	// set to it). A batch creates objects or replaces and deletes
+	// objects of this owner; an object of the same name made by anyone
+	// else is a conflict. Required.
+	Owner string `json:"owner"`
+	// Endpoints are created or replaced (by Name). Remote endpoints
+	// (Flags 1) are what a batch usually carries; a local one may carry
+	// its Device.
+	Endpoints []Endpoint `json:"endpoints,omitempty"`
+	// LoadBalancers are created or replaced (by Name).
+	LoadBalancers []LoadBalancer `json:"loadBalancers,omitempty"`
+	// DeleteEndpoints and DeleteLoadBalancers name objects to remove;
+	// one that does not exist is counted as absent, not an error.
+	DeleteEndpoints     []string `json:"deleteEndpoints,omitempty"`
+	DeleteLoadBalancers []string `json:"deleteLoadBalancers,omitempty"`
+}
+
+// BatchResult is what a batch did.
+type BatchResult struct {
+	// Revision is the configuration's revision after the batch (the
+	// same as before if it changed nothing).
+	Revision uint64 `json:"revision"`
+	Created  int    `json:"created"`
+	Replaced int    `json:"replaced"`
+	Deleted  int    `json:"deleted"`
+	// Unchanged counts objects the batch wrote as they already were;
+	// Absent, deletions of objects that did not exist.
+	Unchanged int `json:"unchanged"`
+	Absent    int `json:"absent"`
+}
+
+// Apply sends batch b. A refusal is an *Error whose Object names the
+// object at fault ("load balancer NAME", "endpoint NAME") when one is.
+func (c *Client) Apply(ctx context.Context, b *Batch) (*BatchResult, error) {
+	var r BatchResult
+	if err := c.Do(ctx, http.MethodPost, path("/batch"), b, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
