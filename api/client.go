@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 )
 
 // Client talks to ufpd over its Unix socket. The zero value is not
@@ -157,6 +158,40 @@ func (c *Client) Endpoints(ctx context.Context) ([]Endpoint, error) {
 	return l, c.Do(ctx, http.MethodGet, path("/endpoints"), nil, &l)
 }
 
+// EndpointFilter selects endpoints in a listing (GET /v1/endpoints?owner=
+// &remote=). The zero value selects them all.
+type EndpointFilter struct {
+	// Owner, with ByOwner, selects the endpoints whose Owner is exactly
+	// it; "" selects those without one (made by hand or by ufp-cni).
+	Owner   string
+	ByOwner bool
+	// Remote, with ByRemote, selects remote endpoints (Flags 1) if true,
+	// local ones if false: a node agent lists the node's pods without
+	// the remote backends it made.
+	Remote   bool
+	ByRemote bool
+}
+
+func (f EndpointFilter) query() string {
+	q := url.Values{}
+	if f.ByOwner {
+		q.Set("owner", f.Owner)
+	}
+	if f.ByRemote {
+		q.Set("remote", strconv.FormatBool(f.Remote))
+	}
+	if len(q) == 0 {
+		return ""
+	}
+	return "?" + q.Encode()
+}
+
+// EndpointsWhere lists the endpoints that f selects, with their status.
+func (c *Client) EndpointsWhere(ctx context.Context, f EndpointFilter) ([]Endpoint, error) {
+	var l []Endpoint
+	return l, c.Do(ctx, http.MethodGet, path("/endpoints")+f.query(), nil, &l)
+}
+
 // Endpoint returns the endpoint named name with its status.
 func (c *Client) Endpoint(ctx context.Context, name string) (*Endpoint, error) {
 	var e Endpoint
@@ -206,6 +241,13 @@ func (c *Client) DeletePolicy(ctx context.Context, endpoint string, i int) error
 func (c *Client) LoadBalancers(ctx context.Context) ([]LoadBalancer, error) {
 	var l []LoadBalancer
 	return l, c.Do(ctx, http.MethodGet, path("/loadbalancers"), nil, &l)
+}
+
+// LoadBalancersOwnedBy lists the load balancers whose Owner is exactly
+// owner ("": those without one).
+func (c *Client) LoadBalancersOwnedBy(ctx context.Context, owner string) ([]LoadBalancer, error) {
+	var l []LoadBalancer
+	return l, c.Do(ctx, http.MethodGet, path("/loadbalancers")+"?"+url.Values{"owner": {owner}}.Encode(), nil, &l)
 }
 
 // LoadBalancer returns the load balancer named name.
