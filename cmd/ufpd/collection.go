@@ -41,8 +41,8 @@ var networks = collection[api.Network]{
 }
 
 var loadBalancers = collection[api.LoadBalancer]{
-	kind: "load balancer",
-	of:   func(doc *vswitch.Config) *[]api.LoadBalancer { return &doc.LoadBalancers },
+	kind:  "load balancer",
+	of:    func(doc *vswitch.Config) *[]api.LoadBalancer { return &doc.LoadBalancers },
 	name:  func(lb *api.LoadBalancer) *string { return &lb.Name },
 	owner: func(lb *api.LoadBalancer) string { return lb.Owner },
 }
