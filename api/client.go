@@ -204,7 +204,9 @@ func (c *Client) CreateEndpoint(ctx context.Context, e *Endpoint) error {
 	return c.Do(ctx, http.MethodPost, path("/endpoints"), e, nil)
 }
 
-// UpdateEndpoint replaces the endpoint named e.Name.
+// UpdateEndpoint replaces the endpoint named e.Name. An endpoint of an
+// Owner (the node agent's) may be replaced or deleted by hand, but its
+// owner puts it back as it wants it on its next sync.
 func (c *Client) UpdateEndpoint(ctx context.Context, e *Endpoint) error {
 	return c.Do(ctx, http.MethodPut, path("/endpoints/%s", url.PathEscape(e.Name)), e, nil)
 }
@@ -262,7 +264,8 @@ func (c *Client) CreateLoadBalancer(ctx context.Context, lb *LoadBalancer) error
 	return c.Do(ctx, http.MethodPost, path("/loadbalancers"), lb, nil)
 }
 
-// UpdateLoadBalancer replaces the load balancer named lb.Name.
+// UpdateLoadBalancer replaces the load balancer named lb.Name (an owned
+// one as UpdateEndpoint says).
 func (c *Client) UpdateLoadBalancer(ctx context.Context, lb *LoadBalancer) error {
 	return c.Do(ctx, http.MethodPut, path("/loadbalancers/%s", url.PathEscape(lb.Name)), lb, nil)
 }
