@@ -188,6 +188,21 @@ func TestBatch(t *testing.T) {
 		t.Errorf("state file's svc-a: %+v", lb)
 	}
 
+	// A local endpoint with a policy written with spaces: unchanged when
+	// sent again (its settings compared as the running policy holds them).
+	// The body goes as it is written: the client would compact it.
+	pod := `{"owner": "ufp-cni", "endpoints": [{"Name": "pod-c", "HostComputeNetwork": "flannel.4096", "MacAddress": "02:00:00:00:01:0c",
+		"IpConfigurations": [{"IpAddress": "10.244.1.12"}], "Policies": [{"Type": "OutBoundNAT", "Settings": { "Exceptions" : [ "10.244.0.0/16" ] }}]}]}`
+	for i, want := range []api.BatchResult{{Revision: rev + 3, Created: 1}, {Revision: rev + 3, Unchanged: 1}} {
+		req, _ := http.NewRequest("POST", "http://ufpd/v1/batch", strings.NewReader(pod))
+		rec := httptest.NewRecorder()
+		d.handler().ServeHTTP(rec, req)
+		var res api.BatchResult
+		if err := json.Unmarshal(rec.Body.Bytes(), &res); rec.Code != 200 || err != nil || res != want {
+			t.Errorf("local endpoint, batch %d: %d %s, want %+v", i, rec.Code, rec.Body.String(), want)
+		}
+	}
+
 	// The agent's objects by hand: replaced and deleted singly (the agent
 	// puts them back on its next sync).
 	lb.HostComputeEndpoints = []string{"pod-b"}
@@ -285,6 +300,20 @@ func TestBatchRefused(t *testing.T) {
 			return e
 		}()}}),
 			status: 400, want: `endpoint remote.10.244.2.6: endpoints[0].Owner: "x" is not the batch's owner`, object: "endpoint remote.10.244.2.6"},
+		{name: "device that does not open", body: batch(api.Batch{Owner: agent, LoadBalancers: good, Endpoints: []api.Endpoint{func() api.Endpoint {
+			var e api.Endpoint
+			json.Unmarshal([]byte(endpointJSON("pod-x", "02:00:00:00:01:0c", "10.244.1.12")), &e)
+			e.Device = &api.Device{Type: "tap", NetNS: "/nonexistent/ns"}
+			return e
+		}()}}),
+			status: 400, want: "batch: rejected; the running policy stays: port pod-x: netns /nonexistent/ns", object: "batch"},
+		{name: "device of another port", body: batch(api.Batch{Owner: agent, Endpoints: []api.Endpoint{func() api.Endpoint {
+			var e api.Endpoint
+			json.Unmarshal([]byte(endpointJSON("pod-x", "02:00:00:00:01:0c", "10.244.1.12")), &e)
+			e.Device = &api.Device{Port: "pod-a", Type: "tap"}
+			return e
+		}()}}),
+			status: 400, want: `endpoint pod-x: Device.port: "pod-a" is not the endpoint's name`, object: "endpoint pod-x"},
 		{name: "stale revision", body: batch(api.Batch{Owner: agent, LoadBalancers: good}), ifMatch: fmt.Sprintf(`"%d"`, rev-1),
 			status: 412, want: "batch: changed meanwhile", object: "batch"},
 		{name: "single write: owner not printable", method: "POST", path: "/v1/loadbalancers",
@@ -334,6 +363,19 @@ func cmpOr(a, b string) string {
 		return a
 	}
 	return b
+}
+
+// TestBatchVFPLevel: a batch on a VFP-level policy (ports) is refused.
+func TestBatchVFPLevel(t *testing.T) {
+	_, c := testDaemon(t)
+	vfp := `{"policy": {"switch": {}, "ports": [{"name": "a", "mac": "02:00:00:00:00:0a", "ips": ["10.0.0.10"]}]}}`
+	if status, msg := raw(t, c, "PUT", "/v1/config", vfp); status != 200 {
+		t.Fatalf("PUT a VFP-level config: %d %s", status, msg)
+	}
+	_, err := c.Apply(context.Background(), &api.Batch{Owner: agent, LoadBalancers: []api.LoadBalancer{service("svc", "10.96.0.20", 80, "a")}})
+	if !api.IsConflict(err) || !strings.Contains(err.Error(), "VFP level") {
+		t.Errorf("a batch on a VFP-level policy: %v", err)
+	}
 }
 
 // TestBatchDropAndRetry does what the node agent does with a refused
