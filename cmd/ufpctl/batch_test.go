@@ -23,6 +23,33 @@ func TestBatchCommand(t *testing.T) {
 	if out := ok(t, d, "lb", "default.api.tcp443.v4.cluster", "-o", "json"); !strings.Contains(out, `"Owner": "ufp-agent/node-1"`) {
 		t.Errorf("the batch's load balancer has no owner:\n%s", out)
 	}
+	// Listings by owner and locality.
+	for _, tc := range []struct {
+		args      []string
+		has, lack []string
+	}{
+		{[]string{"lbs", "-owner", "ufp-agent/node-1"}, []string{"default.api.tcp443.v4.cluster"}, []string{"web"}},
+		{[]string{"lbs", "-owner", ""}, []string{"web"}, []string{"default.api"}},
+		{[]string{"lbs"}, []string{"web", "default.api"}, nil},
+		{[]string{"endpoints", "-remote", "false"}, []string{"pod-a", "pod-b"}, []string{"remote."}},
+		{[]string{"endpoints", "-remote", "true", "-owner", "ufp-agent/node-1"}, []string{"remote.10.244.2.5"}, []string{"pod-a"}},
+		{[]string{"endpoints", "-owner", "", "-o", "json"}, []string{`"pod-a"`}, []string{"remote."}},
+	} {
+		out := ok(t, d, tc.args...)
+		for _, s := range tc.has {
+			if !strings.Contains(out, s) {
+				t.Errorf("ufpctl %q lacks %s:\n%s", tc.args, s, out)
+			}
+		}
+		for _, s := range tc.lack {
+			if strings.Contains(out, s) {
+				t.Errorf("ufpctl %q lists %s:\n%s", tc.args, s, out)
+			}
+		}
+	}
+	if r := ctl(t, d, "", "endpoints", "-remote", "maybe"); r.code != 2 || !strings.Contains(r.stderr, `"maybe" is not true or false`) {
+		t.Errorf("endpoints -remote maybe: %v", r)
+	}
 	bad := strings.Replace(in, `"pod-a", `, `"pod-z", `, 1)
 	r := ctl(t, d, bad, "batch", "-f", "-")
 	if r.code != 1 || !strings.HasPrefix(r.stderr, `ufpctl: load balancer default.api.tcp443.v4.cluster: policy: LoadBalancers[1] "default.api.tcp443.v4.cluster".HostComputeEndpoints[0]: no endpoint is named "pod-z"`) {

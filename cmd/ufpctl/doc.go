@@ -5,6 +5,7 @@
 //
 //	ufpctl status                                  # the daemon: generation, revision, ports
 //	ufpctl networks | endpoints | lbs              # the HNS objects, one line each
+//	ufpctl endpoints|lbs -owner NAME [-remote B]   # an owner's only ('' none), remote or local ones
 //	ufpctl network NAME | endpoint NAME | lb NAME  # one object in detail
 //	ufpctl create network|endpoint|lb -f FILE      # JSON from FILE (- for standard input)
 //	ufpctl update network|endpoint|lb [NAME] -f FILE
