@@ -614,3 +614,40 @@ func BenchmarkBatchMerge10kServices(b *testing.B) {
 		})
 	}
 }
+
+// TestBodyLimit refuses bodies over the bound with 413, whether their
+// length is announced (not read then) or found by reading: 4 MiB for an
+// object, 128 MiB for a batch.
+func TestBodyLimit(t *testing.T) {
+	d, _ := testDaemon(t)
+	for _, tc := range []struct {
+		name, path string
+		length     int64 // announced; -1: unknown
+		body       string
+		want       string
+	}{
+		{"batch announced too large", "/v1/batch", maxBatchBody + 1, `{}`, "batch: the body is larger than 134217728 bytes"},
+		{"object announced too large", "/v1/loadbalancers", maxBody + 1, `{}`, "load balancer: the body is larger than 4194304 bytes"},
+		{"object found too large", "/v1/loadbalancers", -1, `{"Name": "` + strings.Repeat("x", maxBody) + `"}`, "load balancer: the body is larger than 4194304 bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := httptest.NewRequest("POST", "http://ufpd"+tc.path, strings.NewReader(tc.body))
+			req.ContentLength = tc.length
+			rec := httptest.NewRecorder()
+			d.handler().ServeHTTP(rec, req)
+			var e api.Error
+			if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || rec.Code != 413 || e.Message != tc.want {
+				t.Errorf("%d %q (%v), want 413 %q", rec.Code, e.Message, err, tc.want)
+			}
+		})
+	}
+	// Within the bound, a batch's body is read (and refused for what it
+	// says).
+	body := `{"owner": "` + strings.Repeat("o", 300) + `"}`
+	req := httptest.NewRequest("POST", "http://ufpd/v1/batch", strings.NewReader(body))
+	rec := httptest.NewRecorder()
+	d.handler().ServeHTTP(rec, req)
+	if rec.Code != 400 || !strings.Contains(rec.Body.String(), "owner: 300 bytes") {
+		t.Errorf("%d %s, want 400 about the owner", rec.Code, rec.Body.String())
+	}
+}
