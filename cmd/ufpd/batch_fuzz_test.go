@@ -1,8 +1,12 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"testing"
 
@@ -123,6 +127,53 @@ func FuzzBatchMerge(f *testing.F) {
 		}
 		if n := res.Created + res.Replaced + res.Deleted; len(changed) != n {
 			t.Errorf("%d objects reported changed (%v), want %d", len(changed), changed, n)
+		}
+	})
+}
+
+// FuzzBatchBody sends arbitrary bodies to POST /v1/batch on one daemon:
+// ufpd never fails to answer; a refusal is a JSON error that leaves the
+// revision and generation as they were; an acceptance moves the
+// revision by one if the batch changed something, else not at all.
+func FuzzBatchBody(f *testing.F) {
+	f.Add([]byte(`{"owner": "a", "endpoints": [{"Name": "remote.10.244.2.5", "HostComputeNetwork": "flannel.4096", "Flags": 1, "IpConfigurations": [{"IpAddress": "10.244.2.5"}]}]}`))
+	f.Add([]byte(`{"owner": "a", "loadBalancers": [{"Name": "s", "HostComputeEndpoints": ["pod-a"], "FrontendVIPs": ["10.96.0.20"], "PortMappings": [{"Protocol": 6, "InternalPort": 80, "ExternalPort": 80}]}]}`))
+	f.Add([]byte(`{"owner": "a", "deleteLoadBalancers": ["s", "web"], "deleteEndpoints": ["remote.10.244.2.5"]}`))
+	f.Add([]byte(`{"owner": "b", "loadBalancers": [{"Name": "s", "Owner": "a"}]}`))
+	f.Add([]byte(`{"owner": "", "endpoints": [{}]}`))
+	f.Add([]byte(`[]`))
+	d, _, _ := batchDaemon(f)
+	f.Fuzz(func(t *testing.T, body []byte) {
+		d.mu.Lock()
+		rev := d.rev
+		d.mu.Unlock()
+		gen := d.sw.Generation()
+		req := httptest.NewRequest("POST", "http://ufpd/v1/batch", bytes.NewReader(body))
+		rec := httptest.NewRecorder()
+		d.handler().ServeHTTP(rec, req)
+		d.mu.Lock()
+		after := d.rev
+		d.mu.Unlock()
+		if rec.Code != http.StatusOK {
+			var e api.Error
+			if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || e.Message == "" {
+				t.Fatalf("status %d with body %q: not a JSON error", rec.Code, rec.Body.String())
+			}
+			if after != rev || d.sw.Generation() != gen {
+				t.Fatalf("refused (%d %s), but the revision went %d -> %d, the generation %d -> %d", rec.Code, e.Message, rev, after, gen, d.sw.Generation())
+			}
+			return
+		}
+		var res api.BatchResult
+		if err := json.Unmarshal(rec.Body.Bytes(), &res); err != nil {
+			t.Fatalf("accepted with body %q: %v", rec.Body.String(), err)
+		}
+		changed := res.Created+res.Replaced+res.Deleted > 0
+		switch {
+		case changed && (after != rev+1 || res.Revision != after):
+			t.Fatalf("a changing batch (%+v) moved the revision %d -> %d", res, rev, after)
+		case !changed && (after != rev || res.Revision != rev || d.sw.Generation() != gen):
+			t.Fatalf("a batch that changed nothing (%+v) moved the revision %d -> %d or the generation %d -> %d", res, rev, after, gen, d.sw.Generation())
 		}
 	})
 }

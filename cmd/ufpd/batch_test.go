@@ -22,7 +22,7 @@ const agent = "ufp-agent/node-1"
 // batchDaemon is testDaemon with the node's overlay reaching another
 // node's pods (10.244.2.0/24 at 192.168.50.2), so that remote endpoints
 // can be backends. It returns the daemon, a client, and the revision.
-func batchDaemon(t *testing.T) (*daemon, *api.Client, uint64) {
+func batchDaemon(t testing.TB) (*daemon, *api.Client, uint64) {
 	t.Helper()
 	d, c := testDaemon(t)
 	ctx := context.Background()
