@@ -5,10 +5,12 @@
 //
 //	ufpctl status                                  # the daemon: generation, revision, ports
 //	ufpctl networks | endpoints | lbs              # the HNS objects, one line each
+//	ufpctl endpoints|lbs -owner NAME [-remote B]   # an owner's only ('' none), remote or local ones
 //	ufpctl network NAME | endpoint NAME | lb NAME  # one object in detail
 //	ufpctl create network|endpoint|lb -f FILE      # JSON from FILE (- for standard input)
 //	ufpctl update network|endpoint|lb [NAME] -f FILE
 //	ufpctl delete network|endpoint|lb NAME
+//	ufpctl batch -f FILE                           # a batch of one owner's objects (docs/API.md, "Batches")
 //	ufpctl ports                                   # the switch's ports and their devices
 //	ufpctl layers PORT                             # a port's layers, groups and rules, with counters
 //	ufpctl rules [PORT]                            # the same rules as one flat table

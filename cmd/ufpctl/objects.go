@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/ufp-dev/ufp/api"
@@ -134,11 +135,40 @@ func policyStrings(ps []hns.PolicyConfig) []string {
 	return s
 }
 
+// ownerFlag is -owner: an Owner to select, which may be empty (objects
+// without one).
+type ownerFlag struct {
+	owner string
+	set   bool
+}
+
+func (o *ownerFlag) String() string { return o.owner }
+
+func (o *ownerFlag) Set(s string) error {
+	o.owner, o.set = s, true
+	return nil
+}
+
+const ownerUsage = "list the objects of this `owner` only (-owner '': those without one)"
+
 func (c *cli) endpoints(args []string) error {
-	if _, err := c.parse(args, nil, 0, 0); err != nil {
+	var owner ownerFlag
+	var f api.EndpointFilter
+	if _, err := c.parse(args, func(fl *flagSet) {
+		fl.Var(&owner, "owner", ownerUsage)
+		fl.Func("remote", "list remote endpoints (true) or local ones (false) only", func(s string) error {
+			r, err := strconv.ParseBool(s)
+			if err != nil {
+				return fmt.Errorf("%q is not true or false", s)
+			}
+			f.Remote, f.ByRemote = r, true
+			return nil
+		})
+	}, 0, 0); err != nil {
 		return err
 	}
-	l, err := c.client.Endpoints(c.ctx)
+	f.Owner, f.ByOwner = owner.owner, owner.set
+	l, err := c.client.EndpointsWhere(c.ctx, f)
 	if err != nil {
 		return err
 	}
@@ -244,10 +274,17 @@ func (c *cli) endpoint(args []string) error {
 }
 
 func (c *cli) lbs(args []string) error {
-	if _, err := c.parse(args, nil, 0, 0); err != nil {
+	var owner ownerFlag
+	if _, err := c.parse(args, func(fl *flagSet) { fl.Var(&owner, "owner", ownerUsage) }, 0, 0); err != nil {
 		return err
 	}
-	l, err := c.client.LoadBalancers(c.ctx)
+	var l []api.LoadBalancer
+	var err error
+	if owner.set {
+		l, err = c.client.LoadBalancersOwnedBy(c.ctx, owner.owner)
+	} else {
+		l, err = c.client.LoadBalancers(c.ctx)
+	}
 	if err != nil {
 		return err
 	}

@@ -91,12 +91,13 @@ func checkBatch(b *api.Batch) error {
 	}
 	for i := range b.Endpoints {
 		e := &b.Endpoints[i]
-		object := hns.KindEndpoint + " " + e.Name
-		if err := ownedBy(object, fmt.Sprintf("endpoints[%d]", i), &e.Owner, b.Owner); err != nil {
+		if err := ownedBy(hns.KindEndpoint, e.Name, "endpoints", i, &e.Owner, b.Owner); err != nil {
 			return err
 		}
-		if err := checkEndpointDevice(object, e); err != nil {
-			return err
+		if e.Device != nil {
+			if err := checkEndpointDevice(hns.KindEndpoint+" "+e.Name, e); err != nil {
+				return err
+			}
 		}
 		e.Status = nil
 		for j := range e.Policies {
@@ -108,7 +109,7 @@ func checkBatch(b *api.Batch) error {
 	}
 	for i := range b.LoadBalancers {
 		lb := &b.LoadBalancers[i]
-		if err := ownedBy(hns.KindLoadBalancer+" "+lb.Name, fmt.Sprintf("loadBalancers[%d]", i), &lb.Owner, b.Owner); err != nil {
+		if err := ownedBy(hns.KindLoadBalancer, lb.Name, "loadBalancers", i, &lb.Owner, b.Owner); err != nil {
 			return err
 		}
 	}
@@ -119,35 +120,37 @@ func checkBatch(b *api.Batch) error {
 // (in list writes, name(i) each) and of those it deletes (in list
 // deletes): each named, each once.
 func batchNames(kind, writes string, n int, name func(int) string, deletes string, del []string) error {
-	seen := make(map[string]string, n+len(del))
-	check := func(at, name string) error {
-		if name == "" {
-			return errorf(http.StatusBadRequest, "batch", "%s: every %s needs a name", at, kind)
+	// seen holds where a name was: i for writes[i], n+j for deletes[j].
+	seen := make(map[string]int, n+len(del))
+	at := func(k int) string {
+		if k < n {
+			return fmt.Sprintf("%s[%d].Name", writes, k)
 		}
-		if o, dup := seen[name]; dup {
-			return errorf(http.StatusBadRequest, kind+" "+name, "%s: the batch has it as %s too (an object once per batch)", at, o)
-		}
-		seen[name] = at
-		return nil
+		return fmt.Sprintf("%s[%d]", deletes, k-n)
 	}
-	for i := range n {
-		if err := check(fmt.Sprintf("%s[%d].Name", writes, i), name(i)); err != nil {
-			return err
+	for k := range n + len(del) {
+		nm := ""
+		if k < n {
+			nm = name(k)
+		} else {
+			nm = del[k-n]
 		}
-	}
-	for i, name := range del {
-		if err := check(fmt.Sprintf("%s[%d]", deletes, i), name); err != nil {
-			return err
+		if nm == "" {
+			return errorf(http.StatusBadRequest, "batch", "%s: every %s needs a name", at(k), kind)
 		}
+		if o, dup := seen[nm]; dup {
+			return errorf(http.StatusBadRequest, kind+" "+nm, "%s: the batch has it as %s too (an object once per batch)", at(k), at(o))
+		}
+		seen[nm] = k
 	}
 	return nil
 }
 
-// ownedBy gives an object a batch writes the batch's owner: its Owner
-// must be empty or that already.
-func ownedBy(object, at string, owner *string, batchOwner string) error {
+// ownedBy gives list[i], an object of kind named name that a batch
+// writes, the batch's owner: its Owner must be empty or that already.
+func ownedBy(kind, name, list string, i int, owner *string, batchOwner string) error {
 	if *owner != "" && *owner != batchOwner {
-		return errorf(http.StatusBadRequest, object, "%s.Owner: %q is not the batch's owner %q (a batch writes objects of its owner only)", at, *owner, batchOwner)
+		return errorf(http.StatusBadRequest, kind+" "+name, "%s[%d].Owner: %q is not the batch's owner %q (a batch writes objects of its owner only)", list, i, *owner, batchOwner)
 	}
 	*owner = batchOwner
 	return nil
@@ -237,14 +240,25 @@ var endpointKind = batchKind[hns.EndpointConfig]{
 // with the name of each object created, replaced or deleted.
 func merge[T any](k batchKind[T], list, writes []T, deletes []string, owner string, res *api.BatchResult,
 	changed func(name string, deleted bool)) ([]T, error) {
-	at := make(map[string]int, len(list))
+	// Where the objects the batch names are in list (-1: not there),
+	// found in one pass: a small batch costs a lookup per running object
+	// in a small map, not a map of every running object.
+	at := make(map[string]int, len(writes)+len(deletes))
+	for j := range writes {
+		at[k.name(&writes[j])] = -1
+	}
+	for _, name := range deletes {
+		at[name] = -1
+	}
 	for i := range list {
-		at[k.name(&list[i])] = i
+		if _, ok := at[k.name(&list[i])]; ok {
+			at[k.name(&list[i])] = i
+		}
 	}
 	var gone []bool
 	for _, name := range deletes {
-		i, ok := at[name]
-		if !ok {
+		i := at[name]
+		if i < 0 {
 			res.Absent++
 			continue
 		}
@@ -262,9 +276,9 @@ func merge[T any](k batchKind[T], list, writes []T, deletes []string, owner stri
 	}
 	for j := range writes {
 		w := &writes[j]
-		i, ok := at[k.name(w)]
+		i := at[k.name(w)]
 		switch {
-		case !ok:
+		case i < 0:
 			list = append(list, *w)
 			res.Created++
 		case k.owns(&list[i], owner) != nil:

@@ -22,7 +22,7 @@ const agent = "ufp-agent/node-1"
 // batchDaemon is testDaemon with the node's overlay reaching another
 // node's pods (10.244.2.0/24 at 192.168.50.2), so that remote endpoints
 // can be backends. It returns the daemon, a client, and the revision.
-func batchDaemon(t *testing.T) (*daemon, *api.Client, uint64) {
+func batchDaemon(t testing.TB) (*daemon, *api.Client, uint64) {
 	t.Helper()
 	d, c := testDaemon(t)
 	ctx := context.Background()
@@ -188,6 +188,21 @@ func TestBatch(t *testing.T) {
 		t.Errorf("state file's svc-a: %+v", lb)
 	}
 
+	// A local endpoint with a policy written with spaces: unchanged when
+	// sent again (its settings compared as the running policy holds them).
+	// The body goes as it is written: the client would compact it.
+	pod := `{"owner": "ufp-cni", "endpoints": [{"Name": "pod-c", "HostComputeNetwork": "flannel.4096", "MacAddress": "02:00:00:00:01:0c",
+		"IpConfigurations": [{"IpAddress": "10.244.1.12"}], "Policies": [{"Type": "OutBoundNAT", "Settings": { "Exceptions" : [ "10.244.0.0/16" ] }}]}]}`
+	for i, want := range []api.BatchResult{{Revision: rev + 3, Created: 1}, {Revision: rev + 3, Unchanged: 1}} {
+		req, _ := http.NewRequest("POST", "http://ufpd/v1/batch", strings.NewReader(pod))
+		rec := httptest.NewRecorder()
+		d.handler().ServeHTTP(rec, req)
+		var res api.BatchResult
+		if err := json.Unmarshal(rec.Body.Bytes(), &res); rec.Code != 200 || err != nil || res != want {
+			t.Errorf("local endpoint, batch %d: %d %s, want %+v", i, rec.Code, rec.Body.String(), want)
+		}
+	}
+
 	// The agent's objects by hand: replaced and deleted singly (the agent
 	// puts them back on its next sync).
 	lb.HostComputeEndpoints = []string{"pod-b"}
@@ -285,6 +300,20 @@ func TestBatchRefused(t *testing.T) {
 			return e
 		}()}}),
 			status: 400, want: `endpoint remote.10.244.2.6: endpoints[0].Owner: "x" is not the batch's owner`, object: "endpoint remote.10.244.2.6"},
+		{name: "device that does not open", body: batch(api.Batch{Owner: agent, LoadBalancers: good, Endpoints: []api.Endpoint{func() api.Endpoint {
+			var e api.Endpoint
+			json.Unmarshal([]byte(endpointJSON("pod-x", "02:00:00:00:01:0c", "10.244.1.12")), &e)
+			e.Device = &api.Device{Type: "tap", NetNS: "/nonexistent/ns"}
+			return e
+		}()}}),
+			status: 400, want: "batch: rejected; the running policy stays: port pod-x: netns /nonexistent/ns", object: "batch"},
+		{name: "device of another port", body: batch(api.Batch{Owner: agent, Endpoints: []api.Endpoint{func() api.Endpoint {
+			var e api.Endpoint
+			json.Unmarshal([]byte(endpointJSON("pod-x", "02:00:00:00:01:0c", "10.244.1.12")), &e)
+			e.Device = &api.Device{Port: "pod-a", Type: "tap"}
+			return e
+		}()}}),
+			status: 400, want: `endpoint pod-x: Device.port: "pod-a" is not the endpoint's name`, object: "endpoint pod-x"},
 		{name: "stale revision", body: batch(api.Batch{Owner: agent, LoadBalancers: good}), ifMatch: fmt.Sprintf(`"%d"`, rev-1),
 			status: 412, want: "batch: changed meanwhile", object: "batch"},
 		{name: "single write: owner not printable", method: "POST", path: "/v1/loadbalancers",
@@ -334,6 +363,19 @@ func cmpOr(a, b string) string {
 		return a
 	}
 	return b
+}
+
+// TestBatchVFPLevel: a batch on a VFP-level policy (ports) is refused.
+func TestBatchVFPLevel(t *testing.T) {
+	_, c := testDaemon(t)
+	vfp := `{"policy": {"switch": {}, "ports": [{"name": "a", "mac": "02:00:00:00:00:0a", "ips": ["10.0.0.10"]}]}}`
+	if status, msg := raw(t, c, "PUT", "/v1/config", vfp); status != 200 {
+		t.Fatalf("PUT a VFP-level config: %d %s", status, msg)
+	}
+	_, err := c.Apply(context.Background(), &api.Batch{Owner: agent, LoadBalancers: []api.LoadBalancer{service("svc", "10.96.0.20", 80, "a")}})
+	if !api.IsConflict(err) || !strings.Contains(err.Error(), "VFP level") {
+		t.Errorf("a batch on a VFP-level policy: %v", err)
+	}
 }
 
 // TestBatchDropAndRetry does what the node agent does with a refused
@@ -496,5 +538,116 @@ func TestBatchSizeBound(t *testing.T) {
 		len(b.LoadBalancers), len(b.Endpoints), float64(len(j))/1e6)
 	if len(j) > maxBatchBody/2 {
 		t.Errorf("%d bytes: more than half of maxBatchBody (%d)", len(j), maxBatchBody)
+	}
+}
+
+// BenchmarkBatchMerge10kServices measures what a batch costs ufpd before
+// the policy is validated and compiled (checkBatch and the merge into the
+// draft), for a node agent's whole sync of 10,000 Services with 10 remote
+// backends each: into an empty configuration (everything created), and
+// again onto itself (everything unchanged); and for one Service's update
+// (its load balancer's backends moved to 10 new remote endpoints) onto
+// that configuration.
+func BenchmarkBatchMerge10kServices(b *testing.B) {
+	sync := func() *api.Batch {
+		bt := &api.Batch{Owner: agent}
+		for s := range 10000 {
+			lb := service(fmt.Sprintf("ns-%04d.svc.tcp80.v4.cluster", s), fmt.Sprintf("10.96.%d.%d", s/256, s%256), 80)
+			for i := range 10 {
+				e := remote(fmt.Sprintf("10.%d.%d.%d", 128+s/2560, (s/10)%256, (s%10)*10+i+1))
+				bt.Endpoints = append(bt.Endpoints, e)
+				lb.HostComputeEndpoints = append(lb.HostComputeEndpoints, e.Name)
+			}
+			bt.LoadBalancers = append(bt.LoadBalancers, lb)
+		}
+		return bt
+	}
+	synced := func() *vswitch.Config {
+		bt := sync()
+		if err := checkBatch(bt); err != nil {
+			b.Fatal(err)
+		}
+		doc := &vswitch.Config{LoadBalancers: bt.LoadBalancers}
+		for _, e := range bt.Endpoints {
+			doc.Endpoints = append(doc.Endpoints, e.EndpointConfig)
+		}
+		return doc
+	}
+	update := func() *api.Batch {
+		bt := &api.Batch{Owner: agent}
+		lb := service("ns-0042.svc.tcp80.v4.cluster", "10.96.0.42", 80)
+		for i := range 10 {
+			e := remote(fmt.Sprintf("10.200.0.%d", i+1))
+			bt.Endpoints = append(bt.Endpoints, e)
+			lb.HostComputeEndpoints = append(lb.HostComputeEndpoints, e.Name)
+		}
+		bt.LoadBalancers = []api.LoadBalancer{lb}
+		return bt
+	}
+	for _, tc := range []struct {
+		name  string
+		onto  func() *vswitch.Config
+		batch func() *api.Batch
+		check func(r *api.BatchResult) bool
+	}{
+		{"create", func() *vswitch.Config { return &vswitch.Config{} }, sync,
+			func(r *api.BatchResult) bool { return r.Created == 110000 }},
+		{"unchanged", synced, sync, func(r *api.BatchResult) bool { return r.Unchanged == 110000 }},
+		{"one-service", synced, update, func(r *api.BatchResult) bool { return r.Replaced == 1 && r.Created == 10 }},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			running := tc.onto()
+			bt := tc.batch()
+			b.ReportAllocs()
+			for b.Loop() {
+				b.StopTimer()
+				dr := &draft{doc: &vswitch.Config{LoadBalancers: slices.Clone(running.LoadBalancers), Endpoints: slices.Clone(running.Endpoints)}}
+				b.StartTimer()
+				var res api.BatchResult
+				if err := checkBatch(bt); err != nil {
+					b.Fatal(err)
+				}
+				if err := applyBatch(dr, bt, &res); err != nil || !tc.check(&res) {
+					b.Fatalf("%+v %v", res, err)
+				}
+			}
+		})
+	}
+}
+
+// TestBodyLimit refuses bodies over the bound with 413, whether their
+// length is announced (not read then) or found by reading: 4 MiB for an
+// object, 128 MiB for a batch.
+func TestBodyLimit(t *testing.T) {
+	d, _ := testDaemon(t)
+	for _, tc := range []struct {
+		name, path string
+		length     int64 // announced; -1: unknown
+		body       string
+		want       string
+	}{
+		{"batch announced too large", "/v1/batch", maxBatchBody + 1, `{}`, "batch: the body is larger than 134217728 bytes"},
+		{"object announced too large", "/v1/loadbalancers", maxBody + 1, `{}`, "load balancer: the body is larger than 4194304 bytes"},
+		{"object found too large", "/v1/loadbalancers", -1, `{"Name": "` + strings.Repeat("x", maxBody) + `"}`, "load balancer: the body is larger than 4194304 bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := httptest.NewRequest("POST", "http://ufpd"+tc.path, strings.NewReader(tc.body))
+			req.ContentLength = tc.length
+			rec := httptest.NewRecorder()
+			d.handler().ServeHTTP(rec, req)
+			var e api.Error
+			if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || rec.Code != 413 || e.Message != tc.want {
+				t.Errorf("%d %q (%v), want 413 %q", rec.Code, e.Message, err, tc.want)
+			}
+		})
+	}
+	// Within the bound, a batch's body is read (and refused for what it
+	// says).
+	body := `{"owner": "` + strings.Repeat("o", 300) + `"}`
+	req := httptest.NewRequest("POST", "http://ufpd/v1/batch", strings.NewReader(body))
+	rec := httptest.NewRecorder()
+	d.handler().ServeHTTP(rec, req)
+	if rec.Code != 400 || !strings.Contains(rec.Body.String(), "owner: 300 bytes") {
+		t.Errorf("%d %s, want 400 about the owner", rec.Code, rec.Body.String())
 	}
 }

@@ -204,12 +204,22 @@ func decode(r *http.Request, object string, v any) error {
 	return decodeLimit(r, object, v, maxBody)
 }
 
-// decodeLimit is decode with a bound of limit bytes.
+// decodeLimit is decode with a bound of limit bytes. A body whose length
+// is known is read into a buffer of that size (a batch of tens of MB is
+// not copied as the buffer grows), and one known to be too large is not
+// read at all.
 func decodeLimit(r *http.Request, object string, v any, limit int) error {
-	b, err := io.ReadAll(io.LimitReader(r.Body, int64(limit)+1))
-	if err != nil {
+	if r.ContentLength > int64(limit) {
+		return errorf(http.StatusRequestEntityTooLarge, object, "the body is larger than %d bytes", limit)
+	}
+	var buf bytes.Buffer
+	if r.ContentLength > 0 {
+		buf.Grow(int(r.ContentLength) + bytes.MinRead)
+	}
+	if _, err := buf.ReadFrom(io.LimitReader(r.Body, int64(limit)+1)); err != nil {
 		return errorf(http.StatusBadRequest, object, "reading the body: %v", err)
 	}
+	b := buf.Bytes()
 	if len(b) > limit {
 		return errorf(http.StatusRequestEntityTooLarge, object, "the body is larger than %d bytes", limit)
 	}

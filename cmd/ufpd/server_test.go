@@ -32,7 +32,7 @@ import (
 // testDaemon runs a daemon on the demo's policy without devices (no root
 // needed), its API on a socket in a temporary directory, and persisting
 // to a state file there. It returns the daemon and a client.
-func testDaemon(t *testing.T) (*daemon, *api.Client) {
+func testDaemon(t testing.TB) (*daemon, *api.Client) {
 	t.Helper()
 	var fc fileConfig
 	if err := json.Unmarshal(demoConfig, &fc); err != nil {
