@@ -36,6 +36,9 @@ const (
 	KindExternal = "external"
 )
 
+// vxlanPort is VXLAN's IANA port, ufpd's default.
+const vxlanPort = 4789
+
 // RemotePrefix starts the name of every remote endpoint: remote.IP.
 const RemotePrefix = "remote."
 
@@ -50,6 +53,8 @@ const (
 	ReasonInvalidEndpoint     = "InvalidEndpoint"
 	ReasonNotAttached         = "EndpointsNotAttached"
 	ReasonSourceRanges        = "LoadBalancerSourceRangesUnsupported"
+	ReasonInvalidPort         = "InvalidPort"
+	ReasonPortConflict        = "PortConflict"
 )
 
 // Node is the node the agent programs.
@@ -66,6 +71,9 @@ type Options struct {
 	SourceVIP4 netip.Addr // invalid: none
 	SourceVIP6 netip.Addr
 	DSR        bool // --enable-dsr
+	// VXLANPort is the overlay's UDP port (0: 4789), which ufpd keeps
+	// from node ports and external IPs.
+	VXLANPort uint16
 	// ProxyName: serve Services whose service.kubernetes.io/service-proxy-name
 	// label is this; "" = only Services without the label.
 	ProxyName string
@@ -304,7 +312,12 @@ func (t *translator) externals() {
 			t.problem(ReasonIPFamilyMismatch, "%s: %s is of no family of the Service (spec.ipFamilies)", at, a)
 			return
 		}
-		if f := &t.fams[i]; !slices.Contains(f.external, a) && t.usableVIP(at, a) {
+		f := &t.fams[i]
+		if a == f.clusterIP {
+			t.problem(ReasonVIPConflict, "%s: %s is the Service's ClusterIP", at, a)
+			return
+		}
+		if !slices.Contains(f.external, a) && t.usableVIP(at, a) {
 			f.external = append(f.external, a)
 		}
 	}
@@ -345,8 +358,25 @@ func (t *translator) port(pi int) {
 		return
 	}
 	if sp.Port <= 0 || sp.Port > 65535 {
-		t.problem(ReasonInvalidIP, "spec.ports[%d].port: %d is not a port", pi, sp.Port)
+		t.problem(ReasonInvalidPort, "spec.ports[%d].port: %d is not a port", pi, sp.Port)
 		return
+	}
+	// The API server refuses repeated ports; what gets past it must not
+	// make two load balancers of one name or frontend.
+	for j := range pi {
+		o := &t.svc.Spec.Ports[j]
+		op, _, _ := protocol(o.Protocol)
+		if op != proto {
+			continue
+		}
+		if o.Port == sp.Port {
+			t.problem(ReasonInvalidPort, "spec.ports[%d]: %s/%d is spec.ports[%d] too", pi, sp.Protocol, sp.Port, j)
+			return
+		}
+		if o.NodePort == sp.NodePort && sp.NodePort != 0 {
+			t.problem(ReasonInvalidPort, "spec.ports[%d].nodePort: %s/%d is spec.ports[%d]'s too", pi, sp.Protocol, sp.NodePort, j)
+			return
+		}
 	}
 	for fi := range t.fams {
 		f := &t.fams[fi]
@@ -410,6 +440,10 @@ func (l *lbSpec) name(svc *corev1.Service) string {
 // loadBalancer makes the load balancer l with backends set.
 func (t *translator) loadBalancer(l *lbSpec, set []endpoint) {
 	o := t.opt
+	if l.proto == 17 && l.ext == cmp.Or(o.VXLANPort, vxlanPort) && l.flags&hns.LBPortILB == 0 {
+		t.problem(ReasonPortConflict, "%s: udp/%d is the overlay's VXLAN port on the node", l.name(t.svc), l.ext)
+		return
+	}
 	ilb := l.flags&hns.LBPortILB != 0
 	sv := o.sourceVIP(l.v6)
 	names := t.resolve(l, set, sv.IsValid() || o.DSR && ilb)

@@ -540,6 +540,54 @@ var serviceCases = []translationCase{
 		},
 	},
 	{
+		name: "an external IP that is the Service's ClusterIP is left out",
+		svc: service(func(s *corev1.Service) {
+			s.Spec.ExternalIPs = []string{"10.96.0.10"}
+		}),
+		want: Result{
+			LoadBalancers: lbs(lbOf("default.web.tcp80.v4.cluster", tcp(80, 8080, ilb), vips("10.96.0.10"))),
+			Problems:      []Problem{{ReasonVIPConflict, "spec.externalIPs[0]: 10.96.0.10 is the Service's ClusterIP"}},
+		},
+	},
+	{
+		name: "UDP on the VXLAN port: the ClusterIP only",
+		svc: service(nodePort, func(s *corev1.Service) {
+			s.Spec.Ports[0].Protocol, s.Spec.Ports[0].Port, s.Spec.Ports[0].NodePort = corev1.ProtocolUDP, 4789, 0
+			s.Spec.ExternalIPs = []string{"203.0.113.5"}
+		}),
+		slices: sl(slice("web-v4", discoveryv1.AddressTypeIPv4, []discoveryv1.EndpointPort{
+			{Name: ptr("http"), Protocol: ptr(corev1.ProtocolUDP), Port: ptr(int32(4789))},
+		}, epA)),
+		want: Result{
+			LoadBalancers: lbs(lbOf("default.web.udp4789.v4.cluster", udp(4789, 4789, ilb), vips("10.96.0.10"), "pod-a")),
+			Problems:      []Problem{{ReasonPortConflict, "default.web.udp4789.v4.external: udp/4789 is the overlay's VXLAN port on the node"}},
+			Endpoints:     1,
+		},
+	},
+	{
+		name: "a repeated port or node port is left out",
+		svc: service(nodePort, func(s *corev1.Service) {
+			s.Spec.Ports = append(s.Spec.Ports,
+				corev1.ServicePort{Name: "again", Protocol: corev1.ProtocolTCP, Port: 80, NodePort: 30081},
+				corev1.ServicePort{Name: "np", Protocol: corev1.ProtocolTCP, Port: 81, NodePort: 30080},
+				corev1.ServicePort{Name: "udp", Protocol: corev1.ProtocolUDP, Port: 80, NodePort: 30080, TargetPort: intstr.FromInt32(8080)})
+		}),
+		slices: sl(v4(epA)),
+		want: Result{
+			LoadBalancers: lbs(
+				lbOf("default.web.tcp80.v4.cluster", tcp(80, 8080, ilb), vips("10.96.0.10"), "pod-a"),
+				lbOf("default.web.tcp80.v4.nodeport", tcp(30080, 8080, lrv), nil, "pod-a"),
+				lbOf("default.web.udp80.v4.cluster", udp(80, 8080, ilb), vips("10.96.0.10")),
+				lbOf("default.web.udp80.v4.nodeport", udp(30080, 8080, lrv), nil),
+			),
+			Problems: []Problem{
+				{ReasonInvalidPort, "spec.ports[1]: TCP/80 is spec.ports[0] too"},
+				{ReasonInvalidPort, "spec.ports[2].nodePort: TCP/30080 is spec.ports[0]'s too"},
+			},
+			Endpoints: 1,
+		},
+	},
+	{
 		name:   "an invalid endpoint address is left out",
 		svc:    service(),
 		slices: sl(v4(epA, ep{ip: "10.0.2.999", node: "n2"}, ep{ip: "127.0.0.1", node: "n2"})),
