@@ -14,7 +14,19 @@ type endpoint struct {
 	state state
 	local bool // on this node (nodeName)
 	hints *discoveryv1.EndpointHints
+	name  string // the backend's, once resolved
+	where where  // once resolved
 }
+
+// where an endpoint's backend is.
+type where uint8
+
+const (
+	unresolved  where = iota
+	inUFPD            // ufpd's local endpoint
+	remoteHost        // a remote endpoint
+	notAttached       // on this node, not in ufpd
+)
 
 // state is what an endpoint may be used for, best last.
 type state uint8
@@ -231,20 +243,20 @@ func (t *translator) fits(e *endpoint, m topology) bool {
 // categorize splits t.cands into the endpoints the Cluster traffic
 // policies use (ready ones the topology allows, else serving and
 // terminating ones) and those the Local policies use (ready ones on this
-// node, else serving and terminating ones on it). Both share t.picked,
-// valid until the next call.
-func (t *translator) categorize() (cluster, local []endpoint) {
+// node, else serving and terminating ones on it), as indices into
+// t.cands. Both share t.picked, valid until the next call.
+func (t *translator) categorize() (cluster, local []int32) {
 	m := t.topologyOf()
 	p := t.picked[:0]
 	for i := range t.cands {
 		if e := &t.cands[i]; e.state == ready && t.fits(e, m) {
-			p = append(p, *e)
+			p = append(p, int32(i))
 		}
 	}
 	if len(p) == 0 {
 		for i := range t.cands {
 			if e := &t.cands[i]; e.state == servingTerminating {
-				p = append(p, *e)
+				p = append(p, int32(i))
 			}
 		}
 	}
@@ -252,7 +264,7 @@ func (t *translator) categorize() (cluster, local []endpoint) {
 	for _, want := range [...]state{ready, servingTerminating} {
 		for i := range t.cands {
 			if e := &t.cands[i]; e.local && e.state == want {
-				p = append(p, *e)
+				p = append(p, int32(i))
 			}
 		}
 		if len(p) > nc {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -79,14 +80,6 @@ type Options struct {
 	ProxyName string
 }
 
-// sourceVIP returns the SourceVIP of family v6.
-func (o *Options) sourceVIP(v6 bool) netip.Addr {
-	if v6 {
-		return o.SourceVIP6
-	}
-	return o.SourceVIP4
-}
-
 // Local is one of ufpd's local endpoints (a pod's, made by ufp-cni).
 type Local struct {
 	Name string
@@ -157,9 +150,10 @@ func Service(svc *corev1.Service, slices []*discoveryv1.EndpointSlice, n *Node, 
 		r.Ignored = why
 		return r
 	}
-	t := translator{svc: svc, node: n, opt: o, locals: locals, r: &r}
+	t := translator{svc: svc, node: n, opt: o, locals: locals, r: &r, scratch: getScratch()}
+	defer putScratch(t.scratch)
 	t.slices = t.ownSlices(slices)
-	t.families()
+	t.start()
 	for pi := range svc.Spec.Ports {
 		t.port(pi)
 	}
@@ -194,6 +188,9 @@ type family struct {
 	v6        bool
 	clusterIP netip.Addr   // invalid: no ClusterIP load balancer
 	external  []netip.Addr // externalIPs and ingress IPs of the family
+	// The same, formatted.
+	clusterVIPs  []string
+	externalVIPs []string
 }
 
 // translator holds one Service's translation.
@@ -206,24 +203,74 @@ type translator struct {
 	slices []*discoveryv1.EndpointSlice
 	fams   []family
 	// scratch
+	*scratch
+	vip4 string // the SourceVIPs, formatted
+	vip6 string
+}
+
+// scratch is a translation's working space, reused through scratchPool.
+type scratch struct {
 	cands    []endpoint
-	picked   []endpoint
-	backends []netip.Addr
+	picked   []int32
+	backends []netip.Addr // of every load balancer, repeated
+	remotes  []string     // remote endpoints' names, repeated
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+// getScratch returns empty scratch space.
+func getScratch() *scratch {
+	s := scratchPool.Get().(*scratch)
+	s.cands, s.picked, s.backends, s.remotes = s.cands[:0], s.picked[:0], s.backends[:0], s.remotes[:0]
+	return s
+}
+
+// putScratch gives s back, without the pointers it holds. Space grown
+// for a huge Service is not kept.
+func putScratch(s *scratch) {
+	if cap(s.cands) > 4096 {
+		*s = scratch{}
+	}
+	clear(s.cands[:cap(s.cands)])
+	clear(s.remotes[:cap(s.remotes)])
+	scratchPool.Put(s)
 }
 
 func (t *translator) problem(reason, format string, args ...any) {
 	t.r.Problems = append(t.r.Problems, Problem{Reason: reason, Message: fmt.Sprintf(format, args...)})
 }
 
+// start sizes t's scratch space, finds the Service's families and
+// formats the SourceVIPs.
+func (t *translator) start() {
+	if t.opt.SourceVIP4.IsValid() {
+		t.vip4 = t.opt.SourceVIP4.String()
+	}
+	if t.opt.SourceVIP6.IsValid() {
+		t.vip6 = t.opt.SourceVIP6.String()
+	}
+	t.families()
+	// Up to three load balancers per port and family.
+	t.r.LoadBalancers = make([]api.LoadBalancer, 0, len(t.svc.Spec.Ports)*len(t.fams)*3)
+}
+
 // ownSlices returns the slices of t's Service.
 func (t *translator) ownSlices(all []*discoveryv1.EndpointSlice) []*discoveryv1.EndpointSlice {
+	if !slices.ContainsFunc(all, func(s *discoveryv1.EndpointSlice) bool { return !t.ownSlice(s) }) {
+		return all
+	}
 	own := all[:0:0]
 	for _, s := range all {
-		if s != nil && s.Namespace == t.svc.Namespace && s.Labels[discoveryv1.LabelServiceName] == t.svc.Name {
+		if t.ownSlice(s) {
 			own = append(own, s)
 		}
 	}
 	return own
+}
+
+// ownSlice reports whether s is a slice of t's Service.
+func (t *translator) ownSlice(s *discoveryv1.EndpointSlice) bool {
+	return s != nil && s.Namespace == t.svc.Namespace && s.Labels[discoveryv1.LabelServiceName] == t.svc.Name
 }
 
 // parseVIP parses a Service address of field at.
@@ -297,6 +344,18 @@ func (t *translator) families() {
 		t.fams = append(t.fams, fam)
 	}
 	t.externals()
+	for i := range t.fams {
+		f := &t.fams[i]
+		if f.clusterIP.IsValid() {
+			f.clusterVIPs = []string{f.clusterIP.String()}
+		}
+		if len(f.external) > 0 {
+			f.externalVIPs = make([]string, len(f.external))
+			for j, a := range f.external {
+				f.externalVIPs[j] = a.String()
+			}
+		}
+	}
 }
 
 // externals sorts the externalIPs and load balancer ingress IPs into
@@ -383,15 +442,16 @@ func (t *translator) port(pi int) {
 		internal := t.candidates(pi, sp, f.v6)
 		cluster, local := t.categorize()
 		lb := lbSpec{proto: proto, pname: pname, port: uint16(sp.Port), internal: internal, v6: f.v6}
+		var set []int32
 		if f.clusterIP.IsValid() {
-			set := cluster
+			set = cluster
 			if p := t.svc.Spec.InternalTrafficPolicy; p != nil && *p == corev1.ServiceInternalTrafficPolicyLocal {
 				set = local
 			}
-			lb.kind, lb.frontends, lb.ext, lb.flags = KindCluster, []netip.Addr{f.clusterIP}, uint16(sp.Port), hns.LBPortILB
+			lb.kind, lb.frontends, lb.ext, lb.flags = KindCluster, f.clusterVIPs, uint16(sp.Port), hns.LBPortILB
 			t.loadBalancer(&lb, set)
 		}
-		set := cluster
+		set = cluster
 		if t.svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal {
 			set = local
 		}
@@ -400,7 +460,7 @@ func (t *translator) port(pi int) {
 			t.loadBalancer(&lb, set)
 		}
 		if len(f.external) > 0 {
-			lb.kind, lb.frontends, lb.ext, lb.flags = KindExternal, f.external, uint16(sp.Port), hns.LBPortVipExternalIP
+			lb.kind, lb.frontends, lb.ext, lb.flags = KindExternal, f.externalVIPs, uint16(sp.Port), hns.LBPortVipExternalIP
 			t.loadBalancer(&lb, set)
 		}
 	}
@@ -416,7 +476,7 @@ type lbSpec struct {
 	internal  uint16
 	flags     uint32 // the port mapping's
 	v6        bool
-	frontends []netip.Addr
+	frontends []string // formatted
 }
 
 // name returns NS.SVC.PROTOPORT.FAMILY.KIND.
@@ -438,14 +498,17 @@ func (l *lbSpec) name(svc *corev1.Service) string {
 }
 
 // loadBalancer makes the load balancer l with backends set.
-func (t *translator) loadBalancer(l *lbSpec, set []endpoint) {
+func (t *translator) loadBalancer(l *lbSpec, set []int32) {
 	o := t.opt
 	if l.proto == 17 && l.ext == cmp.Or(o.VXLANPort, vxlanPort) && l.flags&hns.LBPortILB == 0 {
 		t.problem(ReasonPortConflict, "%s: udp/%d is the overlay's VXLAN port on the node", l.name(t.svc), l.ext)
 		return
 	}
 	ilb := l.flags&hns.LBPortILB != 0
-	sv := o.sourceVIP(l.v6)
+	sv, svs := o.SourceVIP4, t.vip4
+	if l.v6 {
+		sv, svs = o.SourceVIP6, t.vip6
+	}
 	names := t.resolve(l, set, sv.IsValid() || o.DSR && ilb)
 	lb := api.LoadBalancer{
 		Name:                 l.name(t.svc),
@@ -453,13 +516,10 @@ func (t *translator) loadBalancer(l *lbSpec, set []endpoint) {
 		Owner:                o.Owner,
 	}
 	if sv.IsValid() {
-		lb.SourceVIP = sv.String()
+		lb.SourceVIP = svs
 	}
 	if len(l.frontends) > 0 {
-		lb.FrontendVIPs = make([]string, len(l.frontends))
-		for i, a := range l.frontends {
-			lb.FrontendVIPs[i] = a.String()
-		}
+		lb.FrontendVIPs = slices.Clone(l.frontends)
 	}
 	if o.DSR {
 		lb.Flags |= hns.LBFlagDSR
@@ -482,31 +542,26 @@ func (t *translator) loadBalancer(l *lbSpec, set []endpoint) {
 	t.r.LoadBalancers = append(t.r.LoadBalancers, lb)
 }
 
-// resolve names the backends of set: ufpd's local endpoints, or remote
-// ones (when remoteOK) that it adds to the result.
-func (t *translator) resolve(l *lbSpec, set []endpoint, remoteOK bool) []string {
-	var names []string
+// resolve names the backends set (indices into t.cands): ufpd's local
+// endpoints, or remote ones (when remoteOK), which the result gets.
+func (t *translator) resolve(l *lbSpec, set []int32, remoteOK bool) []string {
+	names := make([]string, 0, len(set))
 	unattached, noVIP := 0, 0
-	for i := range set {
-		e := &set[i]
-		if t.locals != nil {
-			if n, ok := t.locals.Lookup(e.ip); ok {
-				names = append(names, n)
-				t.backends = append(t.backends, e.ip)
-				continue
-			}
-		}
+	for _, i := range set {
+		e := &t.cands[i]
+		t.where(e)
 		switch {
-		case e.local || slices.Contains(t.node.Addresses, e.ip):
-			unattached++ // on this node, not in ufpd (yet)
-		case !remoteOK:
+		case e.where == notAttached:
+			unattached++
+			continue
+		case e.where == remoteHost && !remoteOK:
 			noVIP++
-		default:
-			name := RemotePrefix + e.ip.String()
-			names = append(names, name)
-			t.backends = append(t.backends, e.ip)
-			t.remote(name, e.ip)
+			continue
+		case e.where == remoteHost:
+			t.remotes = append(t.remotes, e.name)
 		}
+		names = append(names, e.name)
+		t.backends = append(t.backends, e.ip)
 	}
 	if noVIP > 0 {
 		why := "no SourceVIP"
@@ -518,24 +573,52 @@ func (t *translator) resolve(l *lbSpec, set []endpoint, remoteOK bool) []string 
 	if unattached > 0 && len(names) == 0 {
 		t.problem(ReasonNotAttached, "%s: its %d backends on this node are not attached to ufpd yet", l.name(t.svc), unattached)
 	}
+	if len(names) == 0 {
+		return nil
+	}
 	slices.Sort(names)
 	return names
 }
 
-// remote adds remote endpoint name at ip to the result.
-func (t *translator) remote(name string, ip netip.Addr) {
-	for i := range t.r.Remotes {
-		if t.r.Remotes[i].Name == name {
+// where finds where e's backend is, once.
+func (t *translator) where(e *endpoint) {
+	if e.where != unresolved {
+		return
+	}
+	if t.locals != nil {
+		if n, ok := t.locals.Lookup(e.ip); ok {
+			e.where, e.name = inUFPD, n
 			return
 		}
 	}
-	t.r.Remotes = append(t.r.Remotes, api.Endpoint{EndpointConfig: hns.EndpointConfig{
-		Name:               name,
-		HostComputeNetwork: t.opt.Network,
-		IpConfigurations:   []hns.IpConfigConfig{{IpAddress: ip.String()}},
-		Flags:              hns.EndpointFlagRemote,
-		Owner:              t.opt.Owner,
-	}})
+	if e.local || slices.Contains(t.node.Addresses, e.ip) {
+		e.where = notAttached // on this node, not in ufpd (yet)
+		return
+	}
+	var buf [len(RemotePrefix) + 46]byte // the longest IPv6 text is 45
+	e.where, e.name = remoteHost, string(e.ip.AppendTo(append(buf[:0], RemotePrefix...)))
+}
+
+// remoteEndpoints makes the remote endpoints t.remotes name, each once.
+func (t *translator) remoteEndpoints() {
+	slices.Sort(t.remotes)
+	names := slices.Compact(t.remotes)
+	if len(names) == 0 {
+		return
+	}
+	eps := make([]api.Endpoint, len(names))
+	ipcs := make([]hns.IpConfigConfig, len(names))
+	for i, n := range names {
+		ipcs[i].IpAddress = n[len(RemotePrefix):]
+		eps[i].EndpointConfig = hns.EndpointConfig{
+			Name:               n,
+			HostComputeNetwork: t.opt.Network,
+			IpConfigurations:   ipcs[i : i+1 : i+1],
+			Flags:              hns.EndpointFlagRemote,
+			Owner:              t.opt.Owner,
+		}
+	}
+	t.r.Remotes = eps
 }
 
 func familyName(v6 bool) string {
@@ -549,7 +632,10 @@ func familyName(v6 bool) string {
 func (t *translator) finish() {
 	r := t.r
 	slices.SortFunc(r.LoadBalancers, func(a, b api.LoadBalancer) int { return strings.Compare(a.Name, b.Name) })
-	slices.SortFunc(r.Remotes, func(a, b api.Endpoint) int { return strings.Compare(a.Name, b.Name) })
+	if len(r.LoadBalancers) == 0 {
+		r.LoadBalancers = nil
+	}
+	t.remoteEndpoints()
 	slices.SortFunc(r.Problems, func(a, b Problem) int {
 		return cmp.Or(strings.Compare(a.Reason, b.Reason), strings.Compare(a.Message, b.Message))
 	})

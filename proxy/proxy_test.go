@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"net/netip"
 	"reflect"
+	"slices"
+	"sync"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -653,11 +655,53 @@ func affinity(pm hnsPM, timeout uint32) hnsPM {
 func TestService(t *testing.T) {
 	for _, tc := range serviceCases {
 		t.Run(tc.name, func(t *testing.T) {
+			svc := tc.svc.DeepCopy()
+			var ss []*discoveryv1.EndpointSlice
+			for _, s := range tc.slices {
+				ss = append(ss, s.DeepCopy())
+			}
 			got := tc.run()
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("got\n%s\nwant\n%s", dump(got), dump(tc.want))
 			}
+			if !reflect.DeepEqual(svc, tc.svc) || !reflect.DeepEqual(ss, tc.slices) {
+				t.Error("the translation changed its input")
+			}
+			// The slices' order does not matter.
+			tc.slices = slices.Clone(tc.slices)
+			slices.Reverse(tc.slices)
+			if again := tc.run(); !reflect.DeepEqual(again, got) {
+				t.Errorf("with the slices reversed:\n%s", dump(again))
+			}
 		})
+	}
+}
+
+// TestServiceConcurrent translates every case from several goroutines at
+// once (run it with -race): the translation shares nothing but its
+// read-only inputs.
+func TestServiceConcurrent(t *testing.T) {
+	want := make([]Result, len(serviceCases))
+	for i := range serviceCases {
+		want[i] = serviceCases[i].run()
+	}
+	var wg sync.WaitGroup
+	errs := make(chan string, 4*5*len(serviceCases))
+	for range 4 {
+		wg.Go(func() {
+			for range 5 {
+				for i := range serviceCases {
+					if got := serviceCases[i].run(); !reflect.DeepEqual(got, want[i]) {
+						errs <- serviceCases[i].name
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for n := range errs {
+		t.Errorf("%s: a different result when run concurrently", n)
 	}
 }
 
