@@ -169,18 +169,30 @@ func Ignored(svc *corev1.Service, proxyName string) string {
 		return "ExternalName Service"
 	case svc.Spec.ClusterIP == corev1.ClusterIPNone:
 		return "headless Service"
-	case svc.Labels[LabelProxyName] != proxyName:
-		if proxyName == "" {
-			return fmt.Sprintf("served by proxy %q", svc.Labels[LabelProxyName])
-		}
-		if _, ok := svc.Labels[LabelProxyName]; !ok {
+	case !hasProxyName(svc, proxyName):
+		name, labelled := svc.Labels[LabelProxyName]
+		switch {
+		case proxyName == "":
+			return fmt.Sprintf("served by proxy %q", name)
+		case !labelled:
 			return fmt.Sprintf("not labelled for proxy %q", proxyName)
 		}
-		return fmt.Sprintf("served by proxy %q, not %q", svc.Labels[LabelProxyName], proxyName)
+		return fmt.Sprintf("served by proxy %q, not %q", name, proxyName)
 	case len(svc.Spec.Ports) == 0:
 		return "Service without ports"
 	}
 	return ""
+}
+
+// hasProxyName reports whether svc is for the proxy named proxyName: as
+// kube-proxy selects, one without a name takes only Services without the
+// label (even an empty one).
+func hasProxyName(svc *corev1.Service, proxyName string) bool {
+	name, labelled := svc.Labels[LabelProxyName]
+	if proxyName == "" {
+		return !labelled
+	}
+	return labelled && name == proxyName
 }
 
 // family is one of a Service's IP families.

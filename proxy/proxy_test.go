@@ -631,6 +631,13 @@ var serviceCases = []translationCase{
 		want: Result{Ignored: `served by proxy "other"`},
 	},
 	{
+		name: "labelled with an empty proxy name: not for the unnamed proxy",
+		svc: service(func(s *corev1.Service) {
+			s.Labels = map[string]string{LabelProxyName: ""}
+		}),
+		want: Result{Ignored: `served by proxy ""`},
+	},
+	{
 		name: "not labelled for this proxy: ignored",
 		svc:  service(),
 		opts: func() *Options { o := testOpts; o.ProxyName = "ufp"; return &o }(),
