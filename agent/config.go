@@ -15,8 +15,8 @@ import (
 // UFPD is what the agent calls of ufpd's API; *api.Client has it.
 type UFPD interface {
 	Status(ctx context.Context) (*api.Status, error)
-	Endpoints(ctx context.Context) ([]api.Endpoint, error)
-	LoadBalancers(ctx context.Context) ([]api.LoadBalancer, error)
+	EndpointsWhere(ctx context.Context, f api.EndpointFilter) ([]api.Endpoint, error)
+	LoadBalancersOwnedBy(ctx context.Context, owner string) ([]api.LoadBalancer, error)
 	Apply(ctx context.Context, b *api.Batch) (*api.BatchResult, error)
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/netip"
 	"slices"
@@ -62,7 +63,7 @@ func (m *memUFPD) Status(context.Context) (*api.Status, error) {
 	return &api.Status{PID: m.pid, Revision: m.rev}, nil
 }
 
-func (m *memUFPD) Endpoints(context.Context) ([]api.Endpoint, error) {
+func (m *memUFPD) EndpointsWhere(_ context.Context, f api.EndpointFilter) ([]api.Endpoint, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.down {
@@ -70,12 +71,14 @@ func (m *memUFPD) Endpoints(context.Context) ([]api.Endpoint, error) {
 	}
 	var l []api.Endpoint
 	for _, e := range m.eps {
-		l = append(l, e)
+		if (!f.ByOwner || e.Owner == f.Owner) && (!f.ByRemote || (e.Flags&hns.EndpointFlagRemote != 0) == f.Remote) {
+			l = append(l, e)
+		}
 	}
 	return l, nil
 }
 
-func (m *memUFPD) LoadBalancers(context.Context) ([]api.LoadBalancer, error) {
+func (m *memUFPD) LoadBalancersOwnedBy(_ context.Context, owner string) ([]api.LoadBalancer, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.down {
@@ -83,7 +86,9 @@ func (m *memUFPD) LoadBalancers(context.Context) ([]api.LoadBalancer, error) {
 	}
 	var l []api.LoadBalancer
 	for _, lb := range m.lbs {
-		l = append(l, lb)
+		if lb.Owner == owner {
+			l = append(l, lb)
+		}
 	}
 	return l, nil
 }
@@ -130,6 +135,21 @@ func (m *memUFPD) Apply(_ context.Context, b *api.Batch) (*api.BatchResult, erro
 		if old, ok := m.eps[n]; ok {
 			if err := conflict("endpoint", n, old.Owner); err != nil {
 				return nil, err
+			}
+		}
+	}
+	// An endpoint deleted while a load balancer keeps it is a conflict.
+	final := maps.Clone(m.lbs)
+	for _, lb := range b.LoadBalancers {
+		final[lb.Name] = lb
+	}
+	for _, n := range b.DeleteLoadBalancers {
+		delete(final, n)
+	}
+	for _, n := range b.DeleteEndpoints {
+		for _, lb := range final {
+			if slices.Contains(lb.HostComputeEndpoints, n) {
+				return nil, &api.Error{Message: "endpoint " + n + ": load balancer " + lb.Name + " has it", Object: "endpoint " + n, Status: http.StatusConflict}
 			}
 		}
 	}

@@ -74,13 +74,17 @@ func (a *Agent) refreshUfpd(ctx context.Context) (all bool, err error) {
 		return fail(errUnreachable, err)
 	}
 	a.up(true)
-	eps, err := a.cfg.UFPD.Endpoints(ctx)
+	local, err := a.cfg.UFPD.EndpointsWhere(ctx, api.EndpointFilter{ByRemote: true, Remote: false})
 	if err != nil {
 		return fail(errList, err)
 	}
 	a.m.localEndpointsLst.Inc()
 	if relist {
-		lbs, err := a.cfg.UFPD.LoadBalancers(ctx)
+		lbs, err := a.cfg.UFPD.LoadBalancersOwnedBy(ctx, a.owner)
+		if err != nil {
+			return fail(errList, err)
+		}
+		eps, err := a.cfg.UFPD.EndpointsWhere(ctx, api.EndpointFilter{ByOwner: true, Owner: a.owner})
 		if err != nil {
 			return fail(errList, err)
 		}
@@ -94,7 +98,7 @@ func (a *Agent) refreshUfpd(ctx context.Context) (all bool, err error) {
 		a.knownRev.Store(st.Revision)
 		a.log.Debug("listed ufpd", "pid", st.PID, "revision", st.Revision, "loadBalancers", len(a.st.actualLB), "endpoints", len(a.st.actualEP))
 	}
-	next := locals(eps)
+	next := locals(local)
 	ch := changedIPs(a.locals, next)
 	a.locals = next
 	if len(ch) > 0 {
