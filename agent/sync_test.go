@@ -617,3 +617,7 @@ func (w testWriter) Write(b []byte) (int, error) {
 }
 
 func timeAt(ns int64) time.Time { return time.Unix(0, ns) }
+
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
