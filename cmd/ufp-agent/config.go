@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"sort"
 	"strings"
 	"time"
 
@@ -171,7 +172,7 @@ func parse(args []string, fl *flag.FlagSet) (*options, map[string]bool, error) {
 		if err != nil {
 			return nil, nil, usageError{fmt.Errorf("--config: %w", err)}
 		}
-		if err := yaml.UnmarshalStrict(b, &o); err != nil {
+		if err := decodeFile(b, &o); err != nil {
 			return nil, nil, usageError{fmt.Errorf("--config %s: %w", cfgFile, err)}
 		}
 	}
@@ -193,6 +194,54 @@ func parse(args []string, fl *flag.FlagSet) (*options, map[string]bool, error) {
 		}
 	}
 	return &o, given, nil
+}
+
+// decodeFile decodes a configuration file (YAML, or JSON, which is
+// YAML) into o strictly: a field unknown (or known only in another
+// case) or of the wrong type is an error naming it.
+func decodeFile(b []byte, o *options) error {
+	j, err := yaml.YAMLToJSONStrict(b)
+	if err != nil {
+		return err
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(j, &fields); err != nil {
+		return fmt.Errorf("not an object of settings: %w", err)
+	}
+	byField := map[string]setting{}
+	for _, s := range settings(o) {
+		byField[s.field] = s
+	}
+	keys := make([]string, 0, len(fields))
+	for k := range fields {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		s, ok := byField[k]
+		if !ok {
+			return fmt.Errorf("unknown field %q (docs/KUBERNETES.md lists them)", k)
+		}
+		var dst any
+		switch {
+		case s.str != nil:
+			dst = s.str
+		case s.list != nil:
+			dst = s.list
+		case s.boolean != nil:
+			dst = s.boolean
+		case s.dur != nil:
+			dst = s.dur
+		}
+		if err := json.Unmarshal(fields[k], dst); err != nil {
+			var te *json.UnmarshalTypeError
+			if errors.As(err, &te) {
+				err = fmt.Errorf("a %s is not a %s", te.Value, te.Type)
+			}
+			return fmt.Errorf("field %s: %w", k, err)
+		}
+	}
+	return nil
 }
 
 // checked is what the options say, validated.
