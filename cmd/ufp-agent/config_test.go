@@ -85,7 +85,7 @@ func TestConfig(t *testing.T) {
 		{name: "unknown field", args: []string{"--config", unknown}, wantErr: `unknown field "nodeIp"`},
 		{name: "duration field", args: []string{"--config", badDur}, wantErr: "field syncPeriod: want a duration"},
 		{name: "type of a field", args: []string{"--config", badType}, wantErr: "field enableDSR: a string is not a bool"},
-		{name: "duplicate field", args: []string{"--config", dup}, wantErr: `duplicate`},
+		{name: "duplicate field", args: []string{"--config", dup}, wantErr: `key "network" already set`},
 		{name: "address field", args: []string{"--config", badAddr}, wantErr: `config field nodeIP: item 1: "10.0.0.300" is not an IP address`},
 		{name: "address flag", args: []string{"--network", "x", "--node-ip", "10.0.0.1,bogus"}, wantErr: `--node-ip: item 2: "bogus" is not an IP address`},
 		{name: "two of a family", args: []string{"--network", "x", "--source-vip", "10.0.0.1,10.0.0.2"}, wantErr: "--source-vip: at most one address per family"},
