@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http/httptest"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -430,6 +431,28 @@ func TestAgentPrograms(t *testing.T) {
 	nodes[web] = "pod-a"
 	e.wantEvent("far", "FailedToProgram", "remote.10.250.0.5")
 	e.wantUfpd(nodes, withLocals("remote.10.244.1.6")...)
+
+	// The metrics say so.
+	rec := httptest.NewRecorder()
+	e.agent.Metrics().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	for _, want := range []string{
+		"ufp_agent_programmed_services 2\n", // web, nodes (not far: refused)
+		"ufp_agent_ufpd_up 1\n",
+		`ufp_agent_sync_errors_total{kind="refused"} `,
+		`ufp_agent_service_problems_total{reason="UnsupportedProtocol"} 1`,
+		`ufp_agent_service_problems_total{reason="FailedToProgram"} `,
+		"ufp_agent_network_programming_duration_seconds_count ",
+		"ufp_agent_sync_proxy_rules_duration_seconds_count ",
+	} {
+		if !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("metrics lack %q:\n%s", want, rec.Body.String())
+		}
+	}
+	rec = httptest.NewRecorder()
+	e.agent.Readyz().ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+	if rec.Code != 200 {
+		t.Errorf("/readyz: %d %s", rec.Code, rec.Body)
+	}
 
 	// Deleted Services leave nothing behind.
 	e.deleteService("web")

@@ -53,7 +53,7 @@ func newMetrics() *metrics {
 	})
 	m.services = prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: ns, Name: "programmed_services",
-		Help: "Services with load balancers in ufpd.",
+		Help: "Services with load balancers in ufpd as the cluster has them (not those whose last change ufpd refused).",
 	})
 	m.endpoints = prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: ns, Name: "programmed_endpoints",
