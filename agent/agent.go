@@ -37,6 +37,10 @@ const LabelServiceProxyName = "service.kubernetes.io/service-proxy-name"
 // sliceIndex indexes EndpointSlices by their Service's key.
 const sliceIndex = "service"
 
+// ufpdTimeout bounds one call to ufpd (a listing, a batch): one that
+// does not answer in time counts as ufpd being unreachable.
+const ufpdTimeout = 2 * time.Minute
+
 // maxRefusals bounds the batches one sync sends after refusals (each
 // refusal drops one object's Services); past it the sync fails and is
 // retried after a backoff.
@@ -85,9 +89,10 @@ type Agent struct {
 	knownRev    atomic.Uint64
 	ufpdUp      atomic.Bool
 	cachesReady atomic.Bool
-	applied     atomic.Bool  // a sync has been applied
-	lastQueued  atomic.Int64 // Unix nanoseconds of the oldest change not yet applied; 0: none
-	lastSynced  atomic.Int64 // Unix nanoseconds of the last successful sync
+	applied     atomic.Bool   // a sync has been applied
+	lastQueued  atomic.Int64  // Unix nanoseconds of the oldest change not yet applied; 0: none
+	queueSeq    atomic.Uint64 // counts the changes queued
+	lastSynced  atomic.Int64  // Unix nanoseconds of the last successful sync
 }
 
 // svcState is what the agent knows of one Service.
@@ -237,6 +242,7 @@ func (a *Agent) queue(key string) {
 	a.mu.Lock()
 	a.dirty[key] = struct{}{}
 	a.mu.Unlock()
+	a.queueSeq.Add(1)
 	a.lastQueued.CompareAndSwap(0, now.UnixNano())
 	a.m.lastQueued.Set(float64(now.UnixNano()) / 1e9)
 	a.runner.Trigger()
@@ -283,6 +289,7 @@ func (a *Agent) onNode(obj any) {
 	a.mu.Unlock()
 	if changed {
 		a.log.Info("node changed", "zone", pn.Zone, "addresses", pn.Addresses)
+		a.queueSeq.Add(1)
 		a.lastQueued.CompareAndSwap(0, time.Now().UnixNano())
 		a.runner.Trigger()
 	}
@@ -294,7 +301,7 @@ func (a *Agent) onNode(obj any) {
 // Services ufpd refused and looks at every Service.
 func (a *Agent) sync(ctx context.Context, full bool) error {
 	start := time.Now()
-	queuedBefore := a.lastQueued.Load()
+	seq := a.queueSeq.Load()
 	if full {
 		a.relist.Store(true)
 		for _, ss := range a.svcs {
@@ -329,12 +336,23 @@ func (a *Agent) sync(ctx context.Context, full bool) error {
 		// triggers wait for the next success.
 		return err
 	}
-	a.finish(start, queuedBefore)
+	a.finish(start)
+	// The changes queued before the sync began are served; one queued
+	// since waits for the next sync, as if queued at the start of this
+	// one (which may only make /healthz stricter).
+	if a.queueSeq.Load() == seq {
+		a.lastQueued.Store(0)
+		if a.queueSeq.Load() != seq {
+			a.lastQueued.CompareAndSwap(0, start.UnixNano())
+		}
+	} else {
+		a.lastQueued.Store(start.UnixNano())
+	}
 	return nil
 }
 
 // finish records a successful sync.
-func (a *Agent) finish(start time.Time, queuedBefore int64) {
+func (a *Agent) finish(start time.Time) {
 	now := time.Now()
 	for _, t := range a.triggers {
 		a.m.programming.Observe(now.Sub(t).Seconds())
@@ -352,8 +370,6 @@ func (a *Agent) finish(start time.Time, queuedBefore int64) {
 	a.m.syncDuration.Observe(now.Sub(start).Seconds())
 	a.m.lastSync.Set(float64(now.UnixNano()) / 1e9)
 	a.lastSynced.Store(now.UnixNano())
-	// A change queued during the sync is not served by it.
-	a.lastQueued.CompareAndSwap(queuedBefore, 0)
 	if !a.firstSynced {
 		a.firstSynced = true
 		a.applied.Store(true)
@@ -478,7 +494,9 @@ func (a *Agent) apply(ctx context.Context) error {
 			a.st.applied(b)
 			return nil
 		}
-		res, err := a.cfg.UFPD.Apply(ctx, b)
+		c, cancel := context.WithTimeout(ctx, ufpdTimeout)
+		res, err := a.cfg.UFPD.Apply(c, b)
+		cancel()
 		if err == nil {
 			a.up(true)
 			a.st.applied(b)
@@ -489,6 +507,9 @@ func (a *Agent) apply(ctx context.Context) error {
 			return nil
 		}
 		var ae *api.Error
+		if ctx.Err() != nil {
+			return err // stopping
+		}
 		if !errors.As(err, &ae) {
 			a.up(false)
 			a.relist.Store(true) // whether it was applied is not known

@@ -68,6 +68,8 @@ func (a *Agent) refreshUfpd(ctx context.Context) (all bool, err error) {
 		a.log.Warn("listing ufpd's objects failed; will retry", "err", err)
 		return false, err
 	}
+	ctx, cancel := context.WithTimeout(ctx, ufpdTimeout)
+	defer cancel()
 	st, err := a.cfg.UFPD.Status(ctx)
 	if err != nil {
 		a.up(false)
@@ -118,9 +120,11 @@ func (a *Agent) refreshUfpd(ctx context.Context) (all bool, err error) {
 }
 
 // pollStatus polls ufpd's status every StatusPeriod until ctx ends: a
-// new PID or a revision gone back is a restart of ufpd (resync from a
-// fresh listing); a revision moved by someone else's change may have
-// changed the local endpoints.
+// new PID is a restart of ufpd (resync from a fresh listing); a
+// revision moved by someone else's change may have changed the local
+// endpoints. (A revision gone back with the same PID cannot be told
+// from a poll that raced the agent's own apply; such a change is
+// found by the next full resync.)
 func (a *Agent) pollStatus(ctx context.Context) {
 	t := time.NewTicker(a.cfg.StatusPeriod)
 	defer t.Stop()
@@ -144,7 +148,7 @@ func (a *Agent) pollStatus(ctx context.Context) {
 		a.up(true)
 		pid, rev := a.knownPID.Load(), a.knownRev.Load()
 		switch {
-		case pid != 0 && int64(st.PID) != pid, st.Revision < rev:
+		case pid != 0 && int64(st.PID) != pid:
 			a.log.Info("ufpd restarted; resyncing", "pid", st.PID, "revision", st.Revision)
 			a.m.ufpdRestarts.Inc()
 			a.knownPID.Store(int64(st.PID))
