@@ -64,7 +64,7 @@ func TestMain(m *testing.M) { os.Exit(kubetest.Main(m, &kubeCluster)) }
 
 // kubeConverge bounds every wait for the agent to bring ufpd in step with
 // the API (a first sync, a change, a restart's backoff).
-const kubeConverge = 15 * time.Second
+const kubeConverge = 60 * time.Second
 
 // kubeBackend is a pod that serves a Service: its name (what it answers
 // with), its node and address, and its ufpd endpoint's name on node1 (a
