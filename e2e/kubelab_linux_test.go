@@ -51,6 +51,7 @@ import (
 const (
 	kubeNet        = "flannel.4096"
 	kubeSourceVIP  = "10.244.1.250"   // node1's --source-vip, in its pod subnet, outside host-local's range
+	kubeSourceVIP6 = "fd00:244:1::fa" // and its IPv6 one
 	kubeOutside    = "192.168.70.254" // the outside host: overlayNode's default gateway
 	kubeOutsideMAC = "02:00:00:00:00:99"
 	kubeExternalIP = "192.168.70.100" // Services' externalIPs: node1 answers ARP for it
@@ -67,13 +68,13 @@ func TestMain(m *testing.M) { os.Exit(kubetest.Main(m, &kubeCluster)) }
 const kubeConverge = 60 * time.Second
 
 // kubeBackend is a pod that serves a Service: its name (what it answers
-// with), its node and address, and its ufpd endpoint's name on node1 (a
-// local endpoint's, or the agent's remote.IP).
+// with), its node and addresses, and its ufpd endpoints' names on node1
+// (a local endpoint's, or the agent's remote.IP, one per family).
 type kubeBackend struct {
 	name, node string
 	ns         string // its network namespace
-	ip         netip.Addr
-	ep         string
+	ip, ip6    netip.Addr
+	eps        []string
 }
 
 // kubeLab is the running cluster: API server, nodes, pods, node1's ufpd
@@ -197,7 +198,8 @@ func (k *kubeLab) startNode1(t *testing.T) {
 		if ep == nil {
 			t.Fatalf("pod %s has no endpoint in node1's ufpd", name)
 		}
-		k.addBackend(t, &kubeBackend{name: name, node: k.nodeName1, ns: ns, ip: netip.MustParseAddr(ipOf(res, true)), ep: ep.Name})
+		k.addBackend(t, &kubeBackend{name: name, node: k.nodeName1, ns: ns, ip: netip.MustParseAddr(ipOf(res, true)),
+			ip6: netip.MustParseAddr(ipOf(res, false)), eps: []string{ep.Name}})
 	}
 }
 
@@ -208,8 +210,9 @@ func (k *kubeLab) startNode2(t *testing.T) {
 	pods := map[string]byte{"n2-w3": 11, "n2-w4": 12}
 	_, nss := k.n2.start(k.l, k.node2, k.n2.policy(pods, k.n1))
 	for _, name := range []string{"w3", "w4"} {
-		ip, _, _ := k.n2.pod(pods["n2-"+name])
-		k.addBackend(t, &kubeBackend{name: name, node: k.nodeName2, ns: nss["n2-"+name], ip: netip.MustParseAddr(ip), ep: "remote." + ip})
+		ip, ip6, _ := k.n2.pod(pods["n2-"+name])
+		k.addBackend(t, &kubeBackend{name: name, node: k.nodeName2, ns: nss["n2-"+name], ip: netip.MustParseAddr(ip),
+			ip6: netip.MustParseAddr(ip6), eps: []string{"remote." + ip, "remote." + ip6}})
 	}
 }
 
@@ -220,7 +223,9 @@ func (k *kubeLab) addBackend(t *testing.T, b *kubeBackend) {
 	k.l.udpResponder(b.ns, ":5353", b.name)
 	k.l.tcpSinkNamed(b.ns, ":7000", b.name)
 	k.backends[b.name] = b
-	k.epNames[b.ep] = b.name
+	for _, ep := range b.eps {
+		k.epNames[ep] = b.name
+	}
 }
 
 // makeNodes creates the two Node objects, with their addresses and pod
@@ -289,10 +294,18 @@ func (k *kubeLab) service(t *testing.T, name string, backends []string, mod func
 // slice is Service svc's IPv4 EndpointSlice over backends (by name),
 // all ready, with their nodes.
 func (k *kubeLab) slice(svc string, backends []string) *discoveryv1.EndpointSlice {
+	return k.sliceOf(svc, backends, false)
+}
+
+// sliceOf is slice of either family (name SVC-v4 or SVC-v6).
+func (k *kubeLab) sliceOf(svc string, backends []string, v6 bool) *discoveryv1.EndpointSlice {
 	es := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: svc + "-v4", Namespace: k.ns, Labels: map[string]string{
 			discoveryv1.LabelServiceName: svc, discoveryv1.LabelManagedBy: "e2e.ufp.dev"}},
 		AddressType: discoveryv1.AddressTypeIPv4,
+	}
+	if v6 {
+		es.Name, es.AddressType = svc+"-v6", discoveryv1.AddressTypeIPv6
 	}
 	for _, p := range []struct {
 		name  string
@@ -303,8 +316,12 @@ func (k *kubeLab) slice(svc string, backends []string) *discoveryv1.EndpointSlic
 	}
 	for _, name := range backends {
 		b := k.backends[name]
+		ip := b.ip
+		if v6 {
+			ip = b.ip6
+		}
 		es.Endpoints = append(es.Endpoints, discoveryv1.Endpoint{
-			Addresses:  []string{b.ip.String()},
+			Addresses:  []string{ip.String()},
 			Conditions: discoveryv1.EndpointConditions{Ready: ptr(true), Serving: ptr(true), Terminating: ptr(false)},
 			NodeName:   ptr(b.node),
 		})
@@ -341,10 +358,15 @@ func (k *kubeLab) deleteService(t *testing.T, svc string) {
 	}
 }
 
-// lbName is the agent's name for a load balancer of Service svc: port
-// like "tcp80", kind cluster, nodeport or external.
+// lbName is the agent's name for an IPv4 load balancer of Service svc:
+// port like "tcp80", kind cluster, nodeport or external.
 func (k *kubeLab) lbName(svc, port, kind string) string {
 	return fmt.Sprintf("%s.%s.%s.v4.%s", k.ns, svc, port, kind)
+}
+
+// lbName6 is lbName for IPv6.
+func (k *kubeLab) lbName6(svc, port, kind string) string {
+	return fmt.Sprintf("%s.%s.%s.v6.%s", k.ns, svc, port, kind)
 }
 
 // What node1's ufpd has.
@@ -494,9 +516,9 @@ func (k *kubeLab) startAgent(t *testing.T) *agentProc {
 	a.cmd = exec.Command(agentBinary(t),
 		"--kubeconfig", kubeconfig,
 		"--hostname-override", k.nodeName1,
-		"--node-ip", k.n1.ip(),
+		"--node-ip", k.n1.ip()+","+k.n1.ip6(),
 		"--network", kubeNet,
-		"--source-vip", kubeSourceVIP,
+		"--source-vip", kubeSourceVIP+","+kubeSourceVIP6,
 		"--cluster-cidr", "10.244.0.0/16",
 		"--ufpd-socket", k.sock,
 		"--healthz-bind-address", a.health,
