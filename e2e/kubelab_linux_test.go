@@ -335,12 +335,24 @@ func ptr[T any](v T) *T { return &v }
 // backends (by name; none: an empty slice).
 func (k *kubeLab) setBackends(t *testing.T, svc string, backends []string) {
 	t.Helper()
+	k.setEndpoints(t, svc, backends, nil)
+}
+
+// setEndpoints replaces the endpoints of Service svc's EndpointSlice with
+// ready ones and terminating ones (still serving: pods being deleted, as
+// the EndpointSlice controller shows them during their grace period).
+func (k *kubeLab) setEndpoints(t *testing.T, svc string, ready, terminating []string) {
+	t.Helper()
 	ctx := context.Background()
 	es, err := k.cs.DiscoveryV1().EndpointSlices(k.ns).Get(ctx, svc+"-v4", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	es.Endpoints = k.slice(svc, backends).Endpoints
+	es.Endpoints = k.slice(svc, ready).Endpoints
+	for _, e := range k.slice(svc, terminating).Endpoints {
+		e.Conditions = discoveryv1.EndpointConditions{Ready: ptr(false), Serving: ptr(true), Terminating: ptr(true)}
+		es.Endpoints = append(es.Endpoints, e)
+	}
 	if _, err := k.cs.DiscoveryV1().EndpointSlices(k.ns).Update(ctx, es, metav1.UpdateOptions{}); err != nil {
 		t.Fatalf("updating Service %s's EndpointSlice: %v", svc, err)
 	}
