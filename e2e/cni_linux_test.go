@@ -107,13 +107,8 @@ func cniBuild(t *testing.T) string {
 // socket in a temporary directory and its state persisted there.
 func newCNILab(t *testing.T, l *lab) *cniLab {
 	t.Helper()
-	bin := cniBuild(t)
 	dir := t.TempDir()
-	cl := &cniLab{l: l, cached: map[string]bool{}, sock: filepath.Join(dir, "ufpd.sock"), bin: bin,
-		netconf: filepath.Join(dir, "net.d"), ipamDir: filepath.Join(dir, "ipam")}
-	if err := os.MkdirAll(cl.netconf, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	cl := cniFor(t, l, filepath.Join(dir, "ufpd.sock"))
 	node := l.netns("node")
 	cfg := map[string]any{
 		"policy": cniPolicy(),
@@ -141,7 +136,22 @@ func newCNILab(t *testing.T, l *lab) *cniLab {
 		}
 	})
 	u.waitLog(t, 0, 15*time.Second, "ufpd serving")
-	cl.u, cl.c = u, api.NewClient(cl.sock)
+	cl.u = u
+	return cl
+}
+
+// cniFor is the CNI side of a ufpd whose API is on socket sock: the
+// binaries (cniBuild), an API client, and new configuration and IPAM
+// directories. The caller sets u once ufpd runs.
+func cniFor(t *testing.T, l *lab, sock string) *cniLab {
+	t.Helper()
+	bin := cniBuild(t)
+	dir := t.TempDir()
+	cl := &cniLab{l: l, cached: map[string]bool{}, c: api.NewClient(sock), sock: sock, bin: bin,
+		netconf: filepath.Join(dir, "net.d"), ipamDir: filepath.Join(dir, "ipam")}
+	if err := os.MkdirAll(cl.netconf, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	return cl
 }
 

@@ -105,7 +105,7 @@ func ufpdBinaryOf(t *testing.T, race bool) string {
 	if race != raceEnabled() {
 		b = &ufpdPlainBuild
 	}
-	b.once.Do(func() { b.path, b.err = buildUfpd(race) })
+	b.once.Do(func() { b.path, b.err = buildProgram("ufpd", race) })
 	if b.err != nil {
 		t.Fatalf("building ufpd: %v", b.err)
 	}
@@ -126,10 +126,11 @@ func raceEnabled() bool {
 	return false
 }
 
-// buildUfpd builds ufpd into a fixed place under the temporary directory
-// (one file, replaced atomically by each build, rather than a new one per
-// run that nothing would remove).
-func buildUfpd(race bool) (string, error) {
+// buildProgram builds the project's command name (cmd/NAME) into a fixed
+// place under the temporary directory (one file, replaced atomically by
+// each build, rather than a new one per run that nothing would remove),
+// NAME-race with the race detector.
+func buildProgram(name string, race bool) (string, error) {
 	goCmd, err := exec.LookPath("go")
 	if err != nil {
 		return "", err
@@ -143,20 +144,20 @@ func buildUfpd(race bool) (string, error) {
 		return "", err
 	}
 	defer os.RemoveAll(tmp)
-	name := "ufpd"
-	args := []string{"build", "-o", filepath.Join(tmp, name)}
+	built := filepath.Join(tmp, name)
+	args := []string{"build", "-o", built}
+	dst := filepath.Join(dir, name)
 	if race {
-		name = "ufpd-race"
+		dst += "-race"
 		args = append(args, "-race")
 	}
-	args = append(args, "github.com/ufp-dev/ufp/cmd/ufpd")
+	args = append(args, "github.com/ufp-dev/ufp/cmd/"+name)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	if out, err := exec.CommandContext(ctx, goCmd, args...).CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
-	dst := filepath.Join(dir, name)
-	if err := os.Rename(filepath.Join(tmp, "ufpd"), dst); err != nil {
+	if err := os.Rename(built, dst); err != nil {
 		return "", err
 	}
 	return dst, nil
@@ -693,6 +694,14 @@ type sinkReport struct {
 // reads to the end, then writes back "BYTES SHA256 PEER\n" and closes.
 func (l *lab) tcpSink(ns, addr string) {
 	l.t.Helper()
+	l.tcpSinkNamed(ns, addr, "")
+}
+
+// tcpSinkNamed is tcpSink that, unless name is "", first writes "NAME\n"
+// on each connection, so that a client of a load-balanced Service knows
+// which backend it reached before it sends (tcpSendNamed).
+func (l *lab) tcpSinkNamed(ns, addr, name string) {
+	l.t.Helper()
 	ln := l.listen(ns, "tcp", addr)
 	var mu sync.Mutex
 	conns := map[net.Conn]bool{}
@@ -721,6 +730,11 @@ func (l *lab) tcpSink(ns, addr string) {
 					mu.Unlock()
 				}()
 				c.SetDeadline(time.Now().Add(time.Minute))
+				if name != "" {
+					if _, err := fmt.Fprintf(c, "%s\n", name); err != nil {
+						return
+					}
+				}
 				h := sha256.New()
 				n, err := io.Copy(h, c)
 				if err != nil {
@@ -737,12 +751,17 @@ func (l *lab) tcpSink(ns, addr string) {
 // its side and checks the sink's report: every byte arrived, unchanged.
 // It returns the report.
 func tcpSend(ns, addr string, size int64, stop <-chan struct{}) (sinkReport, error) {
-	var rep sinkReport
 	c, err := dialIn(ns, "tcp", addr)
 	if err != nil {
-		return rep, err
+		return sinkReport{}, err
 	}
 	defer c.Close()
+	return sendOn(c, addr, size, stop)
+}
+
+// sendOn is tcpSend on connection c to addr.
+func sendOn(c net.Conn, addr string, size int64, stop <-chan struct{}) (sinkReport, error) {
+	var rep sinkReport
 	var seed [32]byte
 	rand.Read(seed[:])
 	src := mrand.NewChaCha8(seed)

@@ -340,11 +340,13 @@ func (p *Pick) SrcPort() uint16 { return p.srcPort }
 // pick holds its registration.
 func (p *Pick) Tuple() (Tuple, bool) { return p.tuple.tuple(), p.reg != nil }
 
-// release unregisters p's tuple; once only.
+// release unregisters p's tuple; once only. p.reg is cleared under the
+// registry's lock, under which ChoiceOf reads it while the connection
+// may be released (a save of the connections runs beside the workers).
 func (p *Pick) release() {
 	if r := p.reg; r != nil {
-		p.reg = nil
 		r.mu.Lock()
+		p.reg = nil
 		delete(r.m, p.tuple)
 		r.mu.Unlock()
 	}

@@ -41,10 +41,13 @@ func (rt *Runtime) ChoiceOf(part dataplane.Releaser) (ConnChoice, bool) {
 	}
 	pk := &c.pick
 	ch := ConnChoice{LB: pk.lb, Backend: pk.backend, SrcPort: pk.srcPort}
-	if pk.reg != nil {
-		rt.tuples.mu.Lock()
-		f, ok := rt.tuples.m[pk.tuple]
-		rt.tuples.mu.Unlock()
+	// The connection may be released meanwhile (Pick.release): its
+	// registration is read under the registry's lock.
+	rt.tuples.mu.Lock()
+	registered := pk.reg != nil
+	f, ok := rt.tuples.m[pk.tuple]
+	rt.tuples.mu.Unlock()
+	if registered {
 		if ok {
 			a := netip.AddrFrom16(f.addr)
 			if !f.v6 {
