@@ -12,9 +12,10 @@ import (
 // agent) keeps them in step without one call per object.
 type Batch struct {
 	// Owner marks every object the batch writes (their Owner field is
-	// set to it). A batch creates objects or replaces and deletes
-	// objects of this owner; an object of the same name made by anyone
-	// else is a conflict. Required.
+	// set to it; one that names another owner is refused). A batch
+	// creates objects or replaces and deletes objects of this owner; an
+	// object of the same name made by anyone else is a conflict.
+	// Required: at most 253 bytes of printable text.
 	Owner string `json:"owner"`
 	// Endpoints are created or replaced (by Name). Remote endpoints
 	// (Flags 1) are what a batch usually carries; a local one may carry
@@ -23,7 +24,10 @@ type Batch struct {
 	// LoadBalancers are created or replaced (by Name).
 	LoadBalancers []LoadBalancer `json:"loadBalancers,omitempty"`
 	// DeleteEndpoints and DeleteLoadBalancers name objects to remove;
-	// one that does not exist is counted as absent, not an error.
+	// one that does not exist is counted as absent, not an error. An
+	// endpoint that a load balancer still has as a backend after the
+	// batch is a conflict (a batch edits no object it does not name).
+	// A name appears once in a batch, across writes and deletes.
 	DeleteEndpoints     []string `json:"deleteEndpoints,omitempty"`
 	DeleteLoadBalancers []string `json:"deleteLoadBalancers,omitempty"`
 }
@@ -43,7 +47,9 @@ type BatchResult struct {
 }
 
 // Apply sends batch b. A refusal is an *Error whose Object names the
-// object at fault ("load balancer NAME", "endpoint NAME") when one is.
+// object at fault ("load balancer NAME", "endpoint NAME") when one is,
+// and "batch" otherwise (docs/API.md, "Batches"); nothing of a refused
+// batch is applied.
 func (c *Client) Apply(ctx context.Context, b *Batch) (*BatchResult, error) {
 	var r BatchResult
 	if err := c.Do(ctx, http.MethodPost, path("/batch"), b, &r); err != nil {

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 )
 
 // Client talks to ufpd over its Unix socket. The zero value is not
@@ -157,6 +158,40 @@ func (c *Client) Endpoints(ctx context.Context) ([]Endpoint, error) {
 	return l, c.Do(ctx, http.MethodGet, path("/endpoints"), nil, &l)
 }
 
+// EndpointFilter selects endpoints in a listing (GET /v1/endpoints?owner=
+// &remote=). The zero value selects them all.
+type EndpointFilter struct {
+	// Owner, with ByOwner, selects the endpoints whose Owner is exactly
+	// it; "" selects those without one (made by hand or by ufp-cni).
+	Owner   string
+	ByOwner bool
+	// Remote, with ByRemote, selects remote endpoints (Flags 1) if true,
+	// local ones if false: a node agent lists the node's pods without
+	// the remote backends it made.
+	Remote   bool
+	ByRemote bool
+}
+
+func (f EndpointFilter) query() string {
+	q := url.Values{}
+	if f.ByOwner {
+		q.Set("owner", f.Owner)
+	}
+	if f.ByRemote {
+		q.Set("remote", strconv.FormatBool(f.Remote))
+	}
+	if len(q) == 0 {
+		return ""
+	}
+	return "?" + q.Encode()
+}
+
+// EndpointsWhere lists the endpoints that f selects, with their status.
+func (c *Client) EndpointsWhere(ctx context.Context, f EndpointFilter) ([]Endpoint, error) {
+	var l []Endpoint
+	return l, c.Do(ctx, http.MethodGet, path("/endpoints")+f.query(), nil, &l)
+}
+
 // Endpoint returns the endpoint named name with its status.
 func (c *Client) Endpoint(ctx context.Context, name string) (*Endpoint, error) {
 	var e Endpoint
@@ -169,7 +204,9 @@ func (c *Client) CreateEndpoint(ctx context.Context, e *Endpoint) error {
 	return c.Do(ctx, http.MethodPost, path("/endpoints"), e, nil)
 }
 
-// UpdateEndpoint replaces the endpoint named e.Name.
+// UpdateEndpoint replaces the endpoint named e.Name. An endpoint of an
+// Owner (the node agent's) may be replaced or deleted by hand, but its
+// owner puts it back as it wants it on its next sync.
 func (c *Client) UpdateEndpoint(ctx context.Context, e *Endpoint) error {
 	return c.Do(ctx, http.MethodPut, path("/endpoints/%s", url.PathEscape(e.Name)), e, nil)
 }
@@ -208,6 +245,13 @@ func (c *Client) LoadBalancers(ctx context.Context) ([]LoadBalancer, error) {
 	return l, c.Do(ctx, http.MethodGet, path("/loadbalancers"), nil, &l)
 }
 
+// LoadBalancersOwnedBy lists the load balancers whose Owner is exactly
+// owner ("": those without one).
+func (c *Client) LoadBalancersOwnedBy(ctx context.Context, owner string) ([]LoadBalancer, error) {
+	var l []LoadBalancer
+	return l, c.Do(ctx, http.MethodGet, path("/loadbalancers")+"?"+url.Values{"owner": {owner}}.Encode(), nil, &l)
+}
+
 // LoadBalancer returns the load balancer named name.
 func (c *Client) LoadBalancer(ctx context.Context, name string) (*LoadBalancer, error) {
 	var lb LoadBalancer
@@ -220,7 +264,8 @@ func (c *Client) CreateLoadBalancer(ctx context.Context, lb *LoadBalancer) error
 	return c.Do(ctx, http.MethodPost, path("/loadbalancers"), lb, nil)
 }
 
-// UpdateLoadBalancer replaces the load balancer named lb.Name.
+// UpdateLoadBalancer replaces the load balancer named lb.Name (an owned
+// one as UpdateEndpoint says).
 func (c *Client) UpdateLoadBalancer(ctx context.Context, lb *LoadBalancer) error {
 	return c.Do(ctx, http.MethodPut, path("/loadbalancers/%s", url.PathEscape(lb.Name)), lb, nil)
 }

@@ -765,7 +765,13 @@ func (l *lowering) checkOverlaps() error {
 }
 
 // endpoints validates the endpoints.
-func (l *lowering) endpoints() ([]*epPlan, error) {
+func (l *lowering) endpoints() (_ []*epPlan, err error) {
+	var cur *EndpointConfig // the endpoint being checked: an error is its
+	defer func() {
+		if cur != nil {
+			err = blame(err, KindEndpoint, cur.Name)
+		}
+	}()
 	names := map[string]string{l.uplink: "the uplink"}
 	if hp := l.c.Uplink.HostPort; hp != "" {
 		names[hp] = "the host's vNIC (Uplink.HostPort)"
@@ -802,11 +808,15 @@ func (l *lowering) endpoints() ([]*epPlan, error) {
 	var eps []*epPlan
 	for i := range l.c.Endpoints {
 		ec := &l.c.Endpoints[i]
+		cur = ec
 		at := fmt.Sprintf("Endpoints[%d]", i)
 		if ec.Name == "" {
 			return nil, fmt.Errorf("%s.Name: an endpoint needs a name", at)
 		}
 		at = fmt.Sprintf("Endpoints[%d] %q", i, ec.Name)
+		if err := CheckOwner(at+".Owner", ec.Owner); err != nil {
+			return nil, err
+		}
 		if o, dup := names[ec.Name]; dup {
 			return nil, fmt.Errorf("%s.Name: %s has this name", at, o)
 		}

@@ -95,6 +95,7 @@ type lbPlan struct {
 	cfg       vfp.BalancerConfig
 	sourceVIP netip.Addr // invalid: none
 	lbAt      string     // the load balancer's path (at is the port mapping's)
+	lb        *LoadBalancerConfig
 }
 
 // remoteEndpoint validates remote endpoint ec (Flags 1) of network n.
@@ -178,7 +179,13 @@ func (n *netPlan) routeFor(a netip.Addr) *paRoute {
 
 // loadBalancers validates LoadBalancers and lowers each port mapping into
 // a switch load balancer.
-func (l *lowering) loadBalancers(eps []*epPlan) error {
+func (l *lowering) loadBalancers(eps []*epPlan) (err error) {
+	var cur *LoadBalancerConfig // the load balancer being checked: an error is its
+	defer func() {
+		if cur != nil {
+			err = blame(err, KindLoadBalancer, cur.Name)
+		}
+	}()
 	local := map[string]*epPlan{}
 	for _, ep := range eps {
 		local[ep.cfg.Name] = ep
@@ -195,11 +202,15 @@ func (l *lowering) loadBalancers(eps []*epPlan) error {
 	}
 	for i := range l.c.LoadBalancers {
 		c := &l.c.LoadBalancers[i]
+		cur = c
 		at := fmt.Sprintf("LoadBalancers[%d]", i)
 		if c.Name == "" {
 			return fmt.Errorf("%s.Name: a load balancer needs a name", at)
 		}
 		at = fmt.Sprintf("LoadBalancers[%d] %q", i, c.Name)
+		if err := CheckOwner(at+".Owner", c.Owner); err != nil {
+			return err
+		}
 		if j, dup := names[c.Name]; dup {
 			return fmt.Errorf("%s.Name: LoadBalancers[%d] has this name", at, j)
 		}
@@ -359,7 +370,7 @@ func (l *lowering) loadBalancers(eps []*epPlan) error {
 				return fmt.Errorf("%s.SourceVIP: the load balancer has remote endpoints, and %s", at, why)
 			}
 			l.lbs = append(l.lbs, &lbPlan{at: pat, name: cfg.Name, proto: proto, external: pm.ExternalPort,
-				flags: pm.Flags, frontends: frontends, nodePort: nodePort, cfg: cfg, sourceVIP: sourceVIP, lbAt: at})
+				flags: pm.Flags, frontends: frontends, nodePort: nodePort, cfg: cfg, sourceVIP: sourceVIP, lbAt: at, lb: c})
 		}
 	}
 	// Connections translated to a SourceVIP come from it: no Service may
@@ -370,6 +381,7 @@ func (l *lowering) loadBalancers(eps []*epPlan) error {
 		if sv := b.sourceVIP; sv.IsValid() && sv != l.hostIPs[sv.Is4()] {
 			for _, o := range l.lbs {
 				if slices.Contains(o.frontends, sv) {
+					cur = o.lb // the Service that has another's SourceVIP as a frontend
 					return fmt.Errorf("%s.SourceVIP: %s is a frontend of %s: the backends' replies to it would be balanced", b.lbAt, sv, o.at)
 				}
 			}

@@ -428,17 +428,18 @@ func (l *lowering) checkNAT(eps []*epPlan) error {
 		for j, a := range ep.ips {
 			for _, v4 := range []bool{true, false} {
 				if l.hostIPs[v4] == a {
-					return fmt.Errorf("%s.IpConfigurations[%d].IpAddress: %s is the host's (Uplink.IpAddresses)", ep.at, j, a)
+					return blame(fmt.Errorf("%s.IpConfigurations[%d].IpAddress: %s is the host's (Uplink.IpAddresses)", ep.at, j, a), KindEndpoint, ep.cfg.Name)
 				}
 			}
 			for _, p := range l.nat.pools {
 				if p.ip == a {
-					return fmt.Errorf("%s.IpConfigurations[%d].IpAddress: %s is a NAT address (VirtualIP, VIP or SourceVIP)", ep.at, j, a)
+					return blame(fmt.Errorf("%s.IpConfigurations[%d].IpAddress: %s is a NAT address (VirtualIP, VIP or SourceVIP)", ep.at, j, a), KindEndpoint, ep.cfg.Name)
 				}
 			}
 			for _, b := range l.lbs {
 				if slices.Contains(b.frontends, a) {
-					return fmt.Errorf("%s.IpConfigurations[%d].IpAddress: %s is a frontend of %s", ep.at, j, a, b.at)
+					// The Service's frontend is what is wrong with a pod's address.
+					return blame(fmt.Errorf("%s.IpConfigurations[%d].IpAddress: %s is a frontend of %s", ep.at, j, a, b.at), KindLoadBalancer, b.lb.Name)
 				}
 			}
 		}

@@ -9,6 +9,7 @@
 //	ufpctl create network|endpoint|lb -f FILE      # JSON from FILE (- for standard input)
 //	ufpctl update network|endpoint|lb [NAME] -f FILE
 //	ufpctl delete network|endpoint|lb NAME
+//	ufpctl batch -f FILE                           # a batch of one owner's objects (docs/API.md, "Batches")
 //	ufpctl ports                                   # the switch's ports and their devices
 //	ufpctl layers PORT                             # a port's layers, groups and rules, with counters
 //	ufpctl rules [PORT]                            # the same rules as one flat table

@@ -69,6 +69,7 @@ var commands = []command{
 	{"create", "network|endpoint|lb -f FILE", "create an object from JSON in FILE (- for standard input)", (*cli).create},
 	{"update", "network|endpoint|lb [NAME] -f FILE", "replace an object with JSON in FILE (- for standard input)", (*cli).update},
 	{"delete", "network|endpoint|lb NAME", "delete an object", (*cli).delete},
+	{"batch", "-f FILE", "create, replace and delete endpoints and load balancers of one owner at once (JSON in FILE, - for standard input)", (*cli).batch},
 	{"ports", "", "list the switch's ports and their devices", (*cli).ports},
 	{"layers", "PORT", "show a port's layers, groups and rules with their counters", (*cli).layers},
 	{"rules", "[PORT]", "list the rules with their counters (of one port, or of all)", (*cli).rules},

@@ -18,16 +18,28 @@ type apiError struct {
 	status int
 	object string
 	msg    string
+	cause  error // the first error among errorf's arguments, if any
 }
 
 func (e *apiError) Error() string { return e.msg }
+
+// Unwrap returns the error the message was made from, so that a caller
+// can find what it carries (an hns.ObjectError).
+func (e *apiError) Unwrap() error { return e.cause }
 
 func errorf(status int, object, format string, args ...any) error {
 	msg := fmt.Sprintf(format, args...)
 	if object != "" {
 		msg = object + ": " + msg
 	}
-	return &apiError{status: status, object: object, msg: msg}
+	e := &apiError{status: status, object: object, msg: msg}
+	for _, a := range args {
+		if err, ok := a.(error); ok {
+			e.cause = err
+			break
+		}
+	}
+	return e
 }
 
 // draft is a copy of the running configuration that an API call changes

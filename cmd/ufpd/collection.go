@@ -18,6 +18,8 @@ type collection[T any] struct {
 	name func(*T) *string
 	// inUse, if set, refuses a delete (a network that endpoints are on).
 	inUse func(doc *vswitch.Config, name string) error
+	// owner, if set, is an object's Owner: a listing takes ?owner=.
+	owner func(*T) string
 }
 
 var networks = collection[api.Network]{
@@ -39,16 +41,30 @@ var networks = collection[api.Network]{
 }
 
 var loadBalancers = collection[api.LoadBalancer]{
-	kind: "load balancer",
-	of:   func(doc *vswitch.Config) *[]api.LoadBalancer { return &doc.LoadBalancers },
-	name: func(lb *api.LoadBalancer) *string { return &lb.Name },
+	kind:  "load balancer",
+	of:    func(doc *vswitch.Config) *[]api.LoadBalancer { return &doc.LoadBalancers },
+	name:  func(lb *api.LoadBalancer) *string { return &lb.Name },
+	owner: func(lb *api.LoadBalancer) string { return lb.Owner },
 }
 
 // routeCollection adds the five calls of collection c under path.
 func routeCollection[T any](h func(string, func(http.ResponseWriter, *http.Request) (any, error)), d *daemon, path string, c collection[T]) {
 	h("GET "+path, func(w http.ResponseWriter, r *http.Request) (any, error) {
 		doc, _ := d.snapshot()
-		return nonNil(*c.of(doc)), nil
+		q := r.URL.Query()
+		if c.owner == nil || !q.Has("owner") {
+			return nonNil(*c.of(doc)), nil
+		}
+		// Objects of one owner (empty: those without an owner).
+		owner := q.Get("owner")
+		out := []T{}
+		list := *c.of(doc)
+		for i := range list {
+			if c.owner(&list[i]) == owner {
+				out = append(out, list[i])
+			}
+		}
+		return out, nil
 	})
 	h("GET "+path+"/{name}", func(w http.ResponseWriter, r *http.Request) (any, error) {
 		doc, _ := d.snapshot()

@@ -21,8 +21,16 @@ import (
 	"github.com/ufp-dev/ufp/vswitch"
 )
 
-// maxBody bounds a request body.
-const maxBody = 4 << 20
+// maxBody bounds a request body; maxBatchBody, that of POST /v1/batch.
+// A node agent's whole sync of 10,000 dual-stack Services, each two load
+// balancers with 10 remote backends, is 20,000 load balancers and 200,000
+// remote endpoints, about 61 MB of JSON (TestBatchSizeBound builds it);
+// single-stack, half that. 128 MiB takes it with room and bounds what one
+// request makes ufpd hold.
+const (
+	maxBody      = 4 << 20
+	maxBatchBody = 128 << 20
+)
 
 // listenAPI listens on the Unix socket at path, readable and writable by
 // ufpd's user only. A socket file left by a ufpd that died is replaced;
@@ -116,6 +124,7 @@ func (d *daemon) handler() http.Handler {
 	h("GET /v1/config", d.getConfig)
 	h("POST /v1/restart", d.postRestart)
 	h("PUT /v1/config", d.putConfig)
+	h("POST /v1/batch", d.postBatch)
 
 	routeCollection(h, d, "/v1/networks", networks)
 
@@ -165,11 +174,14 @@ func (d *daemon) answer(w http.ResponseWriter, r *http.Request, v any, err error
 	case v == nil:
 		w.WriteHeader(http.StatusNoContent)
 		return
-	case r.Method == http.MethodPost && r.URL.Path != "/v1/trace" && r.URL.Path != "/v1/restart":
+	case r.Method == http.MethodPost && !slices.Contains(postsCreateNothing, r.URL.Path):
 		status = http.StatusCreated
 	}
 	writeJSON(w, status, v)
 }
+
+// postsCreateNothing are the POST calls that answer 200, not 201.
+var postsCreateNothing = []string{"/v1/trace", "/v1/restart", "/v1/batch"}
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	var b bytes.Buffer
@@ -189,12 +201,17 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // decode reads r's JSON body into v strictly: unknown fields, trailing
 // data and bodies over maxBody are errors naming the object.
 func decode(r *http.Request, object string, v any) error {
-	b, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+	return decodeLimit(r, object, v, maxBody)
+}
+
+// decodeLimit is decode with a bound of limit bytes.
+func decodeLimit(r *http.Request, object string, v any, limit int) error {
+	b, err := io.ReadAll(io.LimitReader(r.Body, int64(limit)+1))
 	if err != nil {
 		return errorf(http.StatusBadRequest, object, "reading the body: %v", err)
 	}
-	if len(b) > maxBody {
-		return errorf(http.StatusRequestEntityTooLarge, object, "the body is larger than %d bytes", maxBody)
+	if len(b) > limit {
+		return errorf(http.StatusRequestEntityTooLarge, object, "the body is larger than %d bytes", limit)
 	}
 	if len(bytes.TrimSpace(b)) == 0 {
 		return errorf(http.StatusBadRequest, object, "the request needs a JSON body")
@@ -316,11 +333,28 @@ func named(object string, body *string, url string) error {
 	return nil
 }
 
+// listEndpoints lists the endpoints, those of one owner with ?owner=
+// (empty: those without an owner), remote or local ones with
+// ?remote=true or false.
 func (d *daemon) listEndpoints(w http.ResponseWriter, r *http.Request) (any, error) {
+	q := r.URL.Query()
+	owner, byOwner := q.Get("owner"), q.Has("owner")
+	var remote, byRemote bool
+	switch v := q.Get("remote"); v {
+	case "":
+	case "true", "false":
+		remote, byRemote = v == "true", true
+	default:
+		return nil, errorf(http.StatusBadRequest, "", "remote: %q is not true or false", v)
+	}
 	doc, devs := d.snapshot()
-	out := make([]api.Endpoint, len(doc.Endpoints))
+	out := []api.Endpoint{}
 	for i := range doc.Endpoints {
-		out[i] = d.endpoint(&doc.Endpoints[i], devs)
+		ec := &doc.Endpoints[i]
+		if byOwner && ec.Owner != owner || byRemote && (ec.Flags&hns.EndpointFlagRemote != 0) != remote {
+			continue
+		}
+		out = append(out, d.endpoint(ec, devs))
 	}
 	return out, nil
 }

@@ -1,0 +1,44 @@
+// Package agent is the node agent, kube-proxy for ufp: it watches the
+// cluster's Services and EndpointSlices (discovery.k8s.io/v1) and its
+// own Node through client-go informers, and keeps the node's ufpd
+// programmed through ufpd's API (package api).
+//
+// The sync is level-triggered. Changes only mark Services dirty and ask
+// a runner for a sync, which comes no sooner than MinSyncPeriod after
+// the previous one (changes in between fold into one) and at least every
+// SyncPeriod (a full resync). A sync translates each dirty Service with
+// proxy.Service, again only if its inputs (its resource version, its
+// EndpointSlices', the Node's, ufpd's local endpoints it uses) changed,
+// keeps the union of every Service's load balancers and remote
+// endpoints as the desired state, and sends ufpd one api.Batch with the
+// difference from what ufpd holds of the agent's own objects: writes,
+// then deletions of what is no longer desired (ufpd applies a batch all
+// or none, persisted once).
+//
+// Ownership: every object the agent writes carries Owner
+// "ufp-agent/<node>"; it lists, diffs and deletes only objects of that
+// owner, and leaves every other object alone. What ufpd holds of ours is
+// listed at start, after ufpd restarts (its PID changes or its revision
+// goes back, polled every StatusPeriod), after a call whose outcome is
+// unknown and at every full resync; so leftovers of an earlier run are
+// removed and an emptied ufpd is programmed again.
+//
+// Faults: a batch ufpd refuses names the object at fault (api.Error's
+// Object); the agent maps it to its Services (a load balancer by name,
+// `<namespace>.<service>.…`; a remote endpoint by the Services that use
+// it), records a Kubernetes Event on each (reason FailedToProgram) and a
+// metric, keeps what ufpd has of them, and sends the rest again at once.
+// Such a Service is retried when its inputs change and at every full
+// resync. Problems the translation reports (an unsupported protocol, a
+// VIP that is the node's address) become Events and metrics once per
+// change. When ufpd cannot be reached the sync is retried with an
+// exponential backoff with jitter (100 ms to 30 s), /readyz fails, and
+// nothing is removed from ufpd.
+//
+// The agent serves /healthz and /readyz (Healthz, Readyz) and
+// Prometheus metrics named like kube-proxy's with the prefix ufp_agent_
+// (Metrics); cmd/ufp-agent puts them on their addresses.
+//
+// It imports api, hns (object flags) and proxy (the translation) of ufp,
+// and client-go and client_golang.
+package agent

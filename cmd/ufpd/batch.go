@@ -1,0 +1,337 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/ufp-dev/ufp/api"
+	"github.com/ufp-dev/ufp/hns"
+)
+
+// POST /v1/batch: endpoints and load balancers of one owner created,
+// replaced and deleted in one change (api.Batch, docs/API.md "Batches").
+
+// errUnchanged ends the change of a batch that changes nothing: nothing
+// is compiled, applied or persisted, and the revision stays.
+var errUnchanged = errors.New("the batch changes nothing")
+
+// postBatch applies a batch as one change: all of it or, refused, none.
+func (d *daemon) postBatch(w http.ResponseWriter, r *http.Request) (any, error) {
+	var b api.Batch
+	if err := decodeLimit(r, "batch", &b, maxBatchBody); err != nil {
+		return nil, err
+	}
+	if err := checkBatch(&b); err != nil {
+		return nil, err
+	}
+	var res api.BatchResult
+	rev, err := d.change("batch", ifMatch(r), func(dr *draft) error {
+		res = api.BatchResult{Revision: d.rev} // change holds d.mu
+		if err := hnsLevel(dr); err != nil {
+			return err
+		}
+		if err := applyBatch(dr, &b, &res); err != nil {
+			return err
+		}
+		if res.Created+res.Replaced+res.Deleted == 0 {
+			return errUnchanged
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, errUnchanged):
+		return &res, nil
+	case err != nil:
+		return nil, blameObject(err)
+	}
+	res.Revision = rev
+	return &res, nil
+}
+
+// blameObject returns the error of a refused batch naming, as its object,
+// the endpoint or load balancer the policy's validation found at fault
+// (hns.ObjectError), if it found one; else err as it is.
+func blameObject(err error) error {
+	var ae *apiError
+	var oe *hns.ObjectError
+	if !errors.As(err, &ae) || !errors.As(err, &oe) || oe.Name == "" {
+		return err
+	}
+	obj := oe.Object()
+	return &apiError{status: ae.status, object: obj, msg: obj + ": " + strings.TrimPrefix(ae.msg, ae.object+": "), cause: ae.cause}
+}
+
+// checkBatch checks what a batch says of itself before it meets the
+// running configuration: its owner, and that each object it writes or
+// deletes has a name and appears once. It gives every object it writes
+// the batch's owner (one that names another is refused) and compacts
+// their policies' settings as the running policy holds them.
+func checkBatch(b *api.Batch) error {
+	if b.Owner == "" {
+		return errorf(http.StatusBadRequest, "batch", "owner: a batch needs an owner (the program its objects belong to)")
+	}
+	if err := hns.CheckOwner("owner", b.Owner); err != nil {
+		return errorf(http.StatusBadRequest, "batch", "%v", err)
+	}
+	err := batchNames(hns.KindEndpoint, "endpoints", len(b.Endpoints), func(i int) string { return b.Endpoints[i].Name },
+		"deleteEndpoints", b.DeleteEndpoints)
+	if err != nil {
+		return err
+	}
+	err = batchNames(hns.KindLoadBalancer, "loadBalancers", len(b.LoadBalancers), func(i int) string { return b.LoadBalancers[i].Name },
+		"deleteLoadBalancers", b.DeleteLoadBalancers)
+	if err != nil {
+		return err
+	}
+	for i := range b.Endpoints {
+		e := &b.Endpoints[i]
+		object := hns.KindEndpoint + " " + e.Name
+		if err := ownedBy(object, fmt.Sprintf("endpoints[%d]", i), &e.Owner, b.Owner); err != nil {
+			return err
+		}
+		if err := checkEndpointDevice(object, e); err != nil {
+			return err
+		}
+		e.Status = nil
+		for j := range e.Policies {
+			var c bytes.Buffer
+			if json.Compact(&c, e.Policies[j].Settings) == nil {
+				e.Policies[j].Settings = c.Bytes()
+			}
+		}
+	}
+	for i := range b.LoadBalancers {
+		lb := &b.LoadBalancers[i]
+		if err := ownedBy(hns.KindLoadBalancer+" "+lb.Name, fmt.Sprintf("loadBalancers[%d]", i), &lb.Owner, b.Owner); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// batchNames checks the names of the n objects of kind a batch writes
+// (in list writes, name(i) each) and of those it deletes (in list
+// deletes): each named, each once.
+func batchNames(kind, writes string, n int, name func(int) string, deletes string, del []string) error {
+	seen := make(map[string]string, n+len(del))
+	check := func(at, name string) error {
+		if name == "" {
+			return errorf(http.StatusBadRequest, "batch", "%s: every %s needs a name", at, kind)
+		}
+		if o, dup := seen[name]; dup {
+			return errorf(http.StatusBadRequest, kind+" "+name, "%s: the batch has it as %s too (an object once per batch)", at, o)
+		}
+		seen[name] = at
+		return nil
+	}
+	for i := range n {
+		if err := check(fmt.Sprintf("%s[%d].Name", writes, i), name(i)); err != nil {
+			return err
+		}
+	}
+	for i, name := range del {
+		if err := check(fmt.Sprintf("%s[%d]", deletes, i), name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ownedBy gives an object a batch writes the batch's owner: its Owner
+// must be empty or that already.
+func ownedBy(object, at string, owner *string, batchOwner string) error {
+	if *owner != "" && *owner != batchOwner {
+		return errorf(http.StatusBadRequest, object, "%s.Owner: %q is not the batch's owner %q (a batch writes objects of its owner only)", at, *owner, batchOwner)
+	}
+	*owner = batchOwner
+	return nil
+}
+
+// applyBatch makes checked batch b's changes to draft dr, counting them
+// in res. Replacing or deleting an object of another owner is a conflict
+// naming it; so is deleting an endpoint that a load balancer still has
+// as a backend.
+func applyBatch(dr *draft, b *api.Batch, res *api.BatchResult) error {
+	doc := dr.doc
+	lbs, err := merge(lbKind, doc.LoadBalancers, b.LoadBalancers, b.DeleteLoadBalancers, b.Owner, res, nil)
+	if err != nil {
+		return err
+	}
+	doc.LoadBalancers = lbs
+	devs := make(map[string]deviceConfig, len(dr.devs))
+	for _, dc := range dr.devs {
+		devs[dc.Port] = dc
+	}
+	byName := make(map[string]*api.Device, len(b.Endpoints))
+	cfgs := make([]hns.EndpointConfig, len(b.Endpoints))
+	for i := range b.Endpoints {
+		cfgs[i] = b.Endpoints[i].EndpointConfig
+		byName[cfgs[i].Name] = b.Endpoints[i].Device
+	}
+	epKind := endpointKind
+	epKind.equal = func(run, w *hns.EndpointConfig) bool {
+		return endpointEqual(run, w) && deviceEqual(devs, w.Name, byName[w.Name])
+	}
+	var deleted map[string]bool
+	eps, err := merge(epKind, doc.Endpoints, cfgs, b.DeleteEndpoints, b.Owner, res, func(name string, deletes bool) {
+		if deletes {
+			if deleted == nil {
+				deleted = map[string]bool{}
+			}
+			deleted[name] = true
+		}
+		dr.setDevice(name, byName[name]) // nil for a deleted one
+	})
+	if err != nil {
+		return err
+	}
+	doc.Endpoints = eps
+	if len(deleted) == 0 {
+		return nil
+	}
+	for i := range doc.LoadBalancers {
+		lb := &doc.LoadBalancers[i]
+		for _, name := range lb.HostComputeEndpoints {
+			if deleted[name] {
+				return errorf(http.StatusConflict, hns.KindEndpoint+" "+name, "the batch deletes it, but load balancer %s has it as a backend (HostComputeEndpoints): replace or delete that too", lb.Name)
+			}
+		}
+	}
+	return nil
+}
+
+// batchKind is how a batch handles one kind of object.
+type batchKind[T any] struct {
+	kind  string
+	name  func(*T) string
+	owner func(*T) string
+	// equal reports that writing w over the running object run changes
+	// nothing.
+	equal func(run, w *T) bool
+}
+
+var lbKind = batchKind[hns.LoadBalancerConfig]{
+	kind:  hns.KindLoadBalancer,
+	name:  func(lb *hns.LoadBalancerConfig) string { return lb.Name },
+	owner: func(lb *hns.LoadBalancerConfig) string { return lb.Owner },
+	equal: lbEqual,
+}
+
+var endpointKind = batchKind[hns.EndpointConfig]{
+	kind:  hns.KindEndpoint,
+	name:  func(e *hns.EndpointConfig) string { return e.Name },
+	owner: func(e *hns.EndpointConfig) string { return e.Owner },
+	equal: endpointEqual,
+}
+
+// merge deletes the objects named by deletes from list and creates or
+// replaces those of writes, all of owner's (each name once across
+// writes and deletes), and returns the list. Objects keep their place;
+// new ones go last, in the batch's order. changed, if not nil, is called
+// with the name of each object created, replaced or deleted.
+func merge[T any](k batchKind[T], list, writes []T, deletes []string, owner string, res *api.BatchResult,
+	changed func(name string, deleted bool)) ([]T, error) {
+	at := make(map[string]int, len(list))
+	for i := range list {
+		at[k.name(&list[i])] = i
+	}
+	var gone []bool
+	for _, name := range deletes {
+		i, ok := at[name]
+		if !ok {
+			res.Absent++
+			continue
+		}
+		if err := k.owns(&list[i], owner); err != nil {
+			return nil, err
+		}
+		if gone == nil {
+			gone = make([]bool, len(list))
+		}
+		gone[i] = true
+		res.Deleted++
+		if changed != nil {
+			changed(name, true)
+		}
+	}
+	for j := range writes {
+		w := &writes[j]
+		i, ok := at[k.name(w)]
+		switch {
+		case !ok:
+			list = append(list, *w)
+			res.Created++
+		case k.owns(&list[i], owner) != nil:
+			return nil, k.owns(&list[i], owner)
+		case k.equal(&list[i], w):
+			res.Unchanged++
+			continue
+		default:
+			list[i] = *w
+			res.Replaced++
+		}
+		if changed != nil {
+			changed(k.name(w), false)
+		}
+	}
+	if gone == nil {
+		return list, nil
+	}
+	kept := list[:0]
+	for i := range list {
+		if i >= len(gone) || !gone[i] {
+			kept = append(kept, list[i])
+		}
+	}
+	clear(list[len(kept):])
+	return kept, nil
+}
+
+// owns refuses a batch of owner an object of another's.
+func (k batchKind[T]) owns(v *T, owner string) error {
+	o := k.owner(v)
+	if o == owner {
+		return nil
+	}
+	whose := strconv.Quote(o) + "'s"
+	if o == "" {
+		whose = "made by hand or by the CNI plugin (no Owner)"
+	}
+	return errorf(http.StatusConflict, k.kind+" "+k.name(v), "Owner: it is %s, not the batch owner %q's: a batch replaces and deletes only its owner's objects", whose, owner)
+}
+
+// lbEqual reports whether two load balancers are the same, field by
+// field (TestBatchEqualFields checks that every field is compared).
+func lbEqual(a, b *hns.LoadBalancerConfig) bool {
+	return a.Name == b.Name && a.SourceVIP == b.SourceVIP && a.Flags == b.Flags && a.Owner == b.Owner &&
+		slices.Equal(a.HostComputeEndpoints, b.HostComputeEndpoints) && slices.Equal(a.FrontendVIPs, b.FrontendVIPs) &&
+		slices.Equal(a.PortMappings, b.PortMappings)
+}
+
+// endpointEqual reports whether two endpoints are the same, field by
+// field, with their policies' settings compacted.
+func endpointEqual(a, b *hns.EndpointConfig) bool {
+	return a.Name == b.Name && a.HostComputeNetwork == b.HostComputeNetwork && a.MacAddress == b.MacAddress &&
+		a.Flags == b.Flags && a.Unhealthy == b.Unhealthy && a.Owner == b.Owner &&
+		slices.Equal(a.IpConfigurations, b.IpConfigurations) &&
+		slices.EqualFunc(a.Policies, b.Policies, func(p, q hns.PolicyConfig) bool {
+			return p.Type == q.Type && bytes.Equal(p.Settings, q.Settings)
+		})
+}
+
+// deviceEqual reports whether port's device in devs is dev (nil: none).
+func deviceEqual(devs map[string]deviceConfig, port string, dev *api.Device) bool {
+	run, ok := devs[port]
+	if dev == nil || !ok {
+		return dev == nil && !ok
+	}
+	dc := deviceConfig(*dev)
+	dc.Port = port
+	return dc == run
+}
