@@ -161,6 +161,16 @@ func bench(ctx context.Context, o options, logw io.Writer) (res *results, err er
 			return res, fmt.Errorf("updates: %w", err)
 		}
 	}
-	res.mem, err = readMemories(agent, ufpd, cluster)
+	if res.mem, err = readMemories(agent, ufpd, cluster); err != nil {
+		return res, err
+	}
+
+	// ufpd's share of an update: the agent stopped, the same kind of
+	// one-load-balancer batch sent straight to ufpd.
+	if err := agent.stop(); err != nil {
+		return res, err
+	}
+	say("timing %d one-load-balancer batches sent to ufpd directly", directApplies)
+	res.direct, err = timeDirect(ctx, client, o.shape)
 	return res, err
 }

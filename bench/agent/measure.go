@@ -199,6 +199,34 @@ func waitLB(ctx context.Context, c *api.Client, name, vip string, want map[strin
 	}
 }
 
+// directApplies is how many batches timeDirect sends.
+const directApplies = 20
+
+// timeDirect times batches of one load balancer sent to ufpd under the
+// agent's owner (the agent stopped), as an EndpointSlice update makes
+// the agent send: in pairs, one drops a backend of a Service's load
+// balancer and the next puts it back.
+func timeDirect(ctx context.Context, c *api.Client, s shape) ([]time.Duration, error) {
+	var lat []time.Duration
+	for k := range directApplies / 2 {
+		name := lbName(k * s.Services / (directApplies / 2))
+		lb, err := c.LoadBalancer(ctx, name)
+		if err != nil {
+			return lat, fmt.Errorf("ufpd: %w", err)
+		}
+		fewer := *lb
+		fewer.HostComputeEndpoints = lb.HostComputeEndpoints[:len(lb.HostComputeEndpoints)-1]
+		for _, l := range []api.LoadBalancer{fewer, *lb} {
+			t0 := time.Now()
+			if _, err := c.Apply(ctx, &api.Batch{Owner: owner, LoadBalancers: []api.LoadBalancer{l}}); err != nil {
+				return lat, fmt.Errorf("ufpd: batch of %s: %w", name, err)
+			}
+			lat = append(lat, time.Since(t0))
+		}
+	}
+	return lat, nil
+}
+
 // memories are the processes' memory at one moment.
 type memories struct {
 	agent, ufpd, apiserver, etcd memory

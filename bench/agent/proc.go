@@ -62,7 +62,6 @@ func start(dir, name string, verbose bool, logw io.Writer, argv ...string) (*pro
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
 	var out io.Writer = f
 	if verbose {
 		out = io.MultiWriter(f, prefixWriter{name + ": ", logw})
@@ -72,10 +71,14 @@ func start(dir, name string, verbose bool, logw io.Writer, argv ...string) (*pro
 	p.cmd.SysProcAttr = childAttr()
 	p.started = time.Now()
 	if err := p.cmd.Start(); err != nil {
+		f.Close()
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
 	go func() {
+		// Verbose, the output is copied through a pipe until Wait:
+		// the file stays open until then.
 		p.err = p.cmd.Wait()
+		f.Close()
 		close(p.exited)
 	}()
 	return p, nil

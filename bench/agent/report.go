@@ -21,6 +21,7 @@ type results struct {
 	create  time.Duration   // Services and EndpointSlices created
 	sync    time.Duration   // agent start to ufpd programmed
 	updates []time.Duration // per update, to ufpd applying it
+	direct  []time.Duration // per one-load-balancer batch sent to ufpd alone
 	memSync memories        // right after the full sync
 	mem     memories        // at the end
 }
@@ -61,6 +62,11 @@ func (r *results) rows() []row {
 			row{"EndpointSlice update to ufpd, p99", dur(percentile(sorted, 99)), "< " + dur(targetUpdateP99)},
 			row{"EndpointSlice update to ufpd, max", dur(sorted[n-1]), ""})
 	}
+	if n := len(r.direct); n > 0 {
+		sorted := slices.Sorted(slices.Values(r.direct))
+		rows = append(rows, row{fmt.Sprintf("ufpd alone: one-load-balancer batch, p50 / max (%d)", n),
+			dur(percentile(sorted, 50)) + " / " + dur(sorted[n-1]), ""})
+	}
 	if r.mem.agent.hwm > 0 {
 		rows = append(rows,
 			row{"agent peak RSS (VmHWM)", mib(r.mem.agent.hwm), "< " + mib(targetAgentRSS)},
@@ -91,7 +97,7 @@ func (r *results) print(w io.Writer) {
 		if row.target != "" {
 			t = "  (target " + row.target + ")"
 		}
-		fmt.Fprintf(w, "%-48s %s%s\n", row.what, row.value, t)
+		fmt.Fprintf(w, "%-52s %s%s\n", row.what, row.value, t)
 	}
 }
 
