@@ -145,7 +145,8 @@ func bench(ctx context.Context, o options, logw io.Writer) (res *results, err er
 		return res, err
 	}
 	defer func() { err = errors.Join(err, agent.stop()) }()
-	res.sync, err = waitProgrammed(ctx, client, o.shape, objs, agent, ufpd, o.syncTimeout)
+	h := &harness{cs: cluster.Client, ufpdc: client, s: o.shape, o: objs, agent: agent, ufpd: ufpd, verbose: o.verbose, say: say}
+	res.sync, err = h.waitProgrammed(ctx, o.syncTimeout)
 	if err != nil {
 		return res, fmt.Errorf("full sync: %w", err)
 	}
@@ -156,7 +157,7 @@ func bench(ctx context.Context, o options, logw io.Writer) (res *results, err er
 
 	if o.Updates > 0 {
 		say("timing %d EndpointSlice updates", o.Updates)
-		res.updates, err = timeUpdates(ctx, cluster.Client, client, o.shape, objs, agent, ufpd)
+		res.updates, err = h.timeUpdates(ctx)
 		if err != nil {
 			return res, fmt.Errorf("updates: %w", err)
 		}
@@ -171,6 +172,6 @@ func bench(ctx context.Context, o options, logw io.Writer) (res *results, err er
 		return res, err
 	}
 	say("timing %d one-load-balancer batches sent to ufpd directly", directApplies)
-	res.direct, err = timeDirect(ctx, client, o.shape)
+	res.direct, err = h.timeDirect(ctx)
 	return res, err
 }

@@ -24,11 +24,35 @@ const (
 	recheck = 2 * time.Second
 )
 
+// harness is what the measurements share: the clients, what was
+// created, and the agent's and ufpd's processes.
+type harness struct {
+	cs      kubernetes.Interface
+	ufpdc   *api.Client
+	s       shape
+	o       *objects
+	agent   *proc
+	ufpd    *proc
+	verbose bool
+	say     func(format string, args ...any)
+}
+
+// alive reports an error if the agent or ufpd has exited.
+func (h *harness) alive() error {
+	for _, p := range []*proc{h.agent, h.ufpd} {
+		if err := p.alive(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // waitProgrammed waits until ufpd holds every Service's load balancer
 // with exactly its backends, and returns the time from the agent's
 // start to the first sight of the revision that passed. It fails if the
 // agent or ufpd exits or limit passes.
-func waitProgrammed(ctx context.Context, c *api.Client, s shape, o *objects, agent, ufpd *proc, limit time.Duration) (time.Duration, error) {
+func (h *harness) waitProgrammed(ctx context.Context, limit time.Duration) (time.Duration, error) {
+	c, agent := h.ufpdc, h.agent
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	firstSeen := map[uint64]time.Time{}
@@ -36,10 +60,8 @@ func waitProgrammed(ctx context.Context, c *api.Client, s shape, o *objects, age
 	var lastCheck time.Time
 	last := "no check yet"
 	for {
-		for _, p := range []*proc{agent, ufpd} {
-			if err := p.alive(); err != nil {
-				return 0, err
-			}
+		if err := h.alive(); err != nil {
+			return 0, err
 		}
 		st, err := c.Status(ctx)
 		if err != nil {
@@ -52,7 +74,7 @@ func waitProgrammed(ctx context.Context, c *api.Client, s shape, o *objects, age
 		stable := st.Revision == prev
 		prev = st.Revision
 		if st.Revision != checked && (stable || now.Sub(lastCheck) > recheck) {
-			ok, why, err := programmed(ctx, c, s, o)
+			ok, why, err := h.programmed(ctx)
 			if err != nil {
 				return 0, err
 			}
@@ -72,8 +94,9 @@ func waitProgrammed(ctx context.Context, c *api.Client, s shape, o *objects, age
 // programmed checks ufpd's load balancers against every Service: its
 // ClusterIP a frontend, its backends exactly its EndpointSlice's. If
 // not, it says how far it is.
-func programmed(ctx context.Context, c *api.Client, s shape, o *objects) (bool, string, error) {
-	lbs, err := c.LoadBalancers(ctx)
+func (h *harness) programmed(ctx context.Context) (bool, string, error) {
+	s, o := h.s, h.o
+	lbs, err := h.ufpdc.LoadBalancers(ctx)
 	if err != nil {
 		return false, "", fmt.Errorf("listing ufpd's load balancers: %w", err)
 	}
@@ -130,7 +153,8 @@ func lbDiffers(lb *api.LoadBalancer, vip string, want map[string]bool) string {
 // replacing one remote backend of a Service (chosen with a fixed seed)
 // by a new address, and returns the time from each update call to
 // ufpd's load balancer having exactly the new backends.
-func timeUpdates(ctx context.Context, cs kubernetes.Interface, c *api.Client, s shape, o *objects, agent, ufpd *proc) ([]time.Duration, error) {
+func (h *harness) timeUpdates(ctx context.Context) ([]time.Duration, error) {
+	s, o := h.s, h.o
 	rng := rand.New(rand.NewPCG(22, uint64(s.Services)))
 	lat := make([]time.Duration, 0, s.Updates)
 	for u := range s.Updates {
@@ -153,28 +177,31 @@ func timeUpdates(ctx context.Context, cs kubernetes.Interface, c *api.Client, s 
 		want := backends(es)
 
 		t0 := time.Now()
-		up, err := cs.DiscoveryV1().EndpointSlices(namespace).Update(ctx, es, metav1.UpdateOptions{})
+		up, err := h.cs.DiscoveryV1().EndpointSlices(namespace).Update(ctx, es, metav1.UpdateOptions{})
 		if err != nil {
 			return lat, fmt.Errorf("update %d of %s: %w", u, es.Name, err)
 		}
 		o.slices[i] = up
-		d, err := waitLB(ctx, c, lbName(i), o.clusterIP[i], want, agent, ufpd)
+		d, err := h.waitLB(ctx, lbName(i), o.clusterIP[i], want)
 		if err != nil {
 			return lat, fmt.Errorf("update %d of %s: %w", u, es.Name, err)
 		}
 		lat = append(lat, d.Sub(t0))
+		if h.verbose {
+			h.say("update %d: %s endpoint %d to %s: %v", u, es.Name, j, a, d.Sub(t0))
+		}
 	}
 	return lat, nil
 }
 
 // waitLB polls ufpd's load balancer name until it has exactly want, and
 // returns when it first saw it.
-func waitLB(ctx context.Context, c *api.Client, name, vip string, want map[string]bool, agent, ufpd *proc) (time.Time, error) {
+func (h *harness) waitLB(ctx context.Context, name, vip string, want map[string]bool) (time.Time, error) {
 	ctx, cancel := context.WithTimeout(ctx, updateTimeout)
 	defer cancel()
 	why := "not read yet"
 	for {
-		lb, err := c.LoadBalancer(ctx, name)
+		lb, err := h.ufpdc.LoadBalancer(ctx, name)
 		now := time.Now()
 		switch {
 		case err == nil:
@@ -186,10 +213,8 @@ func waitLB(ctx context.Context, c *api.Client, name, vip string, want map[strin
 		default:
 			return now, fmt.Errorf("ufpd: %w", err)
 		}
-		for _, p := range []*proc{agent, ufpd} {
-			if err := p.alive(); err != nil {
-				return now, err
-			}
+		if err := h.alive(); err != nil {
+			return now, err
 		}
 		select {
 		case <-ctx.Done():
@@ -206,11 +231,12 @@ const directApplies = 20
 // agent's owner (the agent stopped), as an EndpointSlice update makes
 // the agent send: in pairs, one drops a backend of a Service's load
 // balancer and the next puts it back.
-func timeDirect(ctx context.Context, c *api.Client, s shape) ([]time.Duration, error) {
+func (h *harness) timeDirect(ctx context.Context) ([]time.Duration, error) {
+	c, s := h.ufpdc, h.s
 	var lat []time.Duration
 	for k := range directApplies / 2 {
 		name := lbName(k * s.Services / (directApplies / 2))
-		lb, err := c.LoadBalancer(ctx, name)
+		lb, err := h.ufpdc.LoadBalancer(ctx, name)
 		if err != nil {
 			return lat, fmt.Errorf("ufpd: %w", err)
 		}

@@ -81,6 +81,8 @@ func dur(d time.Duration) string {
 	switch {
 	case d >= 10*time.Second:
 		return d.Round(100 * time.Millisecond).String()
+	case d >= time.Second:
+		return d.Round(time.Millisecond).String()
 	case d >= time.Millisecond:
 		return d.Round(10 * time.Microsecond).String()
 	default:
