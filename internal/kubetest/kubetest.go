@@ -126,6 +126,19 @@ func Start(t testing.TB) *Cluster {
 	return c
 }
 
+// New starts a cluster from the binaries in AssetsDir, for a program
+// such as a benchmark; the caller must Stop it. Tests use Start or
+// Shared.
+func New() (*Cluster, error) {
+	if err := CheckAssets(); err != nil {
+		return nil, fmt.Errorf("kubetest: %w (run tools/build-kube)", err)
+	}
+	return start(AssetsDir())
+}
+
+// CheckAssets reports what AssetsDir lacks of kube-apiserver and etcd.
+func CheckAssets() error { return checkAssets(AssetsDir()) }
+
 // start starts etcd and kube-apiserver from dir, trying again on new
 // ports if one of them exits before it is ready.
 func start(assets string) (*Cluster, error) {
