@@ -313,6 +313,10 @@ type lowering struct {
 	defaultGW map[bool]netip.Addr   // Uplink.DefaultGateway(V6) by is-IPv4
 	nat       natPlan
 	remotes   map[string]*remoteEP // remote endpoints by name
+	remoteIPs map[netip.Addr]*remoteEP // and by address
+	// frontOf is the path of the first port mapping that has each
+	// frontend address (set once every load balancer is lowered).
+	frontOf map[netip.Addr]string
 	nRemote   int                  // RemoteSubnetRoutes of every network
 	lbs       []*lbPlan
 	vxlanPort uint16
@@ -341,7 +345,7 @@ func Lower(c *Document) (*vfp.Document, error) {
 		return nil, err
 	}
 	l := &lowering{c: c, byName: map[string]*netPlan{}, neighbors: map[netip.Addr]dataplane.MAC{},
-		hostIPs: map[bool]netip.Addr{}, hostNets: map[bool]netip.Prefix{}, defaultGW: map[bool]netip.Addr{}, remotes: map[string]*remoteEP{}}
+		hostIPs: map[bool]netip.Addr{}, hostNets: map[bool]netip.Prefix{}, defaultGW: map[bool]netip.Addr{}, remotes: map[string]*remoteEP{}, remoteIPs: map[netip.Addr]*remoteEP{}}
 	if err := l.uplinkConfig(); err != nil {
 		return nil, err
 	}

@@ -161,6 +161,9 @@ func (l *lowering) remoteEndpoint(ec *EndpointConfig, at string, n *netPlan, ips
 		return fmt.Errorf("%s.Unhealthy: remote endpoints are taken out of a load balancer by removing them from it", at)
 	}
 	l.remotes[ec.Name] = r
+	for _, a := range r.ips {
+		l.remoteIPs[a] = r
+	}
 	return nil
 }
 
@@ -362,16 +365,22 @@ func (l *lowering) loadBalancers(eps []*epPlan) error {
 				flags: pm.Flags, frontends: frontends, nodePort: nodePort, cfg: cfg, sourceVIP: sourceVIP, lbAt: at})
 		}
 	}
+	l.frontOf = make(map[netip.Addr]string, len(l.lbs))
+	for _, b := range l.lbs {
+		for _, f := range b.frontends {
+			if _, ok := l.frontOf[f]; !ok {
+				l.frontOf[f] = b.at
+			}
+		}
+	}
 	// Connections translated to a SourceVIP come from it: no Service may
 	// have it as a frontend (but the host's address, whose frontends'
 	// ports the host's pool reserves), or the backends' replies to it
 	// would be balanced.
 	for _, b := range l.lbs {
 		if sv := b.sourceVIP; sv.IsValid() && sv != l.hostIPs[sv.Is4()] {
-			for _, o := range l.lbs {
-				if slices.Contains(o.frontends, sv) {
-					return fmt.Errorf("%s.SourceVIP: %s is a frontend of %s: the backends' replies to it would be balanced", b.lbAt, sv, o.at)
-				}
+			if o, ok := l.frontOf[sv]; ok {
+				return fmt.Errorf("%s.SourceVIP: %s is a frontend of %s: the backends' replies to it would be balanced", b.lbAt, sv, o)
 			}
 		}
 	}
@@ -381,10 +390,8 @@ func (l *lowering) loadBalancers(eps []*epPlan) error {
 // remoteOwner returns the path of the remote endpoint that has address a,
 // or "".
 func (l *lowering) remoteOwner(a netip.Addr) string {
-	for _, r := range l.remotes {
-		if slices.Contains(r.ips, a) {
-			return r.at
-		}
+	if r := l.remoteIPs[a]; r != nil {
+		return r.at
 	}
 	return ""
 }

@@ -436,10 +436,8 @@ func (l *lowering) checkNAT(eps []*epPlan) error {
 					return fmt.Errorf("%s.IpConfigurations[%d].IpAddress: %s is a NAT address (VirtualIP, VIP or SourceVIP)", ep.at, j, a)
 				}
 			}
-			for _, b := range l.lbs {
-				if slices.Contains(b.frontends, a) {
-					return fmt.Errorf("%s.IpConfigurations[%d].IpAddress: %s is a frontend of %s", ep.at, j, a, b.at)
-				}
+			if o, ok := l.frontOf[a]; ok {
+				return fmt.Errorf("%s.IpConfigurations[%d].IpAddress: %s is a frontend of %s", ep.at, j, a, o)
 			}
 		}
 	}
