@@ -312,12 +312,12 @@ type lowering struct {
 	hostNets  map[bool]netip.Prefix // their underlay prefixes, when given
 	defaultGW map[bool]netip.Addr   // Uplink.DefaultGateway(V6) by is-IPv4
 	nat       natPlan
-	remotes   map[string]*remoteEP // remote endpoints by name
+	remotes   map[string]*remoteEP     // remote endpoints by name
 	remoteIPs map[netip.Addr]*remoteEP // and by address
 	// frontOf is the path of the first port mapping that has each
 	// frontend address (set once every load balancer is lowered).
-	frontOf map[netip.Addr]string
-	nRemote   int                  // RemoteSubnetRoutes of every network
+	frontOf   map[netip.Addr]string
+	nRemote   int // RemoteSubnetRoutes of every network
 	lbs       []*lbPlan
 	vxlanPort uint16
 	vxlanAt   string
