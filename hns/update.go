@@ -200,6 +200,9 @@ func (nl *lowering) rebalance(i int) (first int, ok bool) {
 		}
 		backends = append(backends, be)
 	}
+	if len(backends) == 0 {
+		backends = nil // as Lower has it
+	}
 	first = nl.lbFirst[i]
 	for j := range c.PortMappings {
 		p := *nl.lbs[first+j]
