@@ -231,3 +231,11 @@ func sameEndpoint(a, b *EndpointConfig) bool {
 			return p.Type == q.Type && bytes.Equal(p.Settings, q.Settings)
 		})
 }
+
+// SameEndpoint reports whether endpoints a and b are equal.
+func SameEndpoint(a, b *EndpointConfig) bool { return sameEndpoint(a, b) }
+
+// SameLoadBalancer reports whether load balancers a and b are equal.
+func SameLoadBalancer(a, b *LoadBalancerConfig) bool {
+	return sameLBSettings(a, b) && slices.Equal(a.HostComputeEndpoints, b.HostComputeEndpoints)
+}

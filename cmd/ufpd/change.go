@@ -103,7 +103,7 @@ func (d *daemon) change(object, ifMatch string, fn func(dr *draft) error) (uint6
 		return 0, errorf(http.StatusBadRequest, object, "%v; the change was undone", err)
 	}
 	if c.state != "" {
-		if err := writeState(c.state, c, d.rev+1); err != nil {
+		if err := writeState(c.state, c, d.rev+1, &d.enc); err != nil {
 			d.rollback(cur)
 			return 0, errorf(http.StatusInternalServerError, object, "persisting to %s: %v; the change was undone", c.state, err)
 		}

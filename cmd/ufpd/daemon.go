@@ -25,6 +25,7 @@ type daemon struct {
 
 	mu      sync.Mutex // serialises changes, reloads and shutdown
 	cfg     *config
+	enc     stateEncoder      // the state file's policy, as last written (d.mu)
 	devs    map[string]*owned // by port name
 	stopped bool              // serve has returned: nothing more is opened
 	// rev counts the accepted configuration changes (persisted with the
