@@ -26,7 +26,11 @@ func TestStateEncoder(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		switch rng.IntN(5) {
+		k := rng.IntN(5)
+		if len(next.Endpoints) == 0 || len(next.LoadBalancers) == 0 {
+			k = 5
+		}
+		switch k {
 		case 0: // endpoints removed in a row
 			i := rng.IntN(len(next.Endpoints))
 			next.Endpoints = slices.Delete(next.Endpoints, i, min(i+1+rng.IntN(12), len(next.Endpoints)))
@@ -48,6 +52,9 @@ func TestStateEncoder(t *testing.T) {
 			if rng.IntN(10) == 0 {
 				next.Endpoints, next.LoadBalancers = nil, nil
 			}
+		case 5: // everything back
+			d := s.Document()
+			next.Endpoints, next.LoadBalancers = d.Endpoints, d.LoadBalancers
 		}
 		got, err := enc.policy(next)
 		if err != nil {
