@@ -6,7 +6,9 @@
 // error, and lowers it (Lower) into the VFP level (package vfp): ports,
 // layers, groups and rules that implement the networks' modes (L2Bridge,
 // Overlay), OutBoundNAT, PortMapping, load balancers and ACLs.
-// docs/ARCHITECTURE.md lists what each object becomes.
+// docs/ARCHITECTURE.md lists what each object becomes. LowerKept keeps
+// what lowering learnt, so that a change of load balancers' backends and
+// remote endpoints alone is lowered without the rest (Lowered.Update).
 //
 // Lowering produces values (addresses, prefixes, MACs, protocols, port
 // ranges), never text for a compiler to parse back, and it refuses

@@ -301,22 +301,40 @@ type sdnRoute struct {
 
 // lowering holds what lowering has learnt so far.
 type lowering struct {
-	c         *Document
-	uplink    string
-	hostMAC   dataplane.MAC
-	mtu       int
-	neighbors map[netip.Addr]dataplane.MAC
-	nets      []*netPlan
-	byName    map[string]*netPlan
-	hostIPs   map[bool]netip.Addr   // Uplink.IpAddresses by is-IPv4
-	hostNets  map[bool]netip.Prefix // their underlay prefixes, when given
-	defaultGW map[bool]netip.Addr   // Uplink.DefaultGateway(V6) by is-IPv4
-	nat       natPlan
-	remotes   map[string]*remoteEP // remote endpoints by name
-	nRemote   int                  // RemoteSubnetRoutes of every network
-	lbs       []*lbPlan
-	vxlanPort uint16
-	vxlanAt   string
+	c          *Document
+	uplink     string
+	hostMAC    dataplane.MAC
+	mtu        int
+	neighbors  map[netip.Addr]dataplane.MAC
+	nets       []*netPlan
+	byName     map[string]*netPlan
+	hostIPs    map[bool]netip.Addr   // Uplink.IpAddresses by is-IPv4
+	hostNets   map[bool]netip.Prefix // their underlay prefixes, when given
+	defaultGW  map[bool]netip.Addr   // Uplink.DefaultGateway(V6) by is-IPv4
+	nat        natPlan
+	remotes    map[string]*remoteEP     // remote endpoints by name
+	remoteIPs  map[netip.Addr]*remoteEP // and by address
+	nextRemote int                      // the next remote endpoint's id
+	eps        []*epPlan                // the local endpoints, in order
+	// frontOf is the first port mapping that has each
+	// frontend address (set once every load balancer is lowered).
+	frontOf map[netip.Addr]*lbPlan
+	// What a change of backends and remote endpoints is checked against
+	// (update.go): the names of the ports (the uplink, the host's vNIC,
+	// the local endpoints), the addresses of local endpoints and provider
+	// addresses, the local endpoints by name, the SourceVIPs, where each
+	// load balancer's port mappings start in lbs, and how many times the
+	// load balancers list each endpoint.
+	portNames  map[string]bool
+	ownIPs     map[netip.Addr]string
+	locals     map[string]*epPlan
+	sourceVIPs map[netip.Addr]bool
+	lbFirst    []int
+	refs       map[string]int32
+	nRemote    int // RemoteSubnetRoutes of every network
+	lbs        []*lbPlan
+	vxlanPort  uint16
+	vxlanAt    string
 }
 
 // Lower returns the VFP-level document an HNS-level document compiles to:
@@ -324,52 +342,59 @@ type lowering struct {
 // implement the networks' modes and policies. Errors name the HNS object
 // and field.
 func Lower(c *Document) (*vfp.Document, error) {
+	_, low, err := lower(c)
+	return low, err
+}
+
+// lower is Lower, returning what it learnt too.
+func lower(c *Document) (*lowering, *vfp.Document, error) {
 	if c.Switch.Gateway != nil || len(c.Switch.Gateways) > 0 {
-		return nil, fmt.Errorf("switch.gateway: at the HNS level gateways come from the networks' subnets")
+		return nil, nil, fmt.Errorf("switch.gateway: at the HNS level gateways come from the networks' subnets")
 	}
 	if c.Switch.VXLANPort != 0 {
-		return nil, fmt.Errorf("switch.vxlanPort: at the HNS level the VxlanPort network policy sets it")
+		return nil, nil, fmt.Errorf("switch.vxlanPort: at the HNS level the VxlanPort network policy sets it")
 	}
 	if len(c.Switch.NATPools) > 0 {
-		return nil, fmt.Errorf("switch.natPools: at the HNS level OutBoundNAT and PortMapping policies make them")
+		return nil, nil, fmt.Errorf("switch.natPools: at the HNS level OutBoundNAT and PortMapping policies make them")
 	}
 	if len(c.Switch.LoadBalancers) > 0 {
-		return nil, fmt.Errorf("switch.loadBalancers: at the HNS level LoadBalancers make them")
+		return nil, nil, fmt.Errorf("switch.loadBalancers: at the HNS level LoadBalancers make them")
 	}
 	// The flow table's settings pass through as they are.
 	if _, err := c.Switch.FlowTable.Compile(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	l := &lowering{c: c, byName: map[string]*netPlan{}, neighbors: map[netip.Addr]dataplane.MAC{},
-		hostIPs: map[bool]netip.Addr{}, hostNets: map[bool]netip.Prefix{}, defaultGW: map[bool]netip.Addr{}, remotes: map[string]*remoteEP{}}
+		hostIPs: map[bool]netip.Addr{}, hostNets: map[bool]netip.Prefix{}, defaultGW: map[bool]netip.Addr{}, remotes: map[string]*remoteEP{}, remoteIPs: map[netip.Addr]*remoteEP{}}
 	if err := l.uplinkConfig(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if len(c.Networks) == 0 {
-		return nil, fmt.Errorf("Networks: an HNS-level document needs at least one network")
+		return nil, nil, fmt.Errorf("Networks: an HNS-level document needs at least one network")
 	}
 	for i := range c.Networks {
 		if err := l.network(i); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	if err := l.checkOverlaps(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := l.checkHostAddrs(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	eps, err := l.endpoints()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	l.eps = eps
 	if err := l.loadBalancers(eps); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := l.checkNAT(eps); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return l.emit(eps), nil
+	return l, l.emit(eps), nil
 }
 
 func (l *lowering) uplinkConfig() error {
@@ -805,6 +830,17 @@ func (l *lowering) endpoints() (_ []*epPlan, err error) {
 			ips[pa] = n.at + "'s ProviderAddress"
 		}
 	}
+	l.portNames, l.ownIPs = map[string]bool{}, map[netip.Addr]string{}
+	for name := range names {
+		l.portNames[name] = true
+	}
+	defer func() {
+		for a, at := range ips {
+			if l.remoteIPs[a] == nil {
+				l.ownIPs[a] = at
+			}
+		}
+	}()
 	var eps []*epPlan
 	for i := range l.c.Endpoints {
 		ec := &l.c.Endpoints[i]
@@ -829,11 +865,17 @@ func (l *lowering) endpoints() (_ []*epPlan, err error) {
 			return nil, fmt.Errorf("%s.Flags: %d has bits ufp does not know (1 RemoteEndpoint)", at, ec.Flags)
 		}
 		if ec.Flags&EndpointFlagRemote != 0 {
-			if err := l.remoteEndpoint(ec, at, n, ips); err != nil {
+			r, err := l.remoteEndpoint(ec, at, n, ips)
+			if err != nil {
 				return nil, err
 			}
+			for _, a := range r.ips {
+				ips[a] = at
+			}
+			l.addRemote(r)
 			continue
 		}
+		l.portNames[ec.Name] = true
 		if len(eps) == room {
 			return nil, fmt.Errorf("%s: a switch has room for %d endpoints", at, room)
 		}

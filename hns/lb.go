@@ -75,6 +75,7 @@ const (
 
 // remoteEP is a remote endpoint.
 type remoteEP struct {
+	id  int // distinct among a lowering's remote endpoints (update.go)
 	cfg *EndpointConfig
 	at  string
 	net *netPlan
@@ -98,71 +99,80 @@ type lbPlan struct {
 	lb        *LoadBalancerConfig
 }
 
-// remoteEndpoint validates remote endpoint ec (Flags 1) of network n.
-func (l *lowering) remoteEndpoint(ec *EndpointConfig, at string, n *netPlan, ips map[netip.Addr]string) error {
+// remoteEndpoint validates remote endpoint ec (Flags 1) of network n,
+// whose addresses must not be in ips (the addresses taken, read only).
+func (l *lowering) remoteEndpoint(ec *EndpointConfig, at string, n *netPlan, ips map[netip.Addr]string) (*remoteEP, error) {
 	r := &remoteEP{cfg: ec, at: at, net: n}
 	if ec.MacAddress != "" {
 		m, err := vfp.ParseUnicastMAC(at+".MacAddress", ec.MacAddress)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		r.mac = m
 	}
 	if len(ec.IpConfigurations) == 0 {
-		return fmt.Errorf("%s.IpConfigurations: an endpoint needs at least one address", at)
+		return nil, fmt.Errorf("%s.IpConfigurations: an endpoint needs at least one address", at)
 	}
 	for j, ic := range ec.IpConfigurations {
 		iat := fmt.Sprintf("%s.IpConfigurations[%d].IpAddress", at, j)
 		a, err := vfp.ParseAddr(iat, ic.IpAddress)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if !a.IsGlobalUnicast() {
-			return fmt.Errorf("%s: %s is not a unicast address", iat, a)
+			return nil, fmt.Errorf("%s: %s is not a unicast address", iat, a)
 		}
 		if slices.ContainsFunc(n.subnets, func(p netip.Prefix) bool { return p.Contains(a) }) {
-			return fmt.Errorf("%s: %s is in network %q's local subnets: a remote endpoint is on another host", iat, a, n.cfg.Name)
+			return nil, fmt.Errorf("%s: %s is in network %q's local subnets: a remote endpoint is on another host", iat, a, n.cfg.Name)
 		}
 		if o, dup := ips[a]; dup {
-			return fmt.Errorf("%s: %s is already used by %s", iat, a, o)
+			return nil, fmt.Errorf("%s: %s is already used by %s", iat, a, o)
 		}
 		if slices.ContainsFunc(r.ips, func(b netip.Addr) bool { return b.Is4() == a.Is4() }) {
-			return fmt.Errorf("%s: the endpoint has an %s address already", iat, family(a))
+			return nil, fmt.Errorf("%s: the endpoint has an %s address already", iat, family(a))
 		}
 		if n.cfg.Type == TypeOverlay && n.routeFor(a) == nil {
-			return fmt.Errorf("%s: %s is in no RemoteSubnetRoute of network %q, so its host is unknown", iat, a, n.cfg.Name)
+			return nil, fmt.Errorf("%s: %s is in no RemoteSubnetRoute of network %q, so its host is unknown", iat, a, n.cfg.Name)
 		}
-		ips[a] = at
 		r.ips = append(r.ips, a)
 	}
 	for pi, pc := range ec.Policies {
 		pat := fmt.Sprintf("%s.Policies[%d]", at, pi)
 		if pc.Type != "ProviderAddress" {
-			return fmt.Errorf("%s.Type: a remote endpoint takes only a ProviderAddress policy, not %q", pat, pc.Type)
+			return nil, fmt.Errorf("%s.Type: a remote endpoint takes only a ProviderAddress policy, not %q", pat, pc.Type)
 		}
 		if n.cfg.Type != TypeOverlay {
-			return fmt.Errorf("%s: only remote endpoints of Overlay networks have a provider address", pat)
+			return nil, fmt.Errorf("%s: only remote endpoints of Overlay networks have a provider address", pat)
 		}
 		var s ProviderAddressSettings
 		if err := decodeSettings(pat+".Settings", pc.Settings, &s); err != nil {
-			return err
+			return nil, err
 		}
 		pa, err := vfp.ParseAddr(pat+".Settings.ProviderAddress", s.ProviderAddress)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		for _, a := range r.ips {
 			if rt := n.routeFor(a); rt.pa != pa {
-				return fmt.Errorf("%s.Settings.ProviderAddress: %s, but %s routes %s to %s", pat, pa, rt.at, a, rt.pa)
+				return nil, fmt.Errorf("%s.Settings.ProviderAddress: %s, but %s routes %s to %s", pat, pa, rt.at, a, rt.pa)
 			}
 		}
 		r.pa = pa
 	}
 	if ec.Unhealthy {
-		return fmt.Errorf("%s.Unhealthy: remote endpoints are taken out of a load balancer by removing them from it", at)
+		return nil, fmt.Errorf("%s.Unhealthy: remote endpoints are taken out of a load balancer by removing them from it", at)
 	}
-	l.remotes[ec.Name] = r
-	return nil
+	return r, nil
+}
+
+// addRemote registers remote endpoint r.
+func (l *lowering) addRemote(r *remoteEP) {
+	r.id = l.nextRemote
+	l.nextRemote++
+	l.remotes[r.cfg.Name] = r
+	for _, a := range r.ips {
+		l.remoteIPs[a] = r
+	}
 }
 
 // routeFor returns the longest remote subnet route that holds a.
@@ -190,6 +200,8 @@ func (l *lowering) loadBalancers(eps []*epPlan) (err error) {
 	for _, ep := range eps {
 		local[ep.cfg.Name] = ep
 	}
+	l.locals, l.sourceVIPs = local, map[netip.Addr]bool{}
+	l.lbFirst, l.refs = make([]int, len(l.c.LoadBalancers)), map[string]int32{}
 	names := map[string]int{}
 	type fkey struct {
 		vip   netip.Addr
@@ -215,6 +227,10 @@ func (l *lowering) loadBalancers(eps []*epPlan) (err error) {
 			return fmt.Errorf("%s.Name: LoadBalancers[%d] has this name", at, j)
 		}
 		names[c.Name] = i
+		l.lbFirst[i] = len(l.lbs)
+		for _, name := range c.HostComputeEndpoints {
+			l.refs[name]++
+		}
 		if c.Flags&^(LBFlagDSR|LBFlagIPv6) != 0 {
 			return fmt.Errorf("%s.Flags: %d has bits ufp does not know (1 DSR, 2 IPv6)", at, c.Flags)
 		}
@@ -250,6 +266,7 @@ func (l *lowering) loadBalancers(eps []*epPlan) (err error) {
 				}
 			}
 			sourceVIP = a
+			l.sourceVIPs[a] = true
 			l.pool(a)
 		}
 		var frontends []netip.Addr
@@ -361,16 +378,19 @@ func (l *lowering) loadBalancers(eps []*epPlan) (err error) {
 			if pm.AffinityTimeoutSeconds > 0 {
 				cfg.AffinityTimeout = vfp.Duration(time.Duration(pm.AffinityTimeoutSeconds) * time.Second)
 			}
-			remote := slices.ContainsFunc(backends, func(b vfp.BackendConfig) bool { return b.Remote })
-			if remote && !sourceVIP.IsValid() && (c.Flags&LBFlagDSR == 0 || pm.Flags&LBPortILB == 0) {
-				why := "without DSR their replies would not come back through this host"
-				if c.Flags&LBFlagDSR != 0 {
-					why = "connections from the network (the port mapping is not ILB) reach them translated to it"
-				}
-				return fmt.Errorf("%s.SourceVIP: the load balancer has remote endpoints, and %s", at, why)
+			if err := checkRemoteVIP(at, c, pm, backends, sourceVIP); err != nil {
+				return err
 			}
 			l.lbs = append(l.lbs, &lbPlan{at: pat, name: cfg.Name, proto: proto, external: pm.ExternalPort,
 				flags: pm.Flags, frontends: frontends, nodePort: nodePort, cfg: cfg, sourceVIP: sourceVIP, lbAt: at, lb: c})
+		}
+	}
+	l.frontOf = make(map[netip.Addr]*lbPlan, len(l.lbs))
+	for _, b := range l.lbs {
+		for _, f := range b.frontends {
+			if _, ok := l.frontOf[f]; !ok {
+				l.frontOf[f] = b
+			}
 		}
 	}
 	// Connections translated to a SourceVIP come from it: no Service may
@@ -379,13 +399,25 @@ func (l *lowering) loadBalancers(eps []*epPlan) (err error) {
 	// would be balanced.
 	for _, b := range l.lbs {
 		if sv := b.sourceVIP; sv.IsValid() && sv != l.hostIPs[sv.Is4()] {
-			for _, o := range l.lbs {
-				if slices.Contains(o.frontends, sv) {
-					cur = o.lb // the Service that has another's SourceVIP as a frontend
-					return fmt.Errorf("%s.SourceVIP: %s is a frontend of %s: the backends' replies to it would be balanced", b.lbAt, sv, o.at)
-				}
+			if o, ok := l.frontOf[sv]; ok {
+				cur = o.lb // the Service that has another's SourceVIP as a frontend
+				return fmt.Errorf("%s.SourceVIP: %s is a frontend of %s: the backends' replies to it would be balanced", b.lbAt, sv, o.at)
 			}
 		}
+	}
+	return nil
+}
+
+// checkRemoteVIP refuses remote backends of port mapping pm of load
+// balancer c (at) without the SourceVIP they need.
+func checkRemoteVIP(at string, c *LoadBalancerConfig, pm *LoadBalancerPortMappingConfig, backends []vfp.BackendConfig, sourceVIP netip.Addr) error {
+	remote := slices.ContainsFunc(backends, func(b vfp.BackendConfig) bool { return b.Remote })
+	if remote && !sourceVIP.IsValid() && (c.Flags&LBFlagDSR == 0 || pm.Flags&LBPortILB == 0) {
+		why := "without DSR their replies would not come back through this host"
+		if c.Flags&LBFlagDSR != 0 {
+			why = "connections from the network (the port mapping is not ILB) reach them translated to it"
+		}
+		return fmt.Errorf("%s.SourceVIP: the load balancer has remote endpoints, and %s", at, why)
 	}
 	return nil
 }
@@ -393,10 +425,8 @@ func (l *lowering) loadBalancers(eps []*epPlan) (err error) {
 // remoteOwner returns the path of the remote endpoint that has address a,
 // or "".
 func (l *lowering) remoteOwner(a netip.Addr) string {
-	for _, r := range l.remotes {
-		if slices.Contains(r.ips, a) {
-			return r.at
-		}
+	if r := l.remoteIPs[a]; r != nil {
+		return r.at
 	}
 	return ""
 }

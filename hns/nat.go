@@ -436,11 +436,9 @@ func (l *lowering) checkNAT(eps []*epPlan) error {
 					return blame(fmt.Errorf("%s.IpConfigurations[%d].IpAddress: %s is a NAT address (VirtualIP, VIP or SourceVIP)", ep.at, j, a), KindEndpoint, ep.cfg.Name)
 				}
 			}
-			for _, b := range l.lbs {
-				if slices.Contains(b.frontends, a) {
-					// The Service's frontend is what is wrong with a pod's address.
-					return blame(fmt.Errorf("%s.IpConfigurations[%d].IpAddress: %s is a frontend of %s", ep.at, j, a, b.at), KindLoadBalancer, b.lb.Name)
-				}
+			if b, ok := l.frontOf[a]; ok {
+				// The Service's frontend is what is wrong with a pod's address.
+				return blame(fmt.Errorf("%s.IpConfigurations[%d].IpAddress: %s is a frontend of %s", ep.at, j, a, b.at), KindLoadBalancer, b.lb.Name)
 			}
 		}
 	}

@@ -50,7 +50,7 @@ type lbOnce struct{}
 func (a *Action) Translate(d *dataplane.Decision, at rules.Site) bool {
 	b := a.b
 	v, tr := d.View(), d.Trace()
-	be, prior, st := b.backendOf(d)
+	be, prior, st := b.backendOf(b.set.Load(), d)
 	if be == nil {
 		return false
 	}
@@ -113,14 +113,14 @@ func (a *Action) Translate(d *dataplane.Decision, at rules.Site) bool {
 // load balancer still has it, or a new connection's choice (st, its state,
 // held by d at once, so that whatever fails later gives it back). It
 // returns a nil backend, with d.Drop set, when there is none.
-func (b *Balancer) backendOf(d *dataplane.Decision) (be *backend, prior, st *connState) {
+func (b *Balancer) backendOf(s *backendSet, d *dataplane.Decision) (be *backend, prior, st *connState) {
 	v, tr := d.View(), d.Trace()
 	prior, _ = d.Prior(isConnState).(*connState)
 	switch {
 	case prior != nil:
 		old := &prior.pick
 		if old.lb == b.name {
-			be = b.backends[old.backend]
+			be = s.backends[old.backend]
 		}
 		if be == nil {
 			if tr.On() {
@@ -144,7 +144,7 @@ func (b *Balancer) backendOf(d *dataplane.Decision) (be *backend, prior, st *con
 		d.Drop = dataplane.DropTransposition
 		return nil, nil, nil
 	}
-	if be = b.choose(v, d.Dry(), tr, d); be == nil {
+	if be = b.choose(s, v, d.Dry(), tr, d); be == nil {
 		return nil, nil, nil
 	}
 	st = &connState{pick: Pick{lb: b.name, backend: be.ip}}
@@ -192,8 +192,8 @@ func (b *Balancer) claim(st *connState, be *backend, d *dataplane.Decision) bool
 // translate it to and another backend exists. It returns nil, with d set
 // to reject the packet, when there is no healthy backend. A dry choice (a
 // trace) leaves the affinity table alone.
-func (b *Balancer) choose(v *dataplane.View, dry bool, tr *dataplane.Trace, d *dataplane.Decision) *backend {
-	if len(b.healthy) == 0 {
+func (b *Balancer) choose(s *backendSet, v *dataplane.View, dry bool, tr *dataplane.Trace, d *dataplane.Decision) *backend {
+	if len(s.healthy) == 0 {
 		if tr.On() {
 			tr.Addf("  lb %s: no healthy backend: connection refused", b.name)
 		}
@@ -204,7 +204,7 @@ func (b *Balancer) choose(v *dataplane.View, dry bool, tr *dataplane.Trace, d *d
 	how := "hash"
 	if b.aff != nil {
 		if ip, ok := b.aff.Lookup(v.Src, d.Now); ok {
-			if c := b.backends[ip]; c != nil && !c.unhealthy {
+			if c := s.backends[ip]; c != nil && !c.unhealthy {
 				be, how = c, "affinity"
 			}
 		}
@@ -212,14 +212,14 @@ func (b *Balancer) choose(v *dataplane.View, dry bool, tr *dataplane.Trace, d *d
 	i := -1
 	if be == nil {
 		h := FlowHash(b.dist, v.Proto, v.Src, v.SrcPort, v.Dst, v.DstPort)
-		i = b.table.Lookup(h)
-		be = b.healthy[i]
+		i = s.table.Lookup(h)
+		be = s.healthy[i]
 	}
 	if be.ip == v.Src && !b.sourceVIP.IsValid() {
 		// Without a SourceVIP the client could not tell the
 		// backend's replies from its own packets: the next backend
 		// in the table's order serves it.
-		if len(b.healthy) == 1 {
+		if len(s.healthy) == 1 {
 			if tr.On() {
 				tr.Addf("  lb %s: the only backend is the client itself, and there is no sourceVIP to translate it to", b.name)
 			}
@@ -227,15 +227,15 @@ func (b *Balancer) choose(v *dataplane.View, dry bool, tr *dataplane.Trace, d *d
 			return nil
 		}
 		if i < 0 {
-			i, _ = b.table.Index(be.ip)
+			i, _ = s.table.Index(be.ip)
 		}
-		be, how = b.healthy[(i+1)%len(b.healthy)], "next after the client itself"
+		be, how = s.healthy[(i+1)%len(s.healthy)], "next after the client itself"
 	}
 	if b.aff != nil && !dry && !b.aff.Touch(v.Src, be.ip, d.Now) && tr.On() {
 		tr.Addf("  lb %s: affinity table full: %s not remembered", b.name, v.Src)
 	}
 	if tr.On() {
-		tr.Addf("  lb %s: %s -> backend %s (%s, %d healthy of %d)", b.name, v.Src, be.ip, how, len(b.healthy), len(b.backends))
+		tr.Addf("  lb %s: %s -> backend %s (%s, %d healthy of %d)", b.name, v.Src, be.ip, how, len(s.healthy), len(s.backends))
 	}
 	return be
 }

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ufp-dev/ufp/dataplane"
@@ -50,9 +51,11 @@ type BackendConfig struct {
 	Route dataplane.Transposition
 }
 
-// Balancer is a compiled load balancer of a policy. Immutable once its
-// Runtime has installed it, but for its affinity table, which the Runtime
-// keeps across policies. Safe for concurrent use.
+// Balancer is a compiled load balancer of a policy. Its settings are
+// immutable; its backends are a set the Runtime installs (Prepare and
+// Commit for a new policy's balancers, Change for an installed one's), and
+// its affinity table the Runtime keeps across policies. Safe for
+// concurrent use.
 type Balancer struct {
 	rt          *Runtime
 	name        string
@@ -62,12 +65,18 @@ type Balancer struct {
 	affTimeout  time.Duration
 	sourceVIP   netip.Addr
 	dsr         bool
-	remote      bool                    // has a remote backend
-	backends    map[netip.Addr]*backend // all of them, healthy or not
-	healthyIPs  []netip.Addr            // sorted
-	table       Table                   // over the healthy ones, set when installed
-	healthy     []*backend              // in table order
-	aff         *Affinity               // set when installed, if affTimeout
+	set         atomic.Pointer[backendSet]
+	aff         *Affinity // set when installed, if affTimeout
+}
+
+// backendSet is a load balancer's backends. Immutable once its Balancer
+// is installed; a change of backends installs another.
+type backendSet struct {
+	remote     bool                    // has a remote backend
+	backends   map[netip.Addr]*backend // all of them, healthy or not
+	healthyIPs []netip.Addr            // sorted
+	table      Table                   // over the healthy ones, set by Prepare
+	healthy    []*backend              // in table order
 }
 
 type backend struct {
@@ -81,23 +90,63 @@ type backend struct {
 // with rt. Backends must be distinct.
 func (rt *Runtime) New(c Config) *Balancer {
 	b := &Balancer{rt: rt, name: c.Name, targetPort: c.TargetPort, preserveDst: c.PreserveDst, dist: c.Distribution,
-		affTimeout: c.AffinityTimeout, sourceVIP: c.SourceVIP, dsr: c.DSR, backends: make(map[netip.Addr]*backend, len(c.Backends))}
-	for _, bc := range c.Backends {
-		b.backends[bc.IP] = &backend{ip: bc.IP, remote: bc.Remote, unhealthy: bc.Unhealthy, route: bc.Route}
-		b.remote = b.remote || bc.Remote
+		affTimeout: c.AffinityTimeout, sourceVIP: c.SourceVIP, dsr: c.DSR}
+	b.set.Store(newBackendSet(c.Backends))
+	return b
+}
+
+func newBackendSet(bcs []BackendConfig) *backendSet {
+	s := &backendSet{backends: make(map[netip.Addr]*backend, len(bcs))}
+	for _, bc := range bcs {
+		s.backends[bc.IP] = &backend{ip: bc.IP, remote: bc.Remote, unhealthy: bc.Unhealthy, route: bc.Route}
+		s.remote = s.remote || bc.Remote
 		if !bc.Unhealthy {
-			b.healthyIPs = append(b.healthyIPs, bc.IP)
+			s.healthyIPs = append(s.healthyIPs, bc.IP)
 		}
 	}
-	slices.SortFunc(b.healthyIPs, netip.Addr.Compare)
-	return b
+	slices.SortFunc(s.healthyIPs, netip.Addr.Compare)
+	return s
+}
+
+// prepare gives s its backend table: t if not nil (the same healthy
+// backends'), else a new one.
+func (s *backendSet) prepare(t Table) error {
+	if t == nil {
+		var err error
+		if t, err = NewTable(s.healthyIPs); err != nil {
+			return err
+		}
+	}
+	s.table = t
+	s.healthy = make([]*backend, 0, t.Len())
+	for _, a := range t.Backends() {
+		s.healthy = append(s.healthy, s.backends[a])
+	}
+	return nil
+}
+
+// forget removes from a the clients of backends healthy in old and gone
+// or unhealthy in s.
+func (s *backendSet) forget(a *Affinity, old *backendSet) {
+	for ip, obe := range old.backends {
+		if nbe := s.backends[ip]; (nbe == nil || nbe.unhealthy) && !obe.unhealthy {
+			a.Forget(ip)
+		}
+	}
+}
+
+// SameSettings reports whether c has b's settings (everything but the
+// backends): whether c is a change of b's backends alone.
+func (b *Balancer) SameSettings(c *Config) bool {
+	return c.Name == b.name && c.TargetPort == b.targetPort && c.PreserveDst == b.preserveDst && c.Distribution == b.dist &&
+		c.AffinityTimeout == b.affTimeout && c.SourceVIP == b.sourceVIP && c.DSR == b.dsr
 }
 
 // Name returns the load balancer's name.
 func (b *Balancer) Name() string { return b.name }
 
 // Remote reports whether the load balancer has a remote backend.
-func (b *Balancer) Remote() bool { return b.remote }
+func (b *Balancer) Remote() bool { return b.set.Load().remote }
 
 // SourceVIP returns the address connections are translated to where they
 // need one (see Config.SourceVIP), or the zero Addr.
@@ -106,7 +155,7 @@ func (b *Balancer) SourceVIP() netip.Addr { return b.sourceVIP }
 // Backends returns the addresses of the load balancer's backends, healthy
 // or not, in order.
 func (b *Balancer) Backends() []netip.Addr {
-	return slices.SortedFunc(maps.Keys(b.backends), netip.Addr.Compare)
+	return slices.SortedFunc(maps.Keys(b.set.Load().backends), netip.Addr.Compare)
 }
 
 // DSR reports whether remote backends reply straight to the client.
@@ -138,35 +187,29 @@ func NewRuntime(t *nat.Table) *Runtime {
 // Services it changes. It changes nothing of the installed policy.
 func (rt *Runtime) Prepare(bs map[string]*Balancer) error {
 	tables := map[string]Table{}
-	key := func(ips []netip.Addr) string {
-		k := make([]byte, 0, 16*len(ips))
-		for _, a := range ips {
-			b := a.As16()
-			k = append(k, b[:]...)
-		}
-		return string(k)
-	}
 	for _, b := range rt.current {
-		tables[key(b.healthyIPs)] = b.table
+		s := b.set.Load()
+		tables[tableKey(s.healthyIPs)] = s.table
 	}
 	for _, name := range slices.Sorted(maps.Keys(bs)) {
-		b := bs[name]
-		k := key(b.healthyIPs)
-		t := tables[k]
-		if t == nil {
-			var err error
-			if t, err = NewTable(b.healthyIPs); err != nil {
-				return fmt.Errorf("load balancer %s: %w", name, err)
-			}
-			tables[k] = t
+		s := bs[name].set.Load()
+		k := tableKey(s.healthyIPs)
+		if err := s.prepare(tables[k]); err != nil {
+			return fmt.Errorf("load balancer %s: %w", name, err)
 		}
-		b.table = t
-		b.healthy = make([]*backend, 0, t.Len())
-		for _, a := range t.Backends() {
-			b.healthy = append(b.healthy, b.backends[a])
-		}
+		tables[k] = s.table
 	}
 	return nil
+}
+
+// tableKey identifies a set of healthy backends.
+func tableKey(ips []netip.Addr) string {
+	k := make([]byte, 0, 16*len(ips))
+	for _, a := range ips {
+		b := a.As16()
+		k = append(k, b[:]...)
+	}
+	return string(k)
 }
 
 // Commit makes bs, prepared, the installed load balancers: they take the
@@ -184,16 +227,57 @@ func (rt *Runtime) Commit(bs map[string]*Balancer) {
 			a = NewAffinity(b.affTimeout, 0)
 		}
 		if ob := rt.current[name]; ob != nil {
-			for ip, obe := range ob.backends {
-				if nbe := b.backends[ip]; (nbe == nil || nbe.unhealthy) && !obe.unhealthy {
-					a.Forget(ip)
-				}
-			}
+			b.set.Load().forget(a, ob.set.Load())
 		}
 		b.aff = a
 		next[name] = a
 	}
 	rt.affinity, rt.current = next, bs
+}
+
+// Change is a new set of backends for an installed load balancer, whose
+// settings stay: what a policy change that alters only backends needs,
+// without compiling the policy's other load balancers again.
+type Change struct {
+	b   *Balancer
+	set *backendSet
+}
+
+// Change returns the change of b's backends to backends (distinct), for
+// PrepareChanges and CommitChanges. It changes nothing yet.
+func (b *Balancer) Change(backends []BackendConfig) *Change {
+	return &Change{b: b, set: newBackendSet(backends)}
+}
+
+// Balancer returns the load balancer the change is of.
+func (c *Change) Balancer() *Balancer { return c.b }
+
+// PrepareChanges gives the changes their backend tables. It changes
+// nothing of the installed policy.
+func (rt *Runtime) PrepareChanges(cs []*Change) error {
+	for _, c := range cs {
+		if err := c.set.prepare(nil); err != nil {
+			return fmt.Errorf("load balancer %s: %w", c.b.name, err)
+		}
+	}
+	return nil
+}
+
+// CommitChanges installs the prepared changes, each of a load balancer
+// of the installed policy: new connections are balanced over the new
+// backends at once, and affinity to backends that left or became
+// unhealthy is forgotten. Connections already balanced are the
+// switch's to revalidate.
+func (rt *Runtime) CommitChanges(cs []*Change) {
+	for _, c := range cs {
+		if rt.current[c.b.name] != c.b {
+			panic("lb: a change of a load balancer that is not installed")
+		}
+		if c.b.aff != nil {
+			c.set.forget(c.b.aff, c.b.set.Load())
+		}
+		c.b.set.Store(c.set)
+	}
 }
 
 // Affinity returns the installed load balancer's affinity table by name,

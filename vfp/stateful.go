@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/ufp-dev/ufp/lb"
@@ -57,6 +58,25 @@ func (e *Env) Stateful(sw *SwitchConfig, pools []nat.PoolConfig) (*Stateful, map
 		st.lbs[c.Name] = e.LB.New(c)
 	}
 	return st, st.lbs, nil
+}
+
+// Rebalance compiles c, at path at, a change of the backends alone of b,
+// a load balancer of a document the switch runs (compiled by Stateful
+// with pools). It returns the change for b's Runtime to install
+// (PrepareChanges, CommitChanges); an error if c is invalid or changes
+// more than b's backends.
+func (e *Env) Rebalance(at string, c *BalancerConfig, b *lb.Balancer, pools map[netip.Addr]bool) (*lb.Change, error) {
+	lc, err := c.compile(at, pools)
+	if err != nil {
+		return nil, err
+	}
+	if !b.SameSettings(&lc) {
+		return nil, fmt.Errorf("%s: changes more than the backends of load balancer %q", at, b.Name())
+	}
+	if !lc.SourceVIP.IsValid() && !lc.DSR && slices.ContainsFunc(lc.Backends, func(be lb.BackendConfig) bool { return be.Remote }) {
+		return nil, fmt.Errorf("%s: load balancer %q has remote backends and no sourceVIP: their replies would not come back through this switch", at, b.Name())
+	}
+	return b.Change(lc.Backends), nil
 }
 
 // snat makes the action at path at that translates sources to the pool of

@@ -40,6 +40,26 @@ func (c *Config) hns() *hns.Document {
 	return &hns.Document{Switch: c.Switch, Uplink: c.Uplink, Networks: c.Networks, Endpoints: c.Endpoints, LoadBalancers: c.LoadBalancers}
 }
 
+// Clone returns a deep copy of c: the switch settings, uplink, networks
+// and ports through JSON, the endpoints and load balancers (the bulk of a
+// node's document) by hns.CloneEndpoints and hns.CloneLoadBalancers.
+func (c *Config) Clone() (*Config, error) {
+	b, err := json.Marshal(Config{Switch: c.Switch, Ports: c.Ports, Uplink: c.Uplink, Networks: c.Networks})
+	if err != nil {
+		return nil, err
+	}
+	var out Config
+	if err := json.Unmarshal(b, &out); err != nil {
+		return nil, err
+	}
+	out.Endpoints, out.LoadBalancers = hns.CloneEndpoints(c.Endpoints), hns.CloneLoadBalancers(c.LoadBalancers)
+	return &out, nil
+}
+
+// CompactSettings stores every HNS policy's Settings compactly, as
+// ParseConfig does, so that the document reads back equal to itself.
+func (c *Config) CompactSettings() { c.hns().CompactSettings() }
+
 // IsHNS reports whether c is written at the HNS level.
 func (c *Config) IsHNS() bool { return c.hns().IsHNS() }
 
@@ -123,6 +143,15 @@ type compiled struct {
 	byID    []*Port // by stable port ID, set when installed
 	gen     uint64
 	meters  meterSet // the rule combinations flows were decided by
+	// lowered is the HNS level lowered (nil for a VFP-level document),
+	// which a change of backends alone starts from (update).
+	lowered *hns.Lowered
+	env     *vfp.Env // what it was compiled against
+	// incremental: the policy is an update of the running one (update),
+	// whose ports, layers and load balancers it shares; changes are its
+	// load balancers' new backends.
+	incremental bool
+	changes     []*lb.Change
 }
 
 // gateway is a router identity of the switch.
@@ -190,18 +219,67 @@ func (p *Port) HasIP(a netip.Addr) bool {
 // compile validates c and builds the immutable policy, lowering an
 // HNS-level document first.
 func (c *Config) compile(env *vfp.Env) (*compiled, error) {
-	low, err := c.Lower()
+	if !c.IsHNS() {
+		p, err := c.compileVFP(env)
+		if err != nil {
+			return nil, err
+		}
+		return p, nil
+	}
+	if len(c.Ports) > 0 {
+		_, err := c.Lower()
+		return nil, err
+	}
+	x, err := hns.LowerKept(c.hns())
 	if err != nil {
 		return nil, err
 	}
 	// hns.Lower refuses what would not compile, naming the HNS field:
 	// an error here is one of a VFP-level document.
+	low := &Config{Switch: x.Doc.Switch, Ports: x.Doc.Ports}
 	p, err := low.compileVFP(env)
 	if err != nil {
 		return nil, err
 	}
-	p.cfg = c
+	p.cfg, p.lowered, p.env = c, x, env
 	return p, nil
+}
+
+// update compiles c as a change of cur's load balancers' backends and
+// remote endpoints alone (hns.Lowered.Update), against env: the policy
+// shares cur's ports, layers and load balancers, and its changes give the
+// changed load balancers their new backends when it is installed. It
+// reports false if c changes more, or what it changes is not valid: c must
+// then be compiled whole, which says what is wrong.
+func (c *Config) update(cur *compiled, env *vfp.Env) (*compiled, bool) {
+	if cur.lowered == nil || cur.env != env || !c.IsHNS() || len(c.Ports) > 0 {
+		return nil, false
+	}
+	x, changed, ok := cur.lowered.Update(c.hns())
+	if !ok {
+		return nil, false
+	}
+	pools := make(map[netip.Addr]bool, len(cur.pools))
+	for _, pc := range cur.pools {
+		pools[pc.IP] = true
+	}
+	var changes []*lb.Change
+	for _, i := range changed {
+		bc := &x.Doc.Switch.LoadBalancers[i]
+		b := cur.lbs[bc.Name]
+		if b == nil {
+			return nil, false
+		}
+		ch, err := env.Rebalance(fmt.Sprintf("switch.loadBalancers[%d]", i), bc, b, pools)
+		if err != nil {
+			return nil, false
+		}
+		changes = append(changes, ch)
+	}
+	return &compiled{cfg: c, name: cur.name, ports: cur.ports, byName: cur.byName, byMAC: cur.byMAC, byIP: cur.byIP,
+		uplink: cur.uplink, host: cur.host, gwMACs: cur.gwMACs, owned: cur.owned, gwIPs: cur.gwIPs, ftable: cur.ftable,
+		vxlan: cur.vxlan, zero6: cur.zero6, pools: cur.pools, lbs: cur.lbs, hostIPs: cur.hostIPs,
+		lowered: x, env: env, incremental: true, changes: changes}, true
 }
 
 // CompilePorts validates c and returns the ports it compiles to, in document

@@ -52,8 +52,10 @@ func (ms *meterSet) get(rs []*rules.Rule) *ruleMeter {
 
 // RuleCounters returns the counters of every rule of the running policy,
 // in policy order (ports, their layers, groups, rules). They count from
-// the Apply that installed the policy; a flow decided under an older
-// policy counts for the new one's rules once it is revalidated. The live
+// the Apply that compiled the policy's rules (a change of load balancers'
+// backends alone keeps the rules, and so their counts: Prepare); a flow
+// decided under an older policy counts for the new one's rules once it is
+// revalidated. The live
 // flows' part is the flow table's sums by meter (MeterTraffic): a call
 // does not walk the table.
 func (s *Switch) RuleCounters() []inspect.RuleCount {

@@ -48,8 +48,19 @@ func TestRuleCounters(t *testing.T) {
 	if got := get("ov-a", rule); got != want {
 		t.Errorf("after the flows left: %+v\nwant  %+v", got, want)
 	}
-	// A new policy's rules count from zero.
+	// A change of load balancers' backends and remote endpoints alone
+	// (here: none) keeps the rules and their counts.
 	if err := r.sw.Apply(mustParse(t, natDoc)); err != nil {
+		t.Fatal(err)
+	}
+	if got := get("ov-a", rule); got != want {
+		t.Errorf("after an Apply of the same policy: %+v\nwant  %+v", got, want)
+	}
+	// Any other change compiles a new policy, whose rules count from
+	// zero.
+	other := mustParse(t, natDoc)
+	other.Switch.Name += "-2"
+	if err := r.sw.Apply(other); err != nil {
 		t.Fatal(err)
 	}
 	if got := get("ov-a", rule); got.Hits != 0 || got.Packets != 0 || got.Bytes != 0 {

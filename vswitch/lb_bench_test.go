@@ -524,22 +524,28 @@ func TestLBProgramBench(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := sw.pol.Load().lbs["svc/tcp/80"]
+	b := sw.pol.Load().lbs["svc/tcp/80"]
+	if b == nil {
+		t.Fatal("no load balancer svc/tcp/80")
+	}
+	// A change of backends alone keeps the load balancer and changes
+	// its backends (Switch.Prepare).
+	before := b.Backends()
 	if err := sw.Apply(mustParse(t, lbbDoc(n, true, false, append(lbbNames(0, n-1), fmt.Sprintf("r-%d", n))))); err != nil {
 		t.Fatal(err)
 	}
-	after := sw.pol.Load().lbs["svc/tcp/80"]
-	if before == nil || after == nil || len(before.Backends()) != n || len(after.Backends()) != n {
+	after := sw.pol.Load().lbs["svc/tcp/80"].Backends()
+	if len(before) != n || len(after) != n {
 		t.Fatalf("Service backends: before %v, after %v; want %d each", before, after, n)
 	}
 	var gone, added []netip.Addr
-	for _, ip := range before.Backends() {
-		if !slices.Contains(after.Backends(), ip) {
+	for _, ip := range before {
+		if !slices.Contains(after, ip) {
 			gone = append(gone, ip)
 		}
 	}
-	for _, ip := range after.Backends() {
-		if !slices.Contains(before.Backends(), ip) {
+	for _, ip := range after {
+		if !slices.Contains(before, ip) {
 			added = append(added, ip)
 		}
 	}

@@ -27,11 +27,12 @@ type Switch struct {
 	// load-balancing state); policies are compiled against it.
 	env *vfp.Env
 
-	mu     sync.Mutex // serialises Apply
-	ids    map[string]dataplane.PortID
-	freeID []dataplane.PortID
-	nextID dataplane.PortID
-	gen    uint64
+	applyMu sync.Mutex // serialises Apply's Prepare and Install
+	mu      sync.Mutex // serialises install
+	ids     map[string]dataplane.PortID
+	freeID  []dataplane.PortID
+	nextID  dataplane.PortID
+	gen     uint64
 
 	epoch       time.Time // the flow table's clock starts here (monotonic)
 	devMu       sync.Mutex
@@ -59,7 +60,7 @@ func New(cfg *Config) (*Switch, error) {
 		return nil, err
 	}
 	s.pl = pl
-	if err := s.install(pol); err != nil {
+	if err := s.install(pol, nil); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -71,31 +72,93 @@ var ErrRestartNeeded = errors.New("the change needs a restart")
 
 // Apply validates cfg and, if it is valid, makes it the running policy.
 // Flows cached under the old policy are revalidated on their next packet.
-// On error the running policy stays in place.
+// On error the running policy stays in place. cfg is the switch's from
+// then on (Config returns it): the caller must not modify it.
 func (s *Switch) Apply(cfg *Config) error {
-	pol, err := cfg.compile(s.env)
+	s.applyMu.Lock()
+	defer s.applyMu.Unlock()
+	p, err := s.Prepare(cfg)
 	if err != nil {
 		return err
 	}
+	return s.Install(p)
+}
+
+// Prepared is a policy compiled for a switch by Prepare, to be installed
+// by Install. Immutable.
+type Prepared struct {
+	pol  *compiled
+	base *compiled // the running policy it was compiled against
+}
+
+// Ports returns the prepared policy's ports, in document order (IDs not
+// yet given out), so that a daemon can prepare their devices before it
+// installs the policy. Read only.
+func (p *Prepared) Ports() []*Port { return p.pol.ports }
+
+// Incremental reports whether the policy was compiled as a change of the
+// running policy's load balancers' backends and remote endpoints alone:
+// the ports, their layers and the other load balancers are the running
+// policy's (docs/ARCHITECTURE.md, "Changes of backends").
+func (p *Prepared) Incremental() bool { return p.pol.incremental }
+
+// Prepare validates cfg and compiles it against the switch, for Install;
+// it changes nothing. A change of the running policy's load balancers'
+// backends and remote endpoints alone (what a node agent sends most) is
+// compiled incrementally: only the changed load balancers are lowered and
+// compiled again.
+func (s *Switch) Prepare(cfg *Config) (*Prepared, error) {
 	cur := s.pol.Load()
+	if pol, ok := cfg.update(cur, s.env); ok {
+		return &Prepared{pol: pol, base: cur}, nil
+	}
+	pol, err := cfg.compile(s.env)
+	if err != nil {
+		return nil, err
+	}
 	if pol.ftable != cur.ftable {
-		return fmt.Errorf("switch.flowTable: %w", ErrRestartNeeded)
+		return nil, fmt.Errorf("switch.flowTable: %w", ErrRestartNeeded)
 	}
 	if pol.vxlan != cur.vxlan {
-		return fmt.Errorf("switch.vxlanPort: %w", ErrRestartNeeded)
+		return nil, fmt.Errorf("switch.vxlanPort: %w", ErrRestartNeeded)
 	}
 	if pol.zero6 != cur.zero6 {
-		return fmt.Errorf("switch.vxlanZeroUDPChecksum6: %w", ErrRestartNeeded)
+		return nil, fmt.Errorf("switch.vxlanZeroUDPChecksum6: %w", ErrRestartNeeded)
 	}
-	return s.install(pol)
+	return &Prepared{pol: pol, base: cur}, nil
 }
+
+// ErrPolicyChanged is Install's error when the running policy changed
+// after Prepare: prepare again.
+var ErrPolicyChanged = errors.New("the running policy changed since the change was prepared")
+
+// Install makes p, prepared against the running policy, the running
+// policy. On error the running policy stays in place.
+func (s *Switch) Install(p *Prepared) error { return s.install(p.pol, p.base) }
 
 // install gives pol's ports stable IDs (a port keeps its ID while its name
 // stays in the policy), publishes it, and forgets the flows of removed
-// ports.
-func (s *Switch) install(pol *compiled) error {
+// ports. An incremental policy has its running predecessor's ports and
+// load balancers: it installs its changes of backends.
+// It fails with ErrPolicyChanged unless base (if not nil) is running.
+func (s *Switch) install(pol, base *compiled) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if base != nil && s.pol.Load() != base {
+		return ErrPolicyChanged
+	}
+	if pol.incremental {
+		if err := s.env.LB.PrepareChanges(pol.changes); err != nil {
+			return err
+		}
+		cur := s.pol.Load()
+		pol.byID = cur.byID
+		s.env.LB.CommitChanges(pol.changes)
+		s.gen++
+		pol.gen = s.gen
+		s.pol.Store(pol)
+		return nil
+	}
 	keep := map[string]bool{}
 	need := 0
 	for _, p := range pol.ports {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -96,22 +95,19 @@ func (d *daemon) change(object, ifMatch string, fn func(dr *draft) error) (uint6
 		}
 	}
 	cur := d.cfg
-	dr := &draft{devs: slices.Clone(cur.devices)}
-	b, err := json.Marshal(cur.policy)
+	doc, err := cur.policy.Clone()
 	if err != nil {
 		return 0, err
 	}
-	if err := json.Unmarshal(b, &dr.doc); err != nil {
-		return 0, err
-	}
+	dr := &draft{doc: doc, devs: slices.Clone(cur.devices)}
 	if err := fn(dr); err != nil {
 		return 0, err
 	}
-	c, err := d.validate(dr)
+	c, prep, err := d.validate(dr)
 	if err != nil {
 		return 0, errorf(http.StatusBadRequest, object, "%v", err)
 	}
-	if err := d.apply(c); err != nil {
+	if err := d.apply(c, prep); err != nil {
 		if errors.Is(err, errRejected) {
 			return 0, errorf(http.StatusBadRequest, object, "%v", err)
 		}
@@ -119,7 +115,7 @@ func (d *daemon) change(object, ifMatch string, fn func(dr *draft) error) (uint6
 		return 0, errorf(http.StatusBadRequest, object, "%v; the change was undone", err)
 	}
 	if c.state != "" {
-		if err := writeState(c.state, c, d.rev+1); err != nil {
+		if err := writeState(c.state, c, d.rev+1, &d.enc); err != nil {
 			d.rollback(cur)
 			return 0, errorf(http.StatusInternalServerError, object, "persisting to %s: %v; the change was undone", c.state, err)
 		}
@@ -129,23 +125,32 @@ func (d *daemon) change(object, ifMatch string, fn func(dr *draft) error) (uint6
 }
 
 // validate turns a draft into a configuration, checked as a file is
-// (with the daemon's own settings kept).
-func (d *daemon) validate(dr *draft) (*config, error) {
-	pol, err := json.Marshal(dr.doc)
-	if err != nil {
-		return nil, err
-	}
+// (with the daemon's own settings kept), and its policy prepared by the
+// switch against the running one: compiled once, and incrementally when
+// the draft changes load balancers' backends and remote endpoints alone.
+// The draft's document is a copy of the running one (change): no text
+// goes back and forth.
+func (d *daemon) validate(dr *draft) (*config, *vswitch.Prepared, error) {
 	cur := d.cfg
-	b, err := json.Marshal(fileConfig{Policy: pol, Devices: dr.devs, Log: cur.log, API: cur.api, State: cur.state, Metrics: cur.metrics, Holder: cur.holder})
+	c := &config{policy: dr.doc, devices: dr.devs, log: cur.log, api: cur.api, state: cur.state, metrics: cur.metrics, holder: cur.holder}
+	c.policy.CompactSettings()
+	prep, err := d.sw.Prepare(c.policy)
 	if err != nil {
-		return nil, err
+		return nil, nil, fmt.Errorf("policy: %w", err)
 	}
-	return parseConfig(b)
+	uplinks := map[string]bool{}
+	for _, p := range prep.Ports() {
+		uplinks[p.Name] = p.Uplink
+	}
+	if err := checkDevices(c.devices, uplinks); err != nil {
+		return nil, nil, err
+	}
+	return c, prep, nil
 }
 
 // rollback puts configuration c back after a change failed half way.
 func (d *daemon) rollback(c *config) {
-	if err := d.apply(c); err != nil {
+	if err := d.apply(c, nil); err != nil {
 		d.log.Error("putting the configuration back after a failed change", "err", err)
 	}
 }

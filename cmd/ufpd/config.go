@@ -11,7 +11,6 @@ import (
 	"os"
 	"strings"
 
-	"github.com/ufp-dev/ufp/vfp"
 	"github.com/ufp-dev/ufp/vswitch"
 )
 
@@ -156,47 +155,57 @@ func parseConfig(b []byte) (*config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
-	ports := map[string]*vfp.PortConfig{}
+	uplinks := map[string]bool{}
 	for i := range low.Ports {
-		ports[low.Ports[i].Name] = &low.Ports[i]
+		uplinks[low.Ports[i].Name] = low.Ports[i].Uplink
 	}
-	seen := map[string]int{}
-	ifaces := map[string]int{}
-	for i := range c.devices {
-		d := &c.devices[i]
-		at := fmt.Sprintf("devices[%d]", i)
-		pc := ports[d.Port]
-		switch {
-		case d.Port == "":
-			return nil, fmt.Errorf("%s.port: a device needs the name of its port", at)
-		case pc == nil:
-			return nil, fmt.Errorf("%s.port: the policy has no port %q", at, d.Port)
-		}
-		if j, dup := seen[d.Port]; dup {
-			return nil, fmt.Errorf("%s.port: port %q has a device already (devices[%d])", at, d.Port, j)
-		}
-		seen[d.Port] = i
-		if err := d.check(at, pc); err != nil {
-			return nil, err
-		}
-		key := d.netnsPath() + "/" + d.Name
-		if j, dup := ifaces[key]; dup {
-			return nil, fmt.Errorf("%s.name: interface %q in that namespace is devices[%d]'s too", at, d.Name, j)
-		}
-		ifaces[key] = i
+	if err := checkDevices(c.devices, uplinks); err != nil {
+		return nil, err
 	}
 	return c, nil
 }
 
-// check validates d for port pc and fills in its defaults.
-func (d *deviceConfig) check(at string, pc *vfp.PortConfig) error {
+// checkDevices checks devs against the policy's ports, given by name
+// with whether each is the uplink, and fills in their defaults.
+func checkDevices(devs []deviceConfig, uplinks map[string]bool) error {
+	seen := map[string]int{}
+	ifaces := map[string]int{}
+	for i := range devs {
+		d := &devs[i]
+		at := fmt.Sprintf("devices[%d]", i)
+		uplink, ok := uplinks[d.Port]
+		switch {
+		case d.Port == "":
+			return fmt.Errorf("%s.port: a device needs the name of its port", at)
+		case !ok:
+			return fmt.Errorf("%s.port: the policy has no port %q", at, d.Port)
+		}
+		if j, dup := seen[d.Port]; dup {
+			return fmt.Errorf("%s.port: port %q has a device already (devices[%d])", at, d.Port, j)
+		}
+		seen[d.Port] = i
+		if err := d.check(at, d.Port, uplink); err != nil {
+			return err
+		}
+		key := d.netnsPath() + "/" + d.Name
+		if j, dup := ifaces[key]; dup {
+			return fmt.Errorf("%s.name: interface %q in that namespace is devices[%d]'s too", at, d.Name, j)
+		}
+		ifaces[key] = i
+	}
+	return nil
+}
+
+// check validates d for port (the uplink if uplink) and fills in its
+// defaults.
+func (d *deviceConfig) check(at, port string, uplink bool) error {
 	switch d.Type {
 	case "tap", "tun":
-		if pc.Uplink {
+		if uplink {
 			return fmt.Errorf("%s.type: the uplink is an existing interface (afpacket or afxdp), not a %s ufpd makes", at, d.Type)
 		}
 		if d.Name == "" {
-			d.Name = pc.Name
+			d.Name = port
 			if d.NetNS != "" {
 				d.Name = "eth0"
 			}

@@ -25,6 +25,7 @@ type daemon struct {
 
 	mu      sync.Mutex // serialises changes, reloads and shutdown
 	cfg     *config
+	enc     stateEncoder      // the state file's policy, as last written (d.mu)
 	devs    map[string]*owned // by port name
 	stopped bool              // serve has returned: nothing more is opened
 	// rev counts the accepted configuration changes (persisted with the
@@ -248,17 +249,21 @@ func (d *daemon) reload(c *config) error {
 	if d.stopped {
 		return fmt.Errorf("%w: ufpd is stopping", errRejected)
 	}
-	return d.apply(c)
+	return d.apply(c, nil)
 }
 
-// apply is reload with d.mu held.
-func (d *daemon) apply(c *config) error {
-	ports, err := c.policy.CompilePorts()
-	if err != nil {
-		return fmt.Errorf("%w: policy: %w", errRejected, err)
+// apply is reload with d.mu held. prep, if not nil, is c's policy
+// prepared by the switch (vswitch.Switch.Prepare) against the running
+// one.
+func (d *daemon) apply(c *config, prep *vswitch.Prepared) error {
+	if prep == nil {
+		var err error
+		if prep, err = d.sw.Prepare(c.policy); err != nil {
+			return fmt.Errorf("%w: policy: %w", errRejected, err)
+		}
 	}
 	byName := map[string]*vswitch.Port{}
-	for _, p := range ports {
+	for _, p := range prep.Ports() {
 		byName[p.Name] = p
 	}
 	want := map[string]deviceConfig{}
@@ -287,7 +292,7 @@ func (d *daemon) apply(c *config) error {
 			open = append(open, spec)
 		}
 	}
-	if err := d.sw.Apply(c.policy); err != nil {
+	if err := d.sw.Install(prep); err != nil {
 		return fmt.Errorf("%w: policy: %w", errRejected, err)
 	}
 	d.cfg = c

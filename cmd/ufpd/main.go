@@ -204,7 +204,7 @@ func daemonMain(ctx context.Context, path string, c *config, rev uint64, fromSta
 	if c.state != "" && !fromState {
 		// The file seeds the state: from now on the state file is the
 		// configuration.
-		if err := writeState(c.state, c, 0); err != nil {
+		if err := writeState(c.state, c, 0, nil); err != nil {
 			d.closeAll()
 			closeListeners()
 			return fmt.Errorf("state: %w", err)

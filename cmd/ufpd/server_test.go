@@ -720,7 +720,7 @@ func TestStateWithStrings(t *testing.T) {
 		t.Errorf("the state's policy compiles to\n%s\nthe scenario's to\n%s", got, w)
 	}
 	path := filepath.Join(t.TempDir(), "state.json")
-	if err := writeState(path, c, rev); err != nil {
+	if err := writeState(path, c, rev, nil); err != nil {
 		t.Fatal(err)
 	}
 	again, _, err := readState(path, base)

@@ -8,6 +8,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/ufp-dev/ufp/hns"
+	"github.com/ufp-dev/ufp/vswitch"
 )
 
 // stateFile is what ufpd persists after every accepted change: the
@@ -19,9 +22,12 @@ type stateFile struct {
 }
 
 // marshalState returns c's policy and devices as a state file of
-// revision rev.
-func marshalState(c *config, rev uint64) ([]byte, error) {
-	pol, err := json.Marshal(c.policy)
+// revision rev, the policy encoded by enc (nil: a new one).
+func marshalState(c *config, rev uint64, enc *stateEncoder) ([]byte, error) {
+	if enc == nil {
+		enc = &stateEncoder{}
+	}
+	pol, err := enc.policy(c.policy)
 	if err != nil {
 		return nil, err
 	}
@@ -29,19 +35,104 @@ func marshalState(c *config, rev uint64) ([]byte, error) {
 	if devs == nil {
 		devs = []deviceConfig{}
 	}
-	b, err := json.MarshalIndent(stateFile{Revision: rev, Policy: pol, Devices: devs}, "", "  ")
+	db, err := json.MarshalIndent(devs, "  ", "  ")
 	if err != nil {
 		return nil, err
 	}
-	return append(b, '\n'), nil
+	// The stateFile's fields, written out: the policy, megabytes for a
+	// node with thousands of Services, is not indented.
+	var b bytes.Buffer
+	b.Grow(len(pol) + len(db) + 64)
+	fmt.Fprintf(&b, "{\n  \"revision\": %d,\n  \"policy\": ", rev)
+	b.Write(pol)
+	b.WriteString(",\n  \"devices\": ")
+	b.Write(db)
+	b.WriteString("\n}\n")
+	return b.Bytes(), nil
+}
+
+// stateEncoder encodes policies for the state file. It keeps the
+// encoding of the last policy's endpoints and load balancers (most of a
+// node's document), and encodes again only those that changed since.
+// Not safe for concurrent use.
+type stateEncoder struct {
+	eps []hns.EndpointConfig
+	epb [][]byte
+	lbs []hns.LoadBalancerConfig
+	lbb [][]byte
+}
+
+// policy returns c as JSON, as json.Marshal does.
+func (e *stateEncoder) policy(c *vswitch.Config) ([]byte, error) {
+	head, err := json.Marshal(&vswitch.Config{Switch: c.Switch, Ports: c.Ports, Uplink: c.Uplink, Networks: c.Networks})
+	if err != nil {
+		return nil, err
+	}
+	epb, err := encodeList(e.eps, e.epb, c.Endpoints, hns.SameEndpoint)
+	if err != nil {
+		return nil, err
+	}
+	lbb, err := encodeList(e.lbs, e.lbb, c.LoadBalancers, hns.SameLoadBalancer)
+	if err != nil {
+		return nil, err
+	}
+	e.eps, e.epb, e.lbs, e.lbb = c.Endpoints, epb, c.LoadBalancers, lbb
+	// Endpoints and LoadBalancers are Config's last fields.
+	b := head[:len(head)-1]
+	b = appendList(b, "Endpoints", epb)
+	b = appendList(b, "LoadBalancers", lbb)
+	return append(b, '}'), nil
+}
+
+// encodeList encodes the elements of cur, taking the encoding of those
+// equal to an element of prev (encoded as prevB) near the same place.
+func encodeList[T any](prev []T, prevB [][]byte, cur []T, same func(a, b *T) bool) ([][]byte, error) {
+	const window = 8 // elements inserted or removed in a row that are followed
+	out := make([][]byte, len(cur))
+	j := 0
+	for i := range cur {
+		k := -1
+		for d := 0; d < window && j+d < len(prev); d++ {
+			if same(&cur[i], &prev[j+d]) {
+				k = j + d
+				break
+			}
+		}
+		if k >= 0 {
+			out[i], j = prevB[k], k+1
+			continue
+		}
+		b, err := json.Marshal(&cur[i])
+		if err != nil {
+			return nil, err
+		}
+		out[i] = b
+	}
+	return out, nil
+}
+
+// appendList appends field name with the encoded elements, if any (the
+// fields are omitempty).
+func appendList(b []byte, name string, elems [][]byte) []byte {
+	if len(elems) == 0 {
+		return b
+	}
+	b = append(b, `,"`+name+`":[`...)
+	for i, e := range elems {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, e...)
+	}
+	return append(b, ']')
 }
 
 // writeState persists c durably at path: it writes a temporary file in
 // the same directory, syncs it, renames it over path and syncs the
 // directory, so that a crash at any moment leaves either the old state or
-// the new one, whole.
-func writeState(path string, c *config, rev uint64) error {
-	b, err := marshalState(c, rev)
+// the new one, whole. enc (nil: a new one) encodes the policy.
+func writeState(path string, c *config, rev uint64, enc *stateEncoder) error {
+	b, err := marshalState(c, rev, enc)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,59 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"runtime"
+	"testing"
+
+	"github.com/ufp-dev/ufp/internal/scaledoc"
+	"github.com/ufp-dev/ufp/vswitch"
+)
+
+// BenchmarkChangeServices measures one API change of a node agent's kind
+// (one Service's backends: one removed, or put back) on a ufpd running
+// many Services (internal/scaledoc: 10 remote backends each, 50 pods),
+// persisted to a state file or not. heap-MB is the live heap after the
+// run.
+func BenchmarkChangeServices(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		for _, state := range []bool{false, true} {
+			b.Run(fmt.Sprintf("services=%d/state=%v", n, state), func(b *testing.B) {
+				s := scaledoc.Shape{Services: n, Backends: 10, Locals: 50}
+				d := s.Document()
+				c := &config{policy: &vswitch.Config{Switch: d.Switch, Uplink: d.Uplink, Networks: d.Networks, Endpoints: d.Endpoints, LoadBalancers: d.LoadBalancers}}
+				if state {
+					c.state = filepath.Join(b.TempDir(), "state.json")
+				}
+				dm, err := newDaemon(c, slog.New(slog.DiscardHandler))
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					k := i / 2 % n
+					lb := s.Service(k, 0)
+					if i%2 == 0 {
+						lb.HostComputeEndpoints = lb.HostComputeEndpoints[1:]
+					}
+					rev, err := dm.change("load balancer "+lb.Name, "", func(dr *draft) error {
+						dr.doc.LoadBalancers[k] = lb
+						return nil
+					})
+					if err != nil || rev != uint64(i+1) {
+						b.Fatalf("change %d: revision %d, %v", i, rev, err)
+					}
+					i++
+				}
+				b.StopTimer()
+				runtime.GC()
+				var ms runtime.MemStats
+				runtime.ReadMemStats(&ms)
+				b.ReportMetric(float64(ms.HeapInuse)/(1<<20), "heap-MB")
+				runtime.KeepAlive(dm)
+			})
+		}
+	}
+}

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/ufp-dev/ufp/internal/scaledoc"
+	"github.com/ufp-dev/ufp/vswitch"
+)
+
+// TestStateEncoder checks that the state file's policy, encoded again
+// after random changes with what the encoder kept of the last, is the
+// policy as json.Marshal encodes it.
+func TestStateEncoder(t *testing.T) {
+	s := scaledoc.Shape{Services: 30, Backends: 3, Locals: 4, Nodes: 3}
+	d := s.Document()
+	c := &vswitch.Config{Switch: d.Switch, Uplink: d.Uplink, Networks: d.Networks, Endpoints: d.Endpoints, LoadBalancers: d.LoadBalancers}
+	rng := rand.New(rand.NewPCG(1, 2))
+	var enc stateEncoder
+	fresh := s.Services * s.Backends
+	for step := range 200 {
+		next, err := c.Clone()
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := rng.IntN(5)
+		if len(next.Endpoints) == 0 || len(next.LoadBalancers) == 0 {
+			k = 5
+		}
+		switch k {
+		case 0: // endpoints removed in a row
+			i := rng.IntN(len(next.Endpoints))
+			next.Endpoints = slices.Delete(next.Endpoints, i, min(i+1+rng.IntN(12), len(next.Endpoints)))
+		case 1: // endpoints inserted
+			i := rng.IntN(len(next.Endpoints) + 1)
+			for range 1 + rng.IntN(10) {
+				next.Endpoints = slices.Insert(next.Endpoints, i, s.Remote(fresh))
+				fresh++
+			}
+		case 2: // a load balancer changed
+			lb := &next.LoadBalancers[rng.IntN(len(next.LoadBalancers))]
+			lb.HostComputeEndpoints = append(lb.HostComputeEndpoints, s.Remote(fresh).Name)
+			fresh++
+		case 3: // load balancers removed and added
+			i := rng.IntN(len(next.LoadBalancers))
+			next.LoadBalancers = slices.Delete(next.LoadBalancers, i, i+1)
+			next.LoadBalancers = append(next.LoadBalancers, s.Service(rng.IntN(s.Services), fresh))
+		case 4: // everything gone
+			if rng.IntN(10) == 0 {
+				next.Endpoints, next.LoadBalancers = nil, nil
+			}
+		case 5: // everything back
+			d := s.Document()
+			next.Endpoints, next.LoadBalancers = d.Endpoints, d.LoadBalancers
+		}
+		got, err := enc.policy(next)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := json.Marshal(next)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("step %d: the encoded policy differs from json.Marshal's:\n%s\nwant\n%s", step, got, want)
+		}
+		c = next
+	}
+}

@@ -1,0 +1,241 @@
+package hns
+
+import (
+	"bytes"
+	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+
+	"github.com/ufp-dev/ufp/vfp"
+)
+
+// Changes of backends. A node agent changes a few load balancers' backends
+// and the remote endpoints they are at far more often than anything else;
+// with 10,000 Services, lowering the whole document again for each such
+// change would cost a second. A Lowered document keeps what lowering learnt,
+// and Update lowers a change of that kind alone: only the load balancers
+// whose backends changed are lowered again, and the ports, their layers
+// and every other load balancer stay as they were. Whatever else the
+// change holds, or anything Update cannot prove valid, is left to Lower,
+// which then says what is wrong: Update never accepts what Lower refuses,
+// and what it accepts lowers to what Lower gives.
+
+// Lowered is a document lowered, with what lowering learnt of it.
+// Immutable; safe for concurrent use.
+type Lowered struct {
+	// Doc is the VFP level (Lower's result). Read only: Update shares it
+	// with the documents it makes.
+	Doc *vfp.Document
+	src Document // the document lowered (its slices read, never written)
+	l   *lowering
+}
+
+// LowerKept is Lower, keeping what lowering learnt for Update. c's slices
+// must not be written to while the result is in use.
+func LowerKept(c *Document) (*Lowered, error) {
+	l, low, err := lower(c)
+	if err != nil {
+		return nil, err
+	}
+	return &Lowered{Doc: low, src: *c, l: l}, nil
+}
+
+// Update lowers c, a change of x's document that alters only load
+// balancers' backends (HostComputeEndpoints) and remote endpoints (Flags
+// 1): added, removed or replaced. It returns the lowered change and the
+// indices in its Doc.Switch.LoadBalancers of the load balancers whose
+// backends changed; every other part of Doc is x's. ok is false if c
+// changes anything else, or anything Update does not check alone: c must
+// then be lowered whole (LowerKept), which says what is wrong with it.
+// x is left as it was.
+func (x *Lowered) Update(c *Document) (next *Lowered, changed []int, ok bool) {
+	o := &x.src
+	if !reflect.DeepEqual(c.Switch, o.Switch) || !reflect.DeepEqual(c.Uplink, o.Uplink) ||
+		!reflect.DeepEqual(c.Networks, o.Networks) || len(c.LoadBalancers) != len(o.LoadBalancers) {
+		return nil, nil, false
+	}
+	var lbs []int // LoadBalancers whose backends changed
+	for i := range c.LoadBalancers {
+		a, b := &c.LoadBalancers[i], &o.LoadBalancers[i]
+		if !sameLBSettings(a, b) {
+			return nil, nil, false
+		}
+		if !slices.Equal(a.HostComputeEndpoints, b.HostComputeEndpoints) {
+			lbs = append(lbs, i)
+		}
+	}
+	l := x.l
+	nl := *l
+	nl.c = c
+	fresh, gone, ok := nl.diffEndpoints(l)
+	if !ok || !nl.addRemotes(fresh) {
+		return nil, nil, false
+	}
+	if len(lbs) > 0 {
+		nl.refs = maps.Clone(l.refs)
+		nl.lbs = slices.Clone(l.lbs)
+		for _, i := range lbs {
+			nl.countRefs(o.LoadBalancers[i].HostComputeEndpoints, -1)
+			nl.countRefs(c.LoadBalancers[i].HostComputeEndpoints, +1)
+		}
+	}
+	for _, r := range gone {
+		if nl.refs[r.cfg.Name] > 0 {
+			return nil, nil, false // a load balancer still lists it
+		}
+	}
+	doc := *x.Doc
+	if len(lbs) > 0 {
+		doc.Switch.LoadBalancers = slices.Clone(doc.Switch.LoadBalancers)
+	}
+	for _, i := range lbs {
+		first, ok := nl.rebalance(i)
+		if !ok {
+			return nil, nil, false
+		}
+		for j := range c.LoadBalancers[i].PortMappings {
+			doc.Switch.LoadBalancers[first+j] = nl.lbs[first+j].cfg
+			changed = append(changed, first+j)
+		}
+	}
+	return &Lowered{Doc: &doc, src: *c, l: &nl}, changed, true
+}
+
+// diffEndpoints compares nl.c's endpoints with l's: the local endpoints
+// must be the same, in the same order; the remote ones that stay are
+// kept. It gives nl the remote endpoints that stay, and returns the
+// indices of the new or changed ones (fresh) and the old ones gone (or
+// changed).
+func (nl *lowering) diffEndpoints(l *lowering) (fresh []int, gone []*remoteEP, ok bool) {
+	kept := make([]bool, l.nextRemote)
+	nkept, nlocal := 0, 0
+	for i := range nl.c.Endpoints {
+		ec := &nl.c.Endpoints[i]
+		if ec.Flags&EndpointFlagRemote == 0 {
+			if nlocal == len(l.eps) || !reflect.DeepEqual(ec, l.eps[nlocal].cfg) {
+				return nil, nil, false
+			}
+			nlocal++
+			continue
+		}
+		if r := l.remotes[ec.Name]; r != nil && !kept[r.id] && sameEndpoint(ec, r.cfg) {
+			kept[r.id] = true
+			nkept++
+			continue
+		}
+		fresh = append(fresh, i)
+	}
+	if nlocal != len(l.eps) {
+		return nil, nil, false
+	}
+	if nkept == len(l.remotes) && len(fresh) == 0 {
+		return nil, nil, true // the same remote endpoints: share l's
+	}
+	nl.remotes, nl.remoteIPs = maps.Clone(l.remotes), maps.Clone(l.remoteIPs)
+	if nkept < len(l.remotes) {
+		for name, r := range l.remotes {
+			if !kept[r.id] {
+				gone = append(gone, r)
+				delete(nl.remotes, name)
+				for _, a := range r.ips {
+					delete(nl.remoteIPs, a)
+				}
+			}
+		}
+	}
+	return fresh, gone, true
+}
+
+// addRemotes validates and adds the remote endpoints of nl.c at indices
+// fresh, reporting false if one is invalid or takes a name or an address
+// another part of the document has.
+func (nl *lowering) addRemotes(fresh []int) bool {
+	for _, i := range fresh {
+		ec := &nl.c.Endpoints[i]
+		n := nl.byName[ec.HostComputeNetwork]
+		if ec.Name == "" || ec.Flags != EndpointFlagRemote || nl.portNames[ec.Name] || nl.remotes[ec.Name] != nil || n == nil {
+			return false
+		}
+		r, err := nl.remoteEndpoint(ec, fmt.Sprintf("Endpoints[%d] %q", i, ec.Name), n, nl.ownIPs)
+		if err != nil {
+			return false
+		}
+		for _, a := range r.ips {
+			if _, front := nl.frontOf[a]; front || nl.remoteIPs[a] != nil || nl.sourceVIPs[a] {
+				return false
+			}
+		}
+		nl.addRemote(r)
+	}
+	return true
+}
+
+// countRefs adds d to the count of each of names.
+func (nl *lowering) countRefs(names []string, d int32) {
+	for _, name := range names {
+		if nl.refs[name] += d; nl.refs[name] == 0 {
+			delete(nl.refs, name)
+		}
+	}
+}
+
+// rebalance lowers the backends of LoadBalancers[i] again, into new
+// plans of its port mappings in nl.lbs (a copy), and returns where they
+// start there.
+func (nl *lowering) rebalance(i int) (first int, ok bool) {
+	c := &nl.c.LoadBalancers[i]
+	at := fmt.Sprintf("LoadBalancers[%d] %q", i, c.Name)
+	v4 := c.Flags&LBFlagIPv6 == 0
+	backends := make([]vfp.BackendConfig, 0, len(c.HostComputeEndpoints))
+	seen := make(map[string]bool, len(c.HostComputeEndpoints))
+	for _, name := range c.HostComputeEndpoints {
+		if seen[name] {
+			return 0, false
+		}
+		seen[name] = true
+		be, err := nl.backend(at, name, nl.locals[name], v4)
+		if err != nil {
+			return 0, false
+		}
+		backends = append(backends, be)
+	}
+	if len(backends) == 0 {
+		backends = nil // as Lower has it
+	}
+	first = nl.lbFirst[i]
+	for j := range c.PortMappings {
+		p := *nl.lbs[first+j]
+		if checkRemoteVIP(at, c, &c.PortMappings[j], backends, p.sourceVIP) != nil {
+			return 0, false
+		}
+		p.cfg.Backends = backends
+		nl.lbs[first+j] = &p
+	}
+	return first, true
+}
+
+// sameLBSettings reports whether load balancers a and b are the same but
+// for their backends.
+func sameLBSettings(a, b *LoadBalancerConfig) bool {
+	return a.Name == b.Name && a.SourceVIP == b.SourceVIP && slices.Equal(a.FrontendVIPs, b.FrontendVIPs) &&
+		slices.Equal(a.PortMappings, b.PortMappings) && a.Flags == b.Flags && a.Owner == b.Owner
+}
+
+// sameEndpoint reports whether endpoints a and b are the same.
+func sameEndpoint(a, b *EndpointConfig) bool {
+	return a.Name == b.Name && a.HostComputeNetwork == b.HostComputeNetwork && a.MacAddress == b.MacAddress &&
+		a.Flags == b.Flags && a.Unhealthy == b.Unhealthy && a.Owner == b.Owner &&
+		slices.Equal(a.IpConfigurations, b.IpConfigurations) &&
+		slices.EqualFunc(a.Policies, b.Policies, func(p, q PolicyConfig) bool {
+			return p.Type == q.Type && bytes.Equal(p.Settings, q.Settings)
+		})
+}
+
+// SameEndpoint reports whether endpoints a and b are equal.
+func SameEndpoint(a, b *EndpointConfig) bool { return sameEndpoint(a, b) }
+
+// SameLoadBalancer reports whether load balancers a and b are equal.
+func SameLoadBalancer(a, b *LoadBalancerConfig) bool {
+	return sameLBSettings(a, b) && slices.Equal(a.HostComputeEndpoints, b.HostComputeEndpoints)
+}
