@@ -493,7 +493,16 @@ func stopSuccessor(t *testing.T, u *ufpd, pid int) {
 	case <-time.After(10 * time.Second):
 		t.Errorf("ufpd (pid %d) did not stop within 10 s of SIGTERM: killed", pid)
 		syscall.Kill(pid, syscall.SIGKILL)
-		<-u.exited
+		select {
+		case <-u.exited:
+		case <-time.After(10 * time.Second):
+			// A process it started (the descriptor holder outlives a
+			// killed ufpd by design) still holds the output pipe: the
+			// lab's cleanup reports and ends what is left in its
+			// namespaces.
+			t.Errorf("ufpd (pid %d) killed, but its output stays open 10 s on", pid)
+			return
+		}
 	}
 	if ps := u.cmd.ProcessState; !ps.Success() {
 		t.Errorf("the first ufpd exited with %v after handing over", ps)
