@@ -77,7 +77,7 @@ func newMetrics() *metrics {
 	}, []string{"op"})
 	m.ufpdRestarts = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: ns, Name: "ufpd_restarts_total",
-		Help: "ufpd restarts noticed (its PID changed or its revision went back); each is followed by a resync.",
+		Help: "ufpd restarts noticed (its PID changed); each is followed by a resync.",
 	})
 	m.localEndpointsLst = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: ns, Name: "local_endpoint_listings_total",
