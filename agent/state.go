@@ -157,7 +157,7 @@ func (s *state) frozen(key string) objects {
 			continue
 		}
 		o.lbs = append(o.lbs, lb)
-		for _, b := range lb.HostComputeEndpoints {
+		for _, b := range slices.Concat(lb.HostComputeEndpoints, lb.DrainingEndpoints) {
 			if ep, ok := s.actualEP[b]; ok && !seen[b] {
 				seen[b] = true
 				o.remotes = append(o.remotes, ep)
@@ -274,6 +274,7 @@ func emptyBatch(b *api.Batch) bool {
 func equalLB(a, b *hns.LoadBalancerConfig) bool {
 	return a.Name == b.Name && a.SourceVIP == b.SourceVIP && a.Flags == b.Flags &&
 		slices.Equal(a.HostComputeEndpoints, b.HostComputeEndpoints) &&
+		slices.Equal(a.DrainingEndpoints, b.DrainingEndpoints) &&
 		slices.Equal(a.FrontendVIPs, b.FrontendVIPs) &&
 		slices.Equal(a.PortMappings, b.PortMappings)
 }

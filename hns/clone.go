@@ -51,7 +51,7 @@ func CloneLoadBalancers(lbs []LoadBalancerConfig) []LoadBalancerConfig {
 	}
 	nstr, npm := 0, 0
 	for i := range lbs {
-		nstr += len(lbs[i].HostComputeEndpoints) + len(lbs[i].FrontendVIPs)
+		nstr += len(lbs[i].HostComputeEndpoints) + len(lbs[i].DrainingEndpoints) + len(lbs[i].FrontendVIPs)
 		npm += len(lbs[i].PortMappings)
 	}
 	out := make([]LoadBalancerConfig, len(lbs))
@@ -68,6 +68,7 @@ func CloneLoadBalancers(lbs []LoadBalancerConfig) []LoadBalancerConfig {
 	for i := range lbs {
 		b := lbs[i]
 		b.HostComputeEndpoints = strings(b.HostComputeEndpoints)
+		b.DrainingEndpoints = strings(b.DrainingEndpoints)
 		b.FrontendVIPs = strings(b.FrontendVIPs)
 		if b.PortMappings != nil {
 			a := len(pms)

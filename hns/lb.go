@@ -24,6 +24,14 @@ type LoadBalancerConfig struct {
 	// HostComputeEndpoints are the backends, by endpoint Name: local
 	// endpoints, and remote ones (Flags 1, RemoteEndpoint).
 	HostComputeEndpoints []string `json:"HostComputeEndpoints"`
+	// DrainingEndpoints (ufp) are backends of this load balancer that
+	// take no new connection but keep their established ones, as
+	// kube-proxy's terminating and unready endpoints do: local or remote
+	// endpoints by Name, none of them also in HostComputeEndpoints.
+	// Affinity to them is forgotten, so that a client's next connection
+	// goes to an active backend. Moving an endpoint between the two lists
+	// is a change of backends alone (Lowered.Update).
+	DrainingEndpoints []string `json:"DrainingEndpoints,omitempty"`
 	// SourceVIP is the host's address connections to remote backends
 	// (without DSR, or arriving from the network) and a client's
 	// connections to itself are translated to.
@@ -160,7 +168,7 @@ func (l *lowering) remoteEndpoint(ec *EndpointConfig, at string, n *netPlan, ips
 		r.pa = pa
 	}
 	if ec.Unhealthy {
-		return nil, fmt.Errorf("%s.Unhealthy: remote endpoints are taken out of a load balancer by removing them from it", at)
+		return nil, fmt.Errorf("%s.Unhealthy: a remote endpoint is drained per load balancer: list it in the load balancers' DrainingEndpoints", at)
 	}
 	return r, nil
 }
@@ -229,6 +237,9 @@ func (l *lowering) loadBalancers(eps []*epPlan) (err error) {
 		names[c.Name] = i
 		l.lbFirst[i] = len(l.lbs)
 		for _, name := range c.HostComputeEndpoints {
+			l.refs[name]++
+		}
+		for _, name := range c.DrainingEndpoints {
 			l.refs[name]++
 		}
 		if c.Flags&^(LBFlagDSR|LBFlagIPv6) != 0 {
@@ -301,19 +312,9 @@ func (l *lowering) loadBalancers(eps []*epPlan) (err error) {
 			}
 			frontends = []netip.Addr{a}
 		}
-		var backends []vfp.BackendConfig
-		seen := map[string]int{}
-		for j, name := range c.HostComputeEndpoints {
-			eat := fmt.Sprintf("%s.HostComputeEndpoints[%d]", at, j)
-			if k, dup := seen[name]; dup {
-				return fmt.Errorf("%s: %q is listed twice (also HostComputeEndpoints[%d])", eat, name, k)
-			}
-			seen[name] = j
-			be, err := l.backend(eat, name, local[name], v4)
-			if err != nil {
-				return err
-			}
-			backends = append(backends, be)
+		backends, err := l.lbBackends(at, c, v4)
+		if err != nil {
+			return err
 		}
 		if len(c.PortMappings) == 0 {
 			return fmt.Errorf("%s.PortMappings: a load balancer needs at least one port mapping", at)
@@ -431,13 +432,50 @@ func (l *lowering) remoteOwner(a netip.Addr) string {
 	return ""
 }
 
+// lbBackends lowers the backends of load balancer c (at) of family v4:
+// its HostComputeEndpoints, then its DrainingEndpoints, unhealthy. An
+// endpoint is in one list, once; none is nil.
+func (l *lowering) lbBackends(at string, c *LoadBalancerConfig, v4 bool) ([]vfp.BackendConfig, error) {
+	n := len(c.HostComputeEndpoints) + len(c.DrainingEndpoints)
+	if n == 0 {
+		return nil, nil
+	}
+	backends := make([]vfp.BackendConfig, 0, n)
+	seen := make(map[string]int, n) // index in the two lists, one after the other
+	for j := range n {
+		list, k, name, draining := "HostComputeEndpoints", j, "", j >= len(c.HostComputeEndpoints)
+		if draining {
+			list, k = "DrainingEndpoints", j-len(c.HostComputeEndpoints)
+			name = c.DrainingEndpoints[k]
+		} else {
+			name = c.HostComputeEndpoints[k]
+		}
+		if o, dup := seen[name]; dup {
+			eat := fmt.Sprintf("%s.%s[%d]", at, list, k)
+			if o < len(c.HostComputeEndpoints) && draining {
+				return nil, fmt.Errorf("%s: %q is also HostComputeEndpoints[%d]: a backend is either active or draining", eat, name, o)
+			}
+			return nil, fmt.Errorf("%s: %q is listed twice (also %s[%d])", eat, name, list, o-(j-k))
+		}
+		seen[name] = j
+		be, err := l.backend(name, l.locals[name], v4)
+		if err != nil {
+			return nil, fmt.Errorf("%s.%s[%d]: %w", at, list, k, err)
+		}
+		be.Unhealthy = be.Unhealthy || draining
+		backends = append(backends, be)
+	}
+	return backends, nil
+}
+
 // backend lowers the endpoint named name (ep if it is local) into a
-// backend of family v4, with the route to it from the uplink.
-func (l *lowering) backend(at, name string, ep *epPlan, v4 bool) (vfp.BackendConfig, error) {
+// backend of family v4, with the route to it from the uplink. Its
+// errors are for the caller to prefix with the field's path.
+func (l *lowering) backend(name string, ep *epPlan, v4 bool) (vfp.BackendConfig, error) {
 	pick := func(ips []netip.Addr) (netip.Addr, error) {
 		i := slices.IndexFunc(ips, func(a netip.Addr) bool { return a.Is4() == v4 })
 		if i < 0 {
-			return netip.Addr{}, fmt.Errorf("%s: endpoint %q has no %s address", at, name, familyOf(v4))
+			return netip.Addr{}, fmt.Errorf("endpoint %q has no %s address", name, familyOf(v4))
 		}
 		return ips[i], nil
 	}
@@ -447,7 +485,7 @@ func (l *lowering) backend(at, name string, ep *epPlan, v4 bool) (vfp.BackendCon
 			return vfp.BackendConfig{}, err
 		}
 		if !ip.IsGlobalUnicast() {
-			return vfp.BackendConfig{}, fmt.Errorf("%s: endpoint %q's address %s is not a unicast address", at, name, ip)
+			return vfp.BackendConfig{}, fmt.Errorf("endpoint %q's address %s is not a unicast address", name, ip)
 		}
 		// The zero MAC when there is no router leaves the source MAC.
 		mod := &vfp.ModifyConfig{DstMAC: ep.mac, SrcMAC: l.routerMAC(ep.net)}
@@ -455,7 +493,7 @@ func (l *lowering) backend(at, name string, ep *epPlan, v4 bool) (vfp.BackendCon
 	}
 	r := l.remotes[name]
 	if r == nil {
-		return vfp.BackendConfig{}, fmt.Errorf("%s: no endpoint is named %q", at, name)
+		return vfp.BackendConfig{}, fmt.Errorf("no endpoint is named %q", name)
 	}
 	ip, err := pick(r.ips)
 	if err != nil {
@@ -481,7 +519,7 @@ func (l *lowering) backend(at, name string, ep *epPlan, v4 bool) (vfp.BackendCon
 			}
 		}
 		if mac.IsZero() {
-			return be, fmt.Errorf("%s: remote endpoint %q has no MacAddress, and no router of network %q is in Uplink.Neighbors to send to", at, name, n.cfg.Name)
+			return be, fmt.Errorf("remote endpoint %q has no MacAddress, and no router of network %q is in Uplink.Neighbors to send to", name, n.cfg.Name)
 		}
 		be.Modify = &vfp.ModifyConfig{SrcMAC: l.hostMAC, DstMAC: mac}
 	}

@@ -43,7 +43,8 @@ func LowerKept(c *Document) (*Lowered, error) {
 
 // Update lowers c, a change of x's document that alters only load
 // balancers' backends (HostComputeEndpoints) and remote endpoints (Flags
-// 1): added, removed or replaced. It returns the lowered change and the
+// 1): added, removed or replaced, and moved between HostComputeEndpoints
+// and DrainingEndpoints. It returns the lowered change and the
 // indices in its Doc.Switch.LoadBalancers of the load balancers whose
 // backends changed; every other part of Doc is x's. ok is false if c
 // changes anything else, or anything Update does not check alone: c must
@@ -61,7 +62,7 @@ func (x *Lowered) Update(c *Document) (next *Lowered, changed []int, ok bool) {
 		if !sameLBSettings(a, b) {
 			return nil, nil, false
 		}
-		if !slices.Equal(a.HostComputeEndpoints, b.HostComputeEndpoints) {
+		if !slices.Equal(a.HostComputeEndpoints, b.HostComputeEndpoints) || !slices.Equal(a.DrainingEndpoints, b.DrainingEndpoints) {
 			lbs = append(lbs, i)
 		}
 	}
@@ -77,7 +78,9 @@ func (x *Lowered) Update(c *Document) (next *Lowered, changed []int, ok bool) {
 		nl.lbs = slices.Clone(l.lbs)
 		for _, i := range lbs {
 			nl.countRefs(o.LoadBalancers[i].HostComputeEndpoints, -1)
+			nl.countRefs(o.LoadBalancers[i].DrainingEndpoints, -1)
 			nl.countRefs(c.LoadBalancers[i].HostComputeEndpoints, +1)
+			nl.countRefs(c.LoadBalancers[i].DrainingEndpoints, +1)
 		}
 	}
 	for _, r := range gone {
@@ -187,21 +190,9 @@ func (nl *lowering) rebalance(i int) (first int, ok bool) {
 	c := &nl.c.LoadBalancers[i]
 	at := fmt.Sprintf("LoadBalancers[%d] %q", i, c.Name)
 	v4 := c.Flags&LBFlagIPv6 == 0
-	backends := make([]vfp.BackendConfig, 0, len(c.HostComputeEndpoints))
-	seen := make(map[string]bool, len(c.HostComputeEndpoints))
-	for _, name := range c.HostComputeEndpoints {
-		if seen[name] {
-			return 0, false
-		}
-		seen[name] = true
-		be, err := nl.backend(at, name, nl.locals[name], v4)
-		if err != nil {
-			return 0, false
-		}
-		backends = append(backends, be)
-	}
-	if len(backends) == 0 {
-		backends = nil // as Lower has it
+	backends, err := nl.lbBackends(at, c, v4)
+	if err != nil {
+		return 0, false
 	}
 	first = nl.lbFirst[i]
 	for j := range c.PortMappings {
@@ -237,5 +228,6 @@ func SameEndpoint(a, b *EndpointConfig) bool { return sameEndpoint(a, b) }
 
 // SameLoadBalancer reports whether load balancers a and b are equal.
 func SameLoadBalancer(a, b *LoadBalancerConfig) bool {
-	return sameLBSettings(a, b) && slices.Equal(a.HostComputeEndpoints, b.HostComputeEndpoints)
+	return sameLBSettings(a, b) && slices.Equal(a.HostComputeEndpoints, b.HostComputeEndpoints) &&
+		slices.Equal(a.DrainingEndpoints, b.DrainingEndpoints)
 }

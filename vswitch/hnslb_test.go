@@ -173,6 +173,25 @@ func TestHNSLBErrors(t *testing.T) {
 			hlbLB(d, 1)["HostComputeEndpoints"] = []any{"ov-b", "remote-1"}
 		}, want: web6 + `.HostComputeEndpoints[1]: endpoint "remote-1" has no IPv6 address`},
 
+		// DrainingEndpoints.
+		{name: "backend both active and draining", edit: func(t *testing.T, d doc) { hlbLB(d, 0)["DrainingEndpoints"] = []any{"ov-c"} },
+			want: web + `.DrainingEndpoints[0]: "ov-c" is also HostComputeEndpoints[1]: a backend is either active or draining`},
+		{name: "draining backend listed twice", edit: func(t *testing.T, d doc) {
+			hlbLB(d, 0)["HostComputeEndpoints"] = []any{"ov-b"}
+			hlbLB(d, 0)["DrainingEndpoints"] = []any{"ov-c", "remote-1", "ov-c"}
+		}, want: web + `.DrainingEndpoints[2]: "ov-c" is listed twice (also DrainingEndpoints[0])`},
+		{name: "draining backend not found", edit: func(t *testing.T, d doc) { hlbLB(d, 0)["DrainingEndpoints"] = []any{"ov-d"} },
+			want: web + `.DrainingEndpoints[0]: no endpoint is named "ov-d"`},
+		{name: "draining backend without an address of the family", edit: func(t *testing.T, d doc) {
+			hlbLB(d, 1)["HostComputeEndpoints"] = []any{"ov-b"}
+			hlbLB(d, 1)["DrainingEndpoints"] = []any{"ov-c", "remote-1"}
+		}, want: web6 + `.DrainingEndpoints[1]: endpoint "remote-1" has no IPv6 address`},
+		{name: "draining remote backend without SourceVIP", edit: func(t *testing.T, d doc) {
+			hlbLB(d, 0)["HostComputeEndpoints"] = []any{"ov-b"}
+			hlbLB(d, 0)["DrainingEndpoints"] = []any{"remote-1"}
+			delete(hlbLB(d, 0), "SourceVIP")
+		}, want: web + `.SourceVIP: the load balancer has remote endpoints, and without DSR their replies would not come back through this host`},
+
 		// PortMappings.
 		{name: "no port mappings", edit: func(t *testing.T, d doc) { hlbLB(d, 0)["PortMappings"] = []any{} },
 			want: web + ".PortMappings: a load balancer needs at least one port mapping"},
@@ -243,7 +262,7 @@ func TestHNSLBErrors(t *testing.T) {
 			hlbLB(d, 1)["SourceVIP"] = "fd00:244::250"
 		}, want: `Networks[0] "ovl".Policies[3].Settings.ProviderAddress: fd00:1::20 is IPv6, but the network has no IPv6 ProviderAddress to send from`},
 		{name: "remote endpoint unhealthy", edit: func(t *testing.T, d doc) { hlbEP(d, 3)["Unhealthy"] = true },
-			want: remote + ".Unhealthy: remote endpoints are taken out of a load balancer by removing them from it"},
+			want: remote + ".Unhealthy: a remote endpoint is drained per load balancer: list it in the load balancers' DrainingEndpoints"},
 		{name: "ProviderAddress of an L2Bridge remote endpoint", base: l2, edit: func(t *testing.T, d doc) {
 			hlbEP(d, 2)["Policies"] = jsonValue(t, `[{"Type": "ProviderAddress", "Settings": {"ProviderAddress": "192.168.1.30"}}]`)
 		}, want: `Endpoints[2] "far-1".Policies[0]: only remote endpoints of Overlay networks have a provider address`},
@@ -505,6 +524,15 @@ func TestHNSLBLower(t *testing.T) {
 			pools: []vfp.NATPoolConfig{{IP: addr("10.244.0.250")}, {IP: addr("192.168.1.10"), Reserved: []vfp.Reservation{{Proto: vfp.TCP, Port: 30080}}},
 				{IP: addr("10.96.0.40"), Reserved: []vfp.Reservation{{Proto: vfp.TCP, Port: 80}}}},
 			upIPs: addrs("192.168.1.10", "fd00:1::10", "10.244.0.250", "10.96.0.40"),
+		},
+		{
+			name: "draining backends: unhealthy, after the active ones",
+			edit: func(t *testing.T, d doc) {
+				hlbLB(d, 2)["HostComputeEndpoints"] = []any{"ov-c"}
+				hlbLB(d, 2)["DrainingEndpoints"] = []any{"remote-1", "ov-b"}
+			},
+			lb: 3, lbs: []string{`{"name":"far/tcp/80","backends":[` + toC + `,` + strings.Replace(toR1, `"remote":true`, `"remote":true,"unhealthy":true`, 1) +
+				`,{"ip":"10.244.0.11","unhealthy":true,"modify":{` + dr + `,"dstMAC":"02:00:00:00:00:1b"}}],"targetPort":8080,"distribution":"connection","sourceVIP":"10.244.0.250"}`},
 		},
 		{
 			name: "unhealthy endpoint, affinity of a day",

@@ -65,6 +65,29 @@ var incChanges = []incChange{
 			lb.HostComputeEndpoints = append(lb.HostComputeEndpoints, name)
 		}
 	}},
+	{"drain a backend", func(rng *rand.Rand, c *Config, _ *int) {
+		lb := &c.LoadBalancers[rng.IntN(len(c.LoadBalancers))]
+		if n := len(lb.HostComputeEndpoints); n > 0 {
+			j := rng.IntN(n)
+			lb.DrainingEndpoints = append(lb.DrainingEndpoints, lb.HostComputeEndpoints[j])
+			lb.HostComputeEndpoints = slices.Delete(lb.HostComputeEndpoints, j, j+1)
+		}
+	}},
+	{"bring a draining backend back", func(rng *rand.Rand, c *Config, _ *int) {
+		lb := &c.LoadBalancers[rng.IntN(len(c.LoadBalancers))]
+		if n := len(lb.DrainingEndpoints); n > 0 {
+			j := rng.IntN(n)
+			lb.HostComputeEndpoints = append(lb.HostComputeEndpoints, lb.DrainingEndpoints[j])
+			lb.DrainingEndpoints = slices.Delete(lb.DrainingEndpoints, j, j+1)
+		}
+	}},
+	{"drop a draining backend", func(rng *rand.Rand, c *Config, _ *int) {
+		lb := &c.LoadBalancers[rng.IntN(len(c.LoadBalancers))]
+		if n := len(lb.DrainingEndpoints); n > 0 {
+			j := rng.IntN(n)
+			lb.DrainingEndpoints = slices.Delete(lb.DrainingEndpoints, j, j+1)
+		}
+	}},
 	{"swap two endpoints", func(rng *rand.Rand, c *Config, _ *int) {
 		i, j := rng.IntN(len(c.Endpoints)), rng.IntN(len(c.Endpoints))
 		c.Endpoints[i], c.Endpoints[j] = c.Endpoints[j], c.Endpoints[i]
@@ -114,6 +137,12 @@ var incChanges = []incChange{
 		e.Name = scaledoc.Local(rng.IntN(incShape.Locals)).Name
 		c.Endpoints = append(c.Endpoints, e)
 	}},
+	{"list a backend as active and draining", func(rng *rand.Rand, c *Config, _ *int) {
+		lb := &c.LoadBalancers[rng.IntN(len(c.LoadBalancers))]
+		if len(lb.HostComputeEndpoints) > 0 {
+			lb.DrainingEndpoints = append(lb.DrainingEndpoints, lb.HostComputeEndpoints[0])
+		}
+	}},
 	// Changes of another kind: compiled whole.
 	{"give a Service another owner", func(rng *rand.Rand, c *Config, _ *int) {
 		lb := &c.LoadBalancers[rng.IntN(len(c.LoadBalancers))]
@@ -129,7 +158,9 @@ var incChanges = []incChange{
 
 // incListed reports whether a load balancer of c lists endpoint name.
 func incListed(c *Config, name string) bool {
-	return slices.ContainsFunc(c.LoadBalancers, func(lb hns.LoadBalancerConfig) bool { return slices.Contains(lb.HostComputeEndpoints, name) })
+	return slices.ContainsFunc(c.LoadBalancers, func(lb hns.LoadBalancerConfig) bool {
+		return slices.Contains(lb.HostComputeEndpoints, name) || slices.Contains(lb.DrainingEndpoints, name)
+	})
 }
 
 // incConn is a connection a client keeps to a Service across changes.

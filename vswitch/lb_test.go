@@ -398,6 +398,82 @@ func TestLBBackendRemovedAndUnhealthy(t *testing.T) {
 	}
 }
 
+// TestLBDrainingBackend moves a backend of web and of sticky into their
+// DrainingEndpoints, as a node agent does with a terminating pod: a change
+// of backends alone, compiled incrementally, after which the connections
+// established to it go on, new ones go to the other backend, and the
+// affinity to it is forgotten. Moved back, it is a backend again; removed,
+// its connections end.
+func TestLBDrainingBackend(t *testing.T) {
+	r := ulNewRig(t, mustParse(t, lbDoc))
+	conns := map[uint16]string{}
+	for sport := uint16(1000); sport < 1040; sport++ {
+		conns[sport] = r.lbConnect("ov-a", sport, "10.96.0.10", 80, 8080)
+	}
+	sticky := r.lbConnect("ov-a", 2000, "10.96.0.40", 80, 8080)
+	other := map[string]string{"ov-b": "ov-c", "ov-c": "ov-b"}
+	established := func(at string, want func(to string) string) {
+		t.Helper()
+		for sport, to := range conns {
+			ack := natPkt{smac: lbOvA, dmac: lbDR, src: "10.244.0.10", sport: sport, dst: "10.96.0.10", dport: 80, proto: "tcp", flags: "A"}
+			p, trace := r.run("ov-a", natFrame(t, ack), dataplane.Offload{})
+			if got := outName(r.sw, p); got != want(to) {
+				t.Fatalf("%s: established connection from port %d to %s: %s, want %s\n%s", at, sport, to, got, want(to), trace)
+			}
+		}
+	}
+	apply := func(at string, edit func(c *Config)) {
+		t.Helper()
+		if err := r.sw.Apply(lbDocWith(t, edit)); err != nil {
+			t.Fatalf("%s: %v", at, err)
+		}
+		if !r.sw.pol.Load().incremental {
+			t.Fatalf("%s: a change of backends alone was compiled whole", at)
+		}
+	}
+
+	// ov-c drains from web, sticky's backend from sticky.
+	drain := func(c *Config) {
+		c.LoadBalancers[0].HostComputeEndpoints, c.LoadBalancers[0].DrainingEndpoints = []string{"ov-b"}, []string{"ov-c"}
+		c.LoadBalancers[6].HostComputeEndpoints, c.LoadBalancers[6].DrainingEndpoints = []string{other[sticky]}, []string{sticky}
+	}
+	apply("draining", drain)
+	established("draining", func(to string) string { return to })
+	for sport := uint16(3000); sport < 3020; sport++ {
+		if to := r.lbConnect("ov-a", sport, "10.96.0.10", 80, 8080); to != "ov-b" {
+			t.Fatalf("draining: a new connection went to %s", to)
+		}
+		if to := r.lbConnect("ov-a", sport, "10.96.0.40", 80, 8080); to != other[sticky] {
+			t.Fatalf("draining: a new connection of the sticky client went to %s, its affinity to the draining %s is not forgotten", to, sticky)
+		}
+	}
+	ack := natPkt{smac: lbOvA, dmac: lbDR, src: "10.244.0.10", sport: 2000, dst: "10.96.0.40", dport: 80, proto: "tcp", flags: "A"}
+	if p, trace := r.run("ov-a", natFrame(t, ack), dataplane.Offload{}); outName(r.sw, p) != sticky {
+		t.Fatalf("draining: the sticky client's established connection went to %s, want %s\n%s", outName(r.sw, p), sticky, trace)
+	}
+
+	// Active again: the connections still go on, new ones to both.
+	apply("active again", nil)
+	established("active again", func(to string) string { return to })
+	seen := map[string]bool{}
+	for sport := uint16(4000); sport < 4040; sport++ {
+		seen[r.lbConnect("ov-a", sport, "10.96.0.10", 80, 8080)] = true
+	}
+	if !seen["ov-b"] || !seen["ov-c"] {
+		t.Fatalf("active again: new connections went to %v only", seen)
+	}
+
+	// Draining, then gone: its connections end (a reset to the client).
+	apply("draining again", drain)
+	apply("removed", func(c *Config) { c.LoadBalancers[0].HostComputeEndpoints = []string{"ov-b"} })
+	established("removed", func(to string) string {
+		if to == "ov-c" {
+			return "ov-a"
+		}
+		return to
+	})
+}
+
 func TestLBAffinity(t *testing.T) {
 	r := ulNewRig(t, mustParse(t, lbDoc))
 	first := r.lbConnect("ov-a", 1000, "10.96.0.40", 80, 8080)

@@ -12,7 +12,7 @@ func TestBatchCommand(t *testing.T) {
 	d := startUfpd(t, twoNodePolicy(t))
 	in := `{"owner": "ufp-agent/node-1",
 	  "endpoints": [{"Name": "remote.10.244.2.5", "HostComputeNetwork": "flannel.4096", "Flags": 1, "IpConfigurations": [{"IpAddress": "10.244.2.5"}]}],
-	  "loadBalancers": [{"Name": "default.api.tcp443.v4.cluster", "HostComputeEndpoints": ["pod-a", "remote.10.244.2.5"], "SourceVIP": "10.244.1.250",
+	  "loadBalancers": [{"Name": "default.api.tcp443.v4.cluster", "HostComputeEndpoints": ["pod-a"], "DrainingEndpoints": ["remote.10.244.2.5"], "SourceVIP": "10.244.1.250",
 	    "FrontendVIPs": ["10.96.0.30"], "PortMappings": [{"Protocol": 6, "InternalPort": 8443, "ExternalPort": 443}]}]}`
 	if r := ctl(t, d, in, "batch", "-f", "-"); r.code != 0 || r.stdout != "batch of ufp-agent/node-1: 2 created; revision 1\n" {
 		t.Errorf("batch: %v", r)
@@ -30,7 +30,8 @@ func TestBatchCommand(t *testing.T) {
 	}{
 		{[]string{"lbs", "-owner", "ufp-agent/node-1"}, []string{"default.api.tcp443.v4.cluster"}, []string{"web"}},
 		{[]string{"lbs", "-owner", ""}, []string{"web"}, []string{"default.api"}},
-		{[]string{"lbs"}, []string{"web", "default.api"}, nil},
+		{[]string{"lbs"}, []string{"web", "default.api", "pod-a,remote.10.244.2.5 (draining)"}, nil},
+		{[]string{"lb", "default.api.tcp443.v4.cluster"}, []string{"backends    pod-a\ndraining    remote.10.244.2.5\n"}, nil},
 		{[]string{"endpoints", "-remote", "false"}, []string{"pod-a", "pod-b"}, []string{"remote."}},
 		{[]string{"endpoints", "-remote", "true", "-owner", "ufp-agent/node-1"}, []string{"remote.10.244.2.5"}, []string{"pod-a"}},
 		{[]string{"endpoints", "-owner", "", "-o", "json"}, []string{`"pod-a"`}, []string{"remote."}},
@@ -50,7 +51,7 @@ func TestBatchCommand(t *testing.T) {
 	if r := ctl(t, d, "", "endpoints", "-remote", "maybe"); r.code != 2 || !strings.Contains(r.stderr, `"maybe" is not true or false`) {
 		t.Errorf("endpoints -remote maybe: %v", r)
 	}
-	bad := strings.Replace(in, `"pod-a", `, `"pod-z", `, 1)
+	bad := strings.Replace(in, `["pod-a"]`, `["pod-z"]`, 1)
 	r := ctl(t, d, bad, "batch", "-f", "-")
 	if r.code != 1 || !strings.HasPrefix(r.stderr, `ufpctl: load balancer default.api.tcp443.v4.cluster: policy: LoadBalancers[1] "default.api.tcp443.v4.cluster".HostComputeEndpoints[0]: no endpoint is named "pod-z"`) {
 		t.Errorf("a batch with an unknown backend: %v", r)

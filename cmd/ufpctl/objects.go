@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -298,7 +299,7 @@ func (c *cli) lbs(args []string) error {
 		for j, pm := range lb.PortMappings {
 			ports[j] = fmt.Sprintf("%s %d->%d", lbProto(pm.Protocol), pm.ExternalPort, pm.InternalPort)
 		}
-		t.row(lb.Name, frontends(lb), strings.Join(ports, ","), strings.Join(lb.HostComputeEndpoints, ","), lbFlags(lb.Flags))
+		t.row(lb.Name, frontends(lb), strings.Join(ports, ","), strings.Join(lbBackends(lb), ","), lbFlags(lb.Flags))
 	}
 	return t.flush()
 }
@@ -385,7 +386,23 @@ func (c *cli) lb(args []string) error {
 	}
 	k.list("ports", ports)
 	k.list("backends", lb.HostComputeEndpoints)
+	if len(lb.DrainingEndpoints) > 0 {
+		k.list("draining", lb.DrainingEndpoints)
+	}
 	return k.flush()
+}
+
+// lbBackends lists lb's backends, the draining ones (no new connections)
+// marked.
+func lbBackends(lb *api.LoadBalancer) []string {
+	if len(lb.DrainingEndpoints) == 0 {
+		return lb.HostComputeEndpoints
+	}
+	out := slices.Clone(lb.HostComputeEndpoints)
+	for _, name := range lb.DrainingEndpoints {
+		out = append(out, name+" (draining)")
+	}
+	return out
 }
 
 // kinds are the objects create, update and delete take.

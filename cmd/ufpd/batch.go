@@ -205,6 +205,11 @@ func applyBatch(dr *draft, b *api.Batch, res *api.BatchResult) error {
 				return errorf(http.StatusConflict, hns.KindEndpoint+" "+name, "the batch deletes it, but load balancer %s has it as a backend (HostComputeEndpoints): replace or delete that too", lb.Name)
 			}
 		}
+		for _, name := range lb.DrainingEndpoints {
+			if deleted[name] {
+				return errorf(http.StatusConflict, hns.KindEndpoint+" "+name, "the batch deletes it, but load balancer %s has it as a draining backend (DrainingEndpoints): replace or delete that too", lb.Name)
+			}
+		}
 	}
 	return nil
 }
@@ -324,7 +329,8 @@ func (k batchKind[T]) owns(v *T, owner string) error {
 // field (TestBatchEqualFields checks that every field is compared).
 func lbEqual(a, b *hns.LoadBalancerConfig) bool {
 	return a.Name == b.Name && a.SourceVIP == b.SourceVIP && a.Flags == b.Flags && a.Owner == b.Owner &&
-		slices.Equal(a.HostComputeEndpoints, b.HostComputeEndpoints) && slices.Equal(a.FrontendVIPs, b.FrontendVIPs) &&
+		slices.Equal(a.HostComputeEndpoints, b.HostComputeEndpoints) && slices.Equal(a.DrainingEndpoints, b.DrainingEndpoints) &&
+		slices.Equal(a.FrontendVIPs, b.FrontendVIPs) &&
 		slices.Equal(a.PortMappings, b.PortMappings)
 }
 

@@ -466,6 +466,7 @@ func (d *daemon) deleteEndpoint(w http.ResponseWriter, r *http.Request) (any, er
 		for j := range dr.doc.LoadBalancers {
 			lb := &dr.doc.LoadBalancers[j]
 			lb.HostComputeEndpoints = slices.DeleteFunc(lb.HostComputeEndpoints, func(s string) bool { return s == name })
+			lb.DrainingEndpoints = slices.DeleteFunc(lb.DrainingEndpoints, func(s string) bool { return s == name })
 		}
 		return nil
 	}))
