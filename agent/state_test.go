@@ -19,6 +19,12 @@ func lb(name string, backends ...string) api.LoadBalancer {
 	}
 }
 
+// drain returns l with draining backends names.
+func drain(l api.LoadBalancer, names ...string) api.LoadBalancer {
+	l.DrainingEndpoints = names
+	return l
+}
+
 func remote(ip string) api.Endpoint {
 	return api.Endpoint{EndpointConfig: hns.EndpointConfig{
 		Name: "remote." + ip, HostComputeNetwork: "overlay", Flags: hns.EndpointFlagRemote,
@@ -82,6 +88,23 @@ func TestDiff(t *testing.T) {
 			want: api.Batch{
 				LoadBalancers:   owned(testOwner, lb("default.web.tcp80.v4.cluster", "remote.10.244.1.6")),
 				Endpoints:       owned(testOwner, remote("10.244.1.6")),
+				DeleteEndpoints: []string{"remote.10.244.1.5"},
+			},
+		},
+		{
+			name:      "a backend turning draining replaces the load balancer and keeps its remote endpoint",
+			actualLBs: owned(testOwner, lb("default.web.tcp80.v4.cluster", "pod-a", "remote.10.244.1.5")),
+			actualEPs: owned(testOwner, remote("10.244.1.5")),
+			services:  []contrib{{"default/web", objects{lbs: []api.LoadBalancer{drain(lb("default.web.tcp80.v4.cluster", "pod-a"), "remote.10.244.1.5")}, remotes: []api.Endpoint{remote("10.244.1.5")}}}},
+			want:      api.Batch{LoadBalancers: owned(testOwner, drain(lb("default.web.tcp80.v4.cluster", "pod-a"), "remote.10.244.1.5"))},
+		},
+		{
+			name:      "a draining backend gone: the load balancer replaced, its remote endpoint deleted",
+			actualLBs: owned(testOwner, drain(lb("default.web.tcp80.v4.cluster", "pod-a"), "remote.10.244.1.5")),
+			actualEPs: owned(testOwner, remote("10.244.1.5")),
+			services:  []contrib{{"default/web", objects{lbs: []api.LoadBalancer{lb("default.web.tcp80.v4.cluster", "pod-a")}}}},
+			want: api.Batch{
+				LoadBalancers:   owned(testOwner, lb("default.web.tcp80.v4.cluster", "pod-a")),
 				DeleteEndpoints: []string{"remote.10.244.1.5"},
 			},
 		},

@@ -48,9 +48,27 @@
 // (ufpd refuses them otherwise): without one they are left out, and the
 // Service gets a Problem.
 //
-// A load balancer whose chosen backends are none is still made: ufpd
-// then rejects its connections (a TCP reset, an ICMP unreachable), never
-// dropping them silently.
+// # Draining
+//
+// An endpoint present in the slices but not chosen (terminating, serving
+// or not, or not ready) keeps its established connections, as it does
+// through kube-proxy's conntrack: it is a draining backend
+// (DrainingEndpoints) of each load balancer that could have chosen it,
+// which takes it no new connection, and forgets affinity to it. Could
+// have chosen: under the Cluster policies any such endpoint but one whose
+// hints leave it to other zones or nodes under the topology in force (an
+// endpoint without hints drains: the EndpointSlice controller may clear a
+// terminating endpoint's); under the Local policies this node's only. A
+// ready endpoint that the topology leaves out is not draining: kube-proxy
+// never picks it on this node. A draining backend that cannot be
+// programmed (on this node but not in ufpd; remote without the
+// SourceVIP it needs) is left out without a Problem. When the endpoint
+// leaves its slice it leaves the load balancer, and its remaining
+// connections end.
+//
+// A load balancer whose chosen backends are none is still made, its
+// draining backends too: ufpd then rejects its new connections (a TCP
+// reset, an ICMP unreachable), never dropping them silently.
 //
 // # Problems
 //
@@ -63,7 +81,8 @@
 // # Determinism and cost
 //
 // Equal inputs give equal results, whatever the order of the slices:
-// load balancers, remote endpoints and problems are sorted, so that the
+// load balancers, their backends (active and draining), remote endpoints
+// and problems are sorted, so that the
 // agent can compare a Service's result with the last one cheaply. A
 // Service with a few ports and ten endpoints takes a few microseconds
 // (BenchmarkService).

@@ -32,8 +32,8 @@ const (
 type state uint8
 
 const (
-	unusable           state = iota
-	servingTerminating       // a fallback when nothing is ready (KEP-1669)
+	unusable           state = iota // for no new connection; established ones drain
+	servingTerminating              // a fallback when nothing is ready (KEP-1669)
 	ready
 )
 
@@ -136,12 +136,13 @@ func slicePort(s *discoveryv1.EndpointSlice, sp *corev1.ServicePort) (int32, boo
 	return 0, false
 }
 
-// addEndpoints adds slice s's usable endpoints to t.cands.
+// addEndpoints adds slice s's endpoints to t.cands, the unusable ones
+// too (they may be draining).
 func (t *translator) addEndpoints(s *discoveryv1.EndpointSlice) {
 	for i := range s.Endpoints {
 		e := &s.Endpoints[i]
 		st := stateOf(&e.Conditions)
-		if st == unusable || len(e.Addresses) == 0 {
+		if len(e.Addresses) == 0 {
 			continue
 		}
 		// Like kube-proxy, the first address is the endpoint's.
@@ -240,12 +241,21 @@ func (t *translator) fits(e *endpoint, m topology) bool {
 	return true
 }
 
+// choice is the endpoints a Service's load balancers use, as indices into
+// t.cands: those of the Cluster and Local traffic policies, and those
+// each drains.
+type choice struct {
+	cluster, local                 []int32
+	clusterDraining, localDraining []int32
+}
+
 // categorize splits t.cands into the endpoints the Cluster traffic
 // policies use (ready ones the topology allows, else serving and
 // terminating ones) and those the Local policies use (ready ones on this
-// node, else serving and terminating ones on it), as indices into
-// t.cands. Both share t.picked, valid until the next call.
-func (t *translator) categorize() (cluster, local []int32) {
+// node, else serving and terminating ones on it), and the endpoints each
+// drains: those present but not chosen that the policy could have chosen
+// (drainingOf). The lists share t.picked, valid until the next call.
+func (t *translator) categorize() choice {
 	m := t.topologyOf()
 	p := t.picked[:0]
 	for i := range t.cands {
@@ -271,6 +281,34 @@ func (t *translator) categorize() (cluster, local []int32) {
 			break
 		}
 	}
+	nl := len(p)
+	p = t.drainingOf(p, p[:nc], m, false)
+	nd := len(p)
+	p = t.drainingOf(p, p[nc:nl], anywhere, true)
 	t.picked = p
-	return p[:nc:nc], p[nc:]
+	return choice{cluster: p[:nc:nc], local: p[nc:nl:nl], clusterDraining: p[nl:nd:nd], localDraining: p[nd:]}
+}
+
+// drainingOf appends to p the endpoints a load balancer that chose
+// chosen (sorted, of p) drains, and returns p: those of t.cands it did
+// not choose, that are not ready (a ready one not chosen is one the
+// topology m leaves to other nodes), on this node if local, and that m
+// allows where their hints are known (an endpoint that is not ready may
+// have lost its hints). kube-proxy keeps their established connections
+// through conntrack; a load balancer keeps them while they are its
+// draining backends.
+func (t *translator) drainingOf(p, chosen []int32, m topology, local bool) []int32 {
+	k := 0
+	for i := range t.cands {
+		if k < len(chosen) && chosen[k] == int32(i) {
+			k++
+			continue
+		}
+		e := &t.cands[i]
+		if e.state == ready || local && !e.local || e.hints != nil && !t.fits(e, m) {
+			continue
+		}
+		p = append(p, int32(i))
+	}
+	return p
 }

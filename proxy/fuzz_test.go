@@ -244,7 +244,15 @@ func checkResult(r Result, o *Options, locals Locals) error {
 		if !slices.IsSorted(l.HostComputeEndpoints) || len(slices.Compact(slices.Clone(l.HostComputeEndpoints))) != len(l.HostComputeEndpoints) {
 			return fmt.Errorf("%s: backends %v not sorted or repeated", l.Name, l.HostComputeEndpoints)
 		}
-		for _, b := range l.HostComputeEndpoints {
+		if !slices.IsSorted(l.DrainingEndpoints) || len(slices.Compact(slices.Clone(l.DrainingEndpoints))) != len(l.DrainingEndpoints) {
+			return fmt.Errorf("%s: draining backends %v not sorted or repeated", l.Name, l.DrainingEndpoints)
+		}
+		for _, b := range l.DrainingEndpoints {
+			if slices.Contains(l.HostComputeEndpoints, b) {
+				return fmt.Errorf("%s: backend %s both active and draining", l.Name, b)
+			}
+		}
+		for _, b := range slices.Concat(l.HostComputeEndpoints, l.DrainingEndpoints) {
 			if _, ok := remote[b]; ok {
 				used[b] = true
 				if l.SourceVIP == "" && (!o.DSR || m[4] != KindCluster) {

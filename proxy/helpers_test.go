@@ -146,6 +146,12 @@ func lbOf(name string, pm hns.LoadBalancerPortMappingConfig, vips []string, eps 
 	return l
 }
 
+// draining returns l with draining backends eps.
+func draining(l api.LoadBalancer, eps ...string) api.LoadBalancer {
+	l.DrainingEndpoints = eps
+	return l
+}
+
 func isV6(name string) bool {
 	for i := 0; i+4 <= len(name); i++ {
 		if name[i:i+4] == ".v6." {

@@ -131,7 +131,8 @@ type Result struct {
 	// (headless, ExternalName, another proxy's, no ports); the Result
 	// then has nothing else.
 	Ignored string
-	// Endpoints counts the distinct backends programmed.
+	// Endpoints counts the distinct backends programmed (active ones;
+	// draining ones aside).
 	Endpoints int
 }
 
@@ -452,28 +453,27 @@ func (t *translator) port(pi int) {
 	for fi := range t.fams {
 		f := &t.fams[fi]
 		internal := t.candidates(pi, sp, f.v6)
-		cluster, local := t.categorize()
+		ch := t.categorize()
 		lb := lbSpec{proto: proto, pname: pname, port: uint16(sp.Port), internal: internal, v6: f.v6}
-		var set []int32
+		set, drain := ch.cluster, ch.clusterDraining
 		if f.clusterIP.IsValid() {
-			set = cluster
 			if p := t.svc.Spec.InternalTrafficPolicy; p != nil && *p == corev1.ServiceInternalTrafficPolicyLocal {
-				set = local
+				set, drain = ch.local, ch.localDraining
 			}
 			lb.kind, lb.frontends, lb.ext, lb.flags = KindCluster, f.clusterVIPs, uint16(sp.Port), hns.LBPortILB
-			t.loadBalancer(&lb, set)
+			t.loadBalancer(&lb, set, drain)
 		}
-		set = cluster
+		set, drain = ch.cluster, ch.clusterDraining
 		if t.svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal {
-			set = local
+			set, drain = ch.local, ch.localDraining
 		}
 		if np := sp.NodePort; np > 0 && np <= 65535 && (t.svc.Spec.Type == corev1.ServiceTypeNodePort || t.svc.Spec.Type == corev1.ServiceTypeLoadBalancer) {
 			lb.kind, lb.frontends, lb.ext, lb.flags = KindNodePort, nil, uint16(np), hns.LBPortLocalRoutedVIP
-			t.loadBalancer(&lb, set)
+			t.loadBalancer(&lb, set, drain)
 		}
 		if len(f.external) > 0 {
 			lb.kind, lb.frontends, lb.ext, lb.flags = KindExternal, f.externalVIPs, uint16(sp.Port), hns.LBPortVipExternalIP
-			t.loadBalancer(&lb, set)
+			t.loadBalancer(&lb, set, drain)
 		}
 	}
 }
@@ -509,8 +509,9 @@ func (l *lbSpec) name(svc *corev1.Service) string {
 	return string(b)
 }
 
-// loadBalancer makes the load balancer l with backends set.
-func (t *translator) loadBalancer(l *lbSpec, set []int32) {
+// loadBalancer makes the load balancer l with backends set, draining
+// drain.
+func (t *translator) loadBalancer(l *lbSpec, set, drain []int32) {
 	o := t.opt
 	if l.proto == 17 && l.ext == cmp.Or(o.VXLANPort, vxlanPort) && l.flags&hns.LBPortILB == 0 {
 		t.problem(ReasonPortConflict, "%s: udp/%d is the overlay's VXLAN port on the node", l.name(t.svc), l.ext)
@@ -521,10 +522,12 @@ func (t *translator) loadBalancer(l *lbSpec, set []int32) {
 	if l.v6 {
 		sv, svs = o.SourceVIP6, t.vip6
 	}
-	names := t.resolve(l, set, sv.IsValid() || o.DSR && ilb)
+	remoteOK := sv.IsValid() || o.DSR && ilb
+	names := t.resolve(l, set, remoteOK)
 	lb := api.LoadBalancer{
 		Name:                 l.name(t.svc),
 		HostComputeEndpoints: names,
+		DrainingEndpoints:    t.resolveDraining(drain, remoteOK),
 		Owner:                o.Owner,
 	}
 	if sv.IsValid() {
@@ -587,6 +590,27 @@ func (t *translator) resolve(l *lbSpec, set []int32, remoteOK bool) []string {
 	}
 	if len(names) == 0 {
 		return nil
+	}
+	slices.Sort(names)
+	return names
+}
+
+// resolveDraining names the draining backends drain (indices into
+// t.cands) as resolve does, leaving out silently those it cannot
+// program: not in ufpd, or remote without a SourceVIP (resolve reported
+// them while they were active).
+func (t *translator) resolveDraining(drain []int32, remoteOK bool) []string {
+	var names []string
+	for _, i := range drain {
+		e := &t.cands[i]
+		t.where(e)
+		switch {
+		case e.where == notAttached, e.where == remoteHost && !remoteOK:
+			continue
+		case e.where == remoteHost:
+			t.remotes = append(t.remotes, e.name)
+		}
+		names = append(names, e.name)
 	}
 	slices.Sort(names)
 	return names

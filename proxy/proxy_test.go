@@ -261,24 +261,77 @@ var serviceCases = []translationCase{
 		},
 	},
 	{
-		name:   "ready endpoints only, while any is ready",
+		name:   "ready endpoints only, while any is ready; the others drain, local and remote",
 		svc:    service(),
 		slices: sl(v4(epA, with(epB, terminating), with(epR, notReady))),
 		want: Result{
-			LoadBalancers: lbs(lbOf("default.web.tcp80.v4.cluster", tcp(80, 8080, ilb), vips("10.96.0.10"), "pod-a")),
+			LoadBalancers: lbs(draining(lbOf("default.web.tcp80.v4.cluster", tcp(80, 8080, ilb), vips("10.96.0.10"), "pod-a"), "pod-b", "remote.10.0.2.7")),
+			Remotes:       remotes("10.0.2.7"),
 			Endpoints:     1,
 		},
 	},
 	{
-		name: "none ready: serving and terminating ones (KEP-1669); not serving, or serving unknown, are not",
+		name: "none ready: serving and terminating ones (KEP-1669); not serving, or serving unknown, are not, and drain",
 		svc:  service(),
 		slices: sl(v4(with(epA, terminating), with(epR, terminating),
 			with(epB, func(e *ep) { e.notReady, e.terminating, e.serving = true, true, ptr(false) }),
 			with(epS, func(e *ep) { e.notReady, e.terminating = true, true }))),
 		want: Result{
-			LoadBalancers: lbs(lbOf("default.web.tcp80.v4.cluster", tcp(80, 8080, ilb), vips("10.96.0.10"), "pod-a", "remote.10.0.2.7")),
-			Remotes:       remotes("10.0.2.7"),
+			LoadBalancers: lbs(draining(lbOf("default.web.tcp80.v4.cluster", tcp(80, 8080, ilb), vips("10.96.0.10"), "pod-a", "remote.10.0.2.7"), "pod-b", "remote.10.0.2.8")),
+			Remotes:       remotes("10.0.2.7", "10.0.2.8"),
 			Endpoints:     2,
+		},
+	},
+	{
+		name: "terminating and unready endpoints drain where they could be chosen: everywhere under Cluster, on this node only under Local",
+		svc: service(nodePort, func(s *corev1.Service) {
+			s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+		}),
+		slices: sl(v4(epA, epR, with(epB, terminating), with(epS, terminating), with(epU, notReady))),
+		want: Result{
+			LoadBalancers: lbs(
+				draining(lbOf("default.web.tcp80.v4.cluster", tcp(80, 8080, ilb), vips("10.96.0.10"), "pod-a", "remote.10.0.2.7"), "pod-b", "remote.10.0.2.8"),
+				draining(lbOf("default.web.tcp80.v4.nodeport", tcp(30080, 8080, lrv), nil, "pod-a"), "pod-b"),
+			),
+			Remotes:   remotes("10.0.2.7", "10.0.2.8"),
+			Endpoints: 2,
+		},
+	},
+	{
+		name:   "every endpoint draining: no backend, so the load balancer rejects new connections",
+		svc:    service(),
+		slices: sl(v4(with(epA, func(e *ep) { e.notReady, e.terminating, e.serving = true, true, ptr(false) }), with(epR, notReady))),
+		want: Result{
+			LoadBalancers: lbs(draining(lbOf("default.web.tcp80.v4.cluster", tcp(80, 8080, ilb), vips("10.96.0.10")), "pod-a", "remote.10.0.2.7")),
+			Remotes:       remotes("10.0.2.7"),
+		},
+	},
+	{
+		name: "zone hints: a terminating endpoint hinted for another zone does not drain here, nor does a ready one",
+		svc:  service(),
+		slices: sl(v4(
+			with(epA, func(e *ep) { e.zones = []string{"z1"} }),
+			with(epR, func(e *ep) { e.zones = []string{"z2"} }),
+			with(epS, func(e *ep) { terminating(e); e.zones = []string{"z2"} }),
+			with(epB, func(e *ep) { terminating(e); e.zones = []string{"z1"} }),
+		)),
+		want: Result{
+			LoadBalancers: lbs(draining(lbOf("default.web.tcp80.v4.cluster", tcp(80, 8080, ilb), vips("10.96.0.10"), "pod-a"), "pod-b")),
+			Endpoints:     1,
+		},
+	},
+	{
+		name:   "draining backends that cannot be programmed are left out without a problem: remote without a SourceVIP, local not in ufpd",
+		svc:    service(nodePort),
+		slices: sl(v4(epA, with(epR, terminating), with(epU, terminating))),
+		opts:   withDSR(false),
+		want: Result{
+			LoadBalancers: lbs(
+				draining(noVIP(dsr(lbOf("default.web.tcp80.v4.cluster", tcp(80, 8080, ilb), vips("10.96.0.10"), "pod-a"))), "remote.10.0.2.7"),
+				noVIP(dsr(lbOf("default.web.tcp80.v4.nodeport", tcp(30080, 8080, lrv), nil, "pod-a"))),
+			),
+			Remotes:   remotes("10.0.2.7"),
+			Endpoints: 1,
 		},
 	},
 	{
@@ -305,7 +358,7 @@ var serviceCases = []translationCase{
 		slices: sl(v4(with(epA, terminating), epR)),
 		want: Result{
 			LoadBalancers: lbs(
-				lbOf("default.web.tcp80.v4.cluster", tcp(80, 8080, ilb), vips("10.96.0.10"), "remote.10.0.2.7"),
+				draining(lbOf("default.web.tcp80.v4.cluster", tcp(80, 8080, ilb), vips("10.96.0.10"), "remote.10.0.2.7"), "pod-a"),
 				lbOf("default.web.tcp80.v4.external", tcp(80, 8080, vext), vips("203.0.113.5"), "pod-a"),
 				lbOf("default.web.tcp80.v4.nodeport", tcp(30080, 8080, lrv), nil, "pod-a"),
 			),
@@ -338,10 +391,10 @@ var serviceCases = []translationCase{
 			with(epA, func(e *ep) { e.zones = []string{"z2"} }),
 			with(epR, func(e *ep) { e.zones = []string{"z1", "z3"} }),
 			with(epS, func(e *ep) { e.zones = []string{"z2"} }),
-			with(epB, func(e *ep) { e.notReady = true }), // not ready: its hints do not matter
+			with(epB, func(e *ep) { e.notReady = true }), // not ready: its hints do not matter; it has none, so it drains
 		)),
 		want: Result{
-			LoadBalancers: lbs(lbOf("default.web.tcp80.v4.cluster", tcp(80, 8080, ilb), vips("10.96.0.10"), "remote.10.0.2.7")),
+			LoadBalancers: lbs(draining(lbOf("default.web.tcp80.v4.cluster", tcp(80, 8080, ilb), vips("10.96.0.10"), "remote.10.0.2.7"), "pod-b")),
 			Remotes:       remotes("10.0.2.7"),
 			Endpoints:     1,
 		},
