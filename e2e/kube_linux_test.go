@@ -38,9 +38,12 @@ import (
 //   - sessionAffinity ClientIP keeps a client on one backend;
 //     externalTrafficPolicy Local and internalTrafficPolicy Local keep
 //     traffic on node1's backends (the outside client's address kept);
-//   - backends removed from the EndpointSlice in the middle of transfers
-//     to every backend: the transfers to the survivors complete with every
-//     byte verified, and new connections reach the survivors only;
+//   - backends scaled down in the middle of transfers to every backend,
+//     local and remote, terminating (one serving, one not) then removed
+//     from the EndpointSlice: while they terminate they drain, so the
+//     transfers to every backend, theirs too, complete with every byte
+//     verified, and new connections reach the survivors only, as they do
+//     once the terminating ones are gone;
 //   - a Service whose endpoints all go away refuses connections (a reset,
 //     not a timeout); a deleted Service's load balancers leave ufpd and
 //     its ClusterIP answers nothing;
@@ -329,14 +332,17 @@ func (k *kubeLab) waitEvent(t *testing.T, svc string) corev1.Event {
 
 // scaleDown runs long transfers to Service stream (over all) until every
 // backend has one, then scales its EndpointSlice down to survivors while
-// they send (the others terminating first, then gone): the survivors'
-// transfers complete, every byte verified, and new connections reach the
-// survivors only. What becomes of the transfers to the others is logged,
-// not checked: ufpd ends a connection whose backend leaves its load
-// balancer with a reset (ARCHITECTURE.md, "The connection's state").
+// they send, as Kubernetes does: the others terminating first (ready
+// false; the first of them still serving, the rest not), then gone. While
+// they terminate, they are the load balancers' draining backends: the
+// transfers to every backend, the terminating ones' too, complete with
+// every byte verified, and new connections reach the survivors only.
+// Once they leave the slice they leave the load balancers, and new
+// connections still reach the survivors only.
 func (k *kubeLab) scaleDown(t *testing.T, all, survivors []string) {
 	svc := k.service(t, "stream", all, nil)
-	k.waitBackends(t, all, k.lbName("stream", "tcp7000", "cluster"), k.lbName("stream", "tcp80", "cluster"))
+	lbs := []string{k.lbName("stream", "tcp7000", "cluster"), k.lbName("stream", "tcp80", "cluster")}
+	k.waitBackends(t, all, lbs...)
 	waitAnswer(t, k.client, hostPort(svc.Spec.ClusterIP, 80))
 	addr := hostPort(svc.Spec.ClusterIP, 7000)
 
@@ -376,35 +382,43 @@ func (k *kubeLab) scaleDown(t *testing.T, all, survivors []string) {
 	t.Logf("%d transfers under way: %v", started, per)
 	time.Sleep(time.Second) // bytes flow before the change...
 
-	// Scaled down as Kubernetes does it: the pods removed are
-	// terminating (serving, not ready) for their grace period, then
-	// gone from the slice.
+	terminating := map[string]bool{}
 	var removed []string
 	for _, b := range all {
 		if !slices.Contains(survivors, b) {
+			terminating[b] = len(removed) == 0 // serving, then not
 			removed = append(removed, b)
 		}
 	}
-	k.setEndpoints(t, "stream", survivors, removed)
-	k.waitBackends(t, survivors, k.lbName("stream", "tcp7000", "cluster"))
-	time.Sleep(time.Second) // ...and after it
-	k.setBackends(t, "stream", survivors)
-	time.Sleep(time.Second)
+	k.setEndpoints(t, "stream", survivors, terminating)
+	k.waitDraining(t, survivors, removed, lbs...)
+	time.Sleep(time.Second) // ...and while they drain
+	balanced(t, survivors, func() (string, error) { return askName(k.client, hostPort(svc.Spec.ClusterIP, 80)) })
+	balanced(t, survivors, func() (string, error) {
+		name, _, err := tcpSendNamed(k.client, addr, 64<<10, nil, nil)
+		return name, err
+	})
 	close(stop)
 	stopped = true
-	var cut []string
+	done := map[string]int{}
 	for range started {
 		r := <-results
-		switch {
-		case slices.Contains(survivors, r.name) && r.err != nil:
-			t.Errorf("a transfer to surviving backend %s failed: %v", r.name, r.err)
-		case slices.Contains(survivors, r.name):
-			t.Logf("transfer to %s: %d MiB, every byte verified", r.name, r.rep.n>>20)
-		default:
-			cut = append(cut, fmt.Sprintf("%s: %v (%d bytes)", r.name, r.err, r.rep.n))
+		if r.err != nil {
+			t.Errorf("a transfer to backend %s (terminating: %v) failed: %v", r.name, slices.Contains(removed, r.name), r.err)
+			continue
+		}
+		done[r.name]++
+		t.Logf("transfer to %s: %d MiB, every byte verified", r.name, r.rep.n>>20)
+	}
+	for _, b := range removed {
+		if done[b] == 0 {
+			t.Errorf("no transfer to terminating backend %s completed (%v)", b, done)
 		}
 	}
-	t.Logf("transfers to the removed backends (not checked): %v", cut)
+
+	// Gone from the slice: gone from the load balancers.
+	k.setBackends(t, "stream", survivors)
+	k.waitBackends(t, survivors, lbs...)
 	balanced(t, survivors, func() (string, error) { return askName(k.client, hostPort(svc.Spec.ClusterIP, 80)) })
 	balanced(t, survivors, func() (string, error) {
 		name, _, err := tcpSendNamed(k.client, addr, 64<<10, nil, nil)

@@ -339,9 +339,10 @@ func (k *kubeLab) setBackends(t *testing.T, svc string, backends []string) {
 }
 
 // setEndpoints replaces the endpoints of Service svc's EndpointSlice with
-// ready ones and terminating ones (still serving: pods being deleted, as
-// the EndpointSlice controller shows them during their grace period).
-func (k *kubeLab) setEndpoints(t *testing.T, svc string, ready, terminating []string) {
+// ready ones and terminating ones (pods being deleted, as the
+// EndpointSlice controller shows them during their grace period: not
+// ready, and serving or not as the map says, by their readiness probe).
+func (k *kubeLab) setEndpoints(t *testing.T, svc string, ready []string, terminating map[string]bool) {
 	t.Helper()
 	ctx := context.Background()
 	es, err := k.cs.DiscoveryV1().EndpointSlices(k.ns).Get(ctx, svc+"-v4", metav1.GetOptions{})
@@ -349,8 +350,9 @@ func (k *kubeLab) setEndpoints(t *testing.T, svc string, ready, terminating []st
 		t.Fatal(err)
 	}
 	es.Endpoints = k.slice(svc, ready).Endpoints
-	for _, e := range k.slice(svc, terminating).Endpoints {
-		e.Conditions = discoveryv1.EndpointConditions{Ready: ptr(false), Serving: ptr(true), Terminating: ptr(true)}
+	for _, name := range slices.Sorted(maps.Keys(terminating)) {
+		e := k.slice(svc, []string{name}).Endpoints[0]
+		e.Conditions = discoveryv1.EndpointConditions{Ready: ptr(false), Serving: ptr(terminating[name]), Terminating: ptr(true)}
 		es.Endpoints = append(es.Endpoints, e)
 	}
 	if _, err := k.cs.DiscoveryV1().EndpointSlices(k.ns).Update(ctx, es, metav1.UpdateOptions{}); err != nil {
@@ -443,9 +445,12 @@ func (k *kubeLab) waitUfpd(t *testing.T, what string, check func(o ufpdObjects) 
 
 // backendsOf returns the backend names of load balancer lb, sorted (an
 // endpoint the lab does not know by its name).
-func (k *kubeLab) backendsOf(lb api.LoadBalancer) []string {
+func (k *kubeLab) backendsOf(lb api.LoadBalancer) []string { return k.namesOf(lb.HostComputeEndpoints) }
+
+// namesOf returns the backend names of endpoints eps, sorted.
+func (k *kubeLab) namesOf(eps []string) []string {
 	var names []string
-	for _, ep := range lb.HostComputeEndpoints {
+	for _, ep := range eps {
 		if n, ok := k.epNames[ep]; ok {
 			names = append(names, n)
 		} else {
@@ -457,11 +462,23 @@ func (k *kubeLab) backendsOf(lb api.LoadBalancer) []string {
 }
 
 // waitBackends waits until each of load balancers lbs (names) has
-// exactly backends (names).
+// exactly backends (names), and none draining.
 func (k *kubeLab) waitBackends(t *testing.T, backends []string, lbs ...string) {
 	t.Helper()
+	k.waitDraining(t, backends, nil, lbs...)
+}
+
+// waitDraining waits until each of load balancers lbs (names) has
+// exactly backends (names) and draining backends draining.
+func (k *kubeLab) waitDraining(t *testing.T, backends, draining []string, lbs ...string) {
+	t.Helper()
 	want := slices.Sorted(slices.Values(backends))
-	k.waitUfpd(t, fmt.Sprintf("%v over %v", lbs, want), func(o ufpdObjects) error {
+	wantDraining := slices.Sorted(slices.Values(draining))
+	what := fmt.Sprintf("%v over %v", lbs, want)
+	if len(draining) > 0 {
+		what += fmt.Sprintf(", draining %v", wantDraining)
+	}
+	k.waitUfpd(t, what, func(o ufpdObjects) error {
 		for _, name := range lbs {
 			lb, ok := o.lbs[name]
 			if !ok {
@@ -469,6 +486,9 @@ func (k *kubeLab) waitBackends(t *testing.T, backends []string, lbs ...string) {
 			}
 			if got := k.backendsOf(lb); !slices.Equal(got, want) {
 				return fmt.Errorf("load balancer %s has backends %v", name, got)
+			}
+			if got := k.namesOf(lb.DrainingEndpoints); !slices.Equal(got, wantDraining) {
+				return fmt.Errorf("load balancer %s has draining backends %v", name, got)
 			}
 		}
 		return nil
