@@ -375,6 +375,49 @@ var lbScenarios = map[string]func() []capture.Frame{
 		s.add(lbPodB.port, udp(lbPodB.mac, macDR, lbPodB.ip4, 5353, a.ip4, uc, "answer"))
 		return s.frames
 	},
+	// A backend draining under live connections (policy@N.json moves
+	// pod-c from web's HostComputeEndpoints to its DrainingEndpoints, as
+	// a node agent does for a terminating pod). Before: a TCP connection
+	// and a UDP flow from pod-a to each backend. After: pod-c's TCP
+	// connection goes on both ways, as does pod-b's, and pod-c's UDP flow
+	// still reaches pod-c; a new connection the table would have given
+	// pod-c, and a new UDP flow, go to pod-b.
+	"lb-backend-draining": func() []capture.Frame {
+		var s seq
+		a, vip := lbPodA, "10.96.0.10"
+		t := newLBTable(lb.PerConnection, lbPodB.ip4, lbPodC.ip4)
+		first := func(proto uint8, from, dport int, be lbPod) int {
+			for sport := from; ; sport++ {
+				if lbPodAt(t.pick(proto, a.ip4, sport, vip, dport)) == be {
+					return sport
+				}
+			}
+		}
+		tb, tc := first(6, 40000, 80, lbPodB), first(6, 40000, 80, lbPodC)
+		ub, uc := first(17, 41000, 53, lbPodB), first(17, 41000, 53, lbPodC)
+		for _, c := range []struct {
+			sport int
+			be    lbPod
+		}{{tb, lbPodB}, {tc, lbPodC}} {
+			s.add(a.port, tcp(a.mac, macDR, a.ip4, c.sport, vip, 80, "S", ""))
+			s.add(c.be.port, tcp(c.be.mac, macDR, c.be.ip4, 8080, a.ip4, c.sport, "SA", ""))
+		}
+		for _, c := range []struct {
+			sport int
+			be    lbPod
+		}{{ub, lbPodB}, {uc, lbPodC}} {
+			s.add(a.port, udp(a.mac, macDR, a.ip4, c.sport, vip, 53, "query"))
+			s.add(c.be.port, udp(c.be.mac, macDR, c.be.ip4, 5353, a.ip4, c.sport, "answer"))
+		}
+		// policy@9.json: pod-c draining.
+		s.add(a.port, tcp(a.mac, macDR, a.ip4, tb, vip, 80, "PA", "to pod-b"))                      // #9: goes on
+		s.add(a.port, tcp(a.mac, macDR, a.ip4, tc, vip, 80, "PA", "to pod-c"))                      // #10: goes on, to pod-c
+		s.add(lbPodC.port, tcp(lbPodC.mac, macDR, lbPodC.ip4, 8080, a.ip4, tc, "PA", "from pod-c")) // #11: back from the VIP
+		s.add(a.port, udp(a.mac, macDR, a.ip4, uc, vip, 53, "query"))                               // #12: to pod-c still
+		s.add(a.port, tcp(a.mac, macDR, a.ip4, first(6, tc+1, 80, lbPodC), vip, 80, "S", ""))       // #13: new, to pod-b
+		s.add(a.port, udp(a.mac, macDR, a.ip4, first(17, uc+1, 53, lbPodC), vip, 53, "new query"))  // #14: new, to pod-b
+		return s.frames
+	},
 	// A Service without a backend answers for itself, from the VIP: TCP
 	// with a RST, UDP with ICMP port-unreachable, IPv4 and IPv6; nothing
 	// is cached, so a retry is answered again. "down" has one backend,
