@@ -129,10 +129,14 @@ var lbfEdits = [8]func(d doc){
 		}
 		hlbLB(d, 5)["HostComputeEndpoints"] = []any{"ov-b", "ov-a"}
 	},
-	// Both remote endpoints for far, the other one for far-dsr.
+	// Both remote endpoints for far, the other one for far-dsr, where
+	// remote-1 drains; ov-c drains from web.
 	func(d doc) {
 		hlbLB(d, 2)["HostComputeEndpoints"] = []any{"remote-1", "remote-2"}
 		hlbLB(d, 3)["HostComputeEndpoints"] = []any{"remote-2"}
+		hlbLB(d, 3)["DrainingEndpoints"] = []any{"remote-1"}
+		hlbLB(d, 0)["HostComputeEndpoints"] = []any{"ov-b"}
+		hlbLB(d, 0)["DrainingEndpoints"] = []any{"ov-c"}
 	},
 	// No backends for far, far-dsr, nodeport.
 	func(d doc) {
@@ -273,14 +277,14 @@ func lbfModelOf(c *Config) (*lbfModel, error) {
 			if lb.SourceVIP != "" {
 				s.sourceVIP = netip.MustParseAddr(lb.SourceVIP)
 			}
-			for _, name := range lb.HostComputeEndpoints {
+			for j, name := range slices.Concat(lb.HostComputeEndpoints, lb.DrainingEndpoints) {
 				e, ok := eps[name]
 				if !ok {
 					return nil, fmt.Errorf("%s: no endpoint %q", lb.Name, name)
 				}
 				for _, a := range e.ips {
 					if a.Is4() == v4 {
-						s.backends[a] = e.healthy
+						s.backends[a] = e.healthy && j < len(lb.HostComputeEndpoints) // draining: as unhealthy
 					}
 				}
 			}
