@@ -35,7 +35,8 @@ import (
 //     over VXLAN with IPv4 provider addresses, from the IPv6 source VIP);
 //   - a Service with an external IP that is node1's own address gets a
 //     Warning Event (VIPConflict), and the rest of it is programmed;
-//   - sessionAffinity ClientIP keeps a client on one backend;
+//   - sessionAffinity ClientIP keeps a client on one backend, and on
+//     another once that one is terminating;
 //     externalTrafficPolicy Local and internalTrafficPolicy Local keep
 //     traffic on node1's backends (the outside client's address kept);
 //   - backends scaled down in the middle of transfers to every backend,
@@ -195,6 +196,28 @@ func TestKube(t *testing.T) {
 			t.Errorf("20 connections of one client with ClientIP affinity reached %v, want one backend", seen)
 		}
 		t.Logf("20 connections reached %v", seen)
+
+		// Its backend terminating (draining): the affinity to it is
+		// forgotten, and the client sticks to another.
+		var first string
+		for name := range seen {
+			first = name
+		}
+		rest := slices.DeleteFunc(slices.Clone(all), func(b string) bool { return b == first })
+		k.setEndpoints(t, "sticky", rest, map[string]bool{first: true})
+		k.waitDraining(t, rest, []string{first}, k.lbName("sticky", "tcp80", "cluster"))
+		seen = map[string]int{}
+		for range 20 {
+			name, err := askName(k.client, addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen[name]++
+		}
+		if len(seen) != 1 || seen[first] > 0 {
+			t.Errorf("20 connections of the client, its backend %s terminating, reached %v, want one other backend", first, seen)
+		}
+		t.Logf("%s terminating: 20 connections reached %v", first, seen)
 	})
 
 	t.Run("traffic-policy-local", func(t *testing.T) {
