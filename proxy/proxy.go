@@ -527,7 +527,7 @@ func (t *translator) loadBalancer(l *lbSpec, set, drain []int32) {
 	lb := api.LoadBalancer{
 		Name:                 l.name(t.svc),
 		HostComputeEndpoints: names,
-		DrainingEndpoints:    t.resolveDraining(drain, remoteOK),
+		DrainingEndpoints:    t.resolveDraining(drain, remoteOK, names),
 		Owner:                o.Owner,
 	}
 	if sv.IsValid() {
@@ -598,8 +598,10 @@ func (t *translator) resolve(l *lbSpec, set []int32, remoteOK bool) []string {
 // resolveDraining names the draining backends drain (indices into
 // t.cands) as resolve does, leaving out silently those it cannot
 // program: not in ufpd, or remote without a SourceVIP (resolve reported
-// them while they were active).
-func (t *translator) resolveDraining(drain []int32, remoteOK bool) []string {
+// them while they were active). A name among the active ones (sorted),
+// a local endpoint's other address, is left out too: ufpd takes a
+// backend as either.
+func (t *translator) resolveDraining(drain []int32, remoteOK bool, active []string) []string {
 	var names []string
 	for _, i := range drain {
 		e := &t.cands[i]
@@ -607,13 +609,17 @@ func (t *translator) resolveDraining(drain []int32, remoteOK bool) []string {
 		switch {
 		case e.where == notAttached, e.where == remoteHost && !remoteOK:
 			continue
+		case e.where == inUFPD:
+			if _, found := slices.BinarySearch(active, e.name); found {
+				continue
+			}
 		case e.where == remoteHost:
 			t.remotes = append(t.remotes, e.name)
 		}
 		names = append(names, e.name)
 	}
 	slices.Sort(names)
-	return names
+	return slices.Compact(names)
 }
 
 // where finds where e's backend is, once.

@@ -775,3 +775,26 @@ func dump(r Result) string {
 	}
 	return string(b)
 }
+
+// TestDrainingNotActiveToo: a local endpoint with two IPv4 addresses,
+// one ready and one terminating, is an active backend only (ufpd takes a
+// backend as active or draining), and listed once.
+func TestDrainingNotActiveToo(t *testing.T) {
+	locals := NewLocals([]Local{{Name: "pod-a", IPs: addrs("10.0.1.5", "10.0.1.7", "10.0.1.8")}})
+	two, three := ep{ip: "10.0.1.7", node: "n1"}, ep{ip: "10.0.1.8", node: "n1"}
+	for _, tc := range []struct {
+		name   string
+		slices []*discoveryv1.EndpointSlice
+		want   api.LoadBalancer
+	}{
+		{"one address ready, one terminating", sl(v4(epA, with(two, terminating))),
+			lbOf("default.web.tcp80.v4.cluster", tcp(80, 8080, ilb), vips("10.96.0.10"), "pod-a")},
+		{"both terminating, none ready", sl(v4(epR, with(two, terminating), with(three, notReady))),
+			draining(lbOf("default.web.tcp80.v4.cluster", tcp(80, 8080, ilb), vips("10.96.0.10"), "remote.10.0.2.7"), "pod-a")},
+	} {
+		r := Service(service(), tc.slices, &testNode, &testOpts, locals)
+		if len(r.LoadBalancers) != 1 || !reflect.DeepEqual(r.LoadBalancers[0], tc.want) {
+			t.Errorf("%s: load balancers %+v, want %+v", tc.name, r.LoadBalancers, tc.want)
+		}
+	}
+}
