@@ -224,6 +224,20 @@ func (d *daemon) closeAll() {
 	}
 }
 
+// linkUpdater is a device that changes its interface's routes and
+// redirects in place (device.TAP).
+type linkUpdater interface {
+	UpdateLink(old, l device.Link) error
+}
+
+// updatable reports whether o's device can take link l in place: it
+// differs from o's only in routes and redirects, and the device changes
+// those.
+func updatable(o *owned, l device.Link) bool {
+	_, ok := o.dev.(linkUpdater)
+	return ok && device.SameButRoutes(o.link, l)
+}
+
 // failedAs reports whether spec's port has no device because spec failed
 // to open (on restore or on an earlier change).
 func (d *daemon) failedAs(spec deviceConfig) bool {
@@ -271,10 +285,16 @@ func (d *daemon) apply(c *config, prep *vswitch.Prepared) error {
 		want[spec.Port] = spec
 	}
 	var open []deviceConfig
-	var close []string
+	var close, update []string
 	for port, o := range d.devs {
 		spec, ok := want[port]
-		if !ok || spec != o.spec || !reflect.DeepEqual(byName[port].Link, o.link) {
+		switch {
+		case !ok || spec != o.spec:
+			close = append(close, port)
+		case reflect.DeepEqual(byName[port].Link, o.link):
+		case updatable(o, byName[port].Link):
+			update = append(update, port)
+		default:
 			close = append(close, port)
 		}
 	}
@@ -296,6 +316,21 @@ func (d *daemon) apply(c *config, prep *vswitch.Prepared) error {
 		return fmt.Errorf("%w: policy: %w", errRejected, err)
 	}
 	d.cfg = c
+	slices.Sort(update)
+	for _, port := range update {
+		// Routes and redirects alone (a Service's frontend, on the
+		// host's vNIC): changed in place, the interface kept.
+		o, l := d.devs[port], d.sw.Port(port).Link
+		from, to := o.link, l
+		from.Name, from.NetNS = o.spec.Name, o.spec.netnsPath()
+		to.Name, to.NetNS = from.Name, from.NetNS
+		if err := o.dev.(linkUpdater).UpdateLink(from, to); err != nil {
+			d.log.Error("port device's routes not updated; its device is opened again", "port", port, "err", err)
+			close, open = append(close, port), append(open, o.spec)
+			continue
+		}
+		o.link = l
+	}
 	slices.Sort(close)
 	for _, port := range close {
 		o := d.devs[port]
