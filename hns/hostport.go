@@ -72,6 +72,16 @@ func (l *lowering) hostPort(svc hostSvc) *vfp.PortConfig {
 			}
 		}
 	}
+	if svc.group != nil {
+		// The services gateway, on the link: the next hop of the
+		// frontends' routes and the node ports' redirects.
+		for _, v4 := range []bool{true, false} {
+			if _, ok := l.hostIPs[v4]; ok {
+				gw := HostServicesGateway(v4)
+				pc.Link.Routes = append(pc.Link.Routes, vfp.LinkRouteConfig{Destination: netip.PrefixFrom(gw, gw.BitLen())})
+			}
+		}
+	}
 	seen := map[netip.Addr]bool{}
 	for _, f := range svc.frontends {
 		if !seen[f] {
