@@ -62,6 +62,11 @@ type Redirect struct {
 	From, To netip.Addr
 }
 
+// Equal reports whether a and b are the same set-up.
+func (a Link) Equal(b Link) bool {
+	return SameButRoutes(a, b) && slices.Equal(a.Routes, b.Routes) && slices.Equal(a.Redirects, b.Redirects)
+}
+
 // SameButRoutes reports whether a and b differ at most in their routes and
 // redirects: what UpdateLink changes on an interface in place.
 func SameButRoutes(a, b Link) bool {

@@ -8,7 +8,6 @@ import (
 	"maps"
 	"net"
 	"os"
-	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -291,7 +290,7 @@ func (d *daemon) apply(c *config, prep *vswitch.Prepared) error {
 		switch {
 		case !ok || spec != o.spec:
 			close = append(close, port)
-		case reflect.DeepEqual(byName[port].Link, o.link):
+		case byName[port].Link.Equal(o.link):
 		case updatable(o, byName[port].Link):
 			update = append(update, port)
 		default:
