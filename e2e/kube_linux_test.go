@@ -33,6 +33,13 @@ import (
 //     backend from a pod (ClusterIP, NodePort, external IP; TCP and
 //     UDP) and from the outside host (NodePort, external IP); local
 //     backends see the client, remote ones the source VIP;
+//   - node1's own stack (its namespace, through its vNIC vEthernet)
+//     reaches every backend at the ClusterIP, the external IP and the
+//     NodePort on node1's address (TCP and UDP; the NodePort redirected
+//     by node1's nftables table ufp_vEthernet to the services gateway),
+//     and an IPv6 ClusterIP; local backends see node1's address, remote
+//     ones the source VIP; affinity holds as for a pod; Services coming
+//     and going change vEthernet's routes in place (its interface stays);
 //   - a dual-stack Service reaches every backend over IPv6 too (node2's
 //     over VXLAN with IPv4 provider addresses, from the IPv6 source VIP);
 //   - a Service with an external IP that is node1's own address gets a
@@ -51,14 +58,6 @@ import (
 //     another owner's objects are untouched;
 //   - ufpd, SIGKILLed and restarted from its state file while the API
 //     changes, is brought in step again.
-//
-//   - node1's own stack (its namespace, through its vNIC vEthernet)
-//     reaches every backend at the ClusterIP, the external IP and the
-//     NodePort on node1's address (TCP and UDP; the NodePort redirected
-//     by node1's nftables table ufp_vEthernet to the services gateway),
-//     local backends seeing node1's address and remote ones the source
-//     VIP, with affinity as from a pod; Services coming and going change
-//     vEthernet's routes in place (its interface stays).
 func TestKube(t *testing.T) {
 	k := newKubeLab(t)
 	all := []string{"w1", "w2", "w3", "w4"}
