@@ -171,15 +171,16 @@ func updateLink(old, l Link) error {
 		return linkStepError("link", l.Name, "find link", err)
 	}
 	ifindex := link.Attrs().Index
-	have := make(map[Route]bool, len(old.Routes))
-	for _, r := range old.Routes {
+	gone, added := routesChanged(old.Routes, l.Routes)
+	have := make(map[Route]bool, len(gone))
+	for _, r := range gone {
 		have[r] = true
 	}
-	want := make(map[Route]bool, len(l.Routes))
-	for _, r := range l.Routes {
+	want := make(map[Route]bool, len(added))
+	for _, r := range added {
 		want[r] = true
 	}
-	for _, r := range old.Routes {
+	for _, r := range gone {
 		if want[r] {
 			continue
 		}
@@ -188,7 +189,7 @@ func updateLink(old, l Link) error {
 			return linkStepError("link", l.Name, "delete route "+routeString(r), err)
 		}
 	}
-	for _, r := range l.Routes {
+	for _, r := range added {
 		if have[r] {
 			continue
 		}
@@ -200,6 +201,23 @@ func updateLink(old, l Link) error {
 		return setRedirects("link", l.NetNS, l.Name, l.Redirects)
 	}
 	return nil
+}
+
+// routesChanged returns the parts of old and now that differ: what is left
+// of each once the routes both start and end with, in the same order, are
+// set aside. Lowering lists routes in a stable order, so a Service added or
+// removed leaves a few routes out of thousands, found without hashing
+// them all.
+func routesChanged(old, now []Route) (gone, added []Route) {
+	i := 0
+	for i < len(old) && i < len(now) && old[i] == now[i] {
+		i++
+	}
+	j := 0
+	for j < len(old)-i && j < len(now)-i && old[len(old)-1-j] == now[len(now)-1-j] {
+		j++
+	}
+	return old[i : len(old)-j], now[i : len(now)-j]
 }
 
 // UpdateLink changes the routes and redirects of the TAP's interface from

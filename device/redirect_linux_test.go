@@ -82,6 +82,39 @@ func TestValidateRedirect(t *testing.T) {
 	}
 }
 
+func TestRoutesChanged(t *testing.T) {
+	r := func(i byte) Route {
+		return Route{Dst: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 96, 0, i}), 32)}
+	}
+	rs := func(is ...byte) []Route {
+		var out []Route
+		for _, i := range is {
+			out = append(out, r(i))
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name              string
+		old, now          []Route
+		wantGone, wantAdd []Route
+	}{
+		{"same", rs(1, 2, 3), rs(1, 2, 3), nil, nil},
+		{"added in the middle", rs(1, 2, 3), rs(1, 2, 9, 3), nil, rs(9)},
+		{"removed at the end", rs(1, 2, 3), rs(1, 2), rs(3), nil},
+		{"removed at the start", rs(1, 2, 3), rs(2, 3), rs(1), nil},
+		{"replaced", rs(1, 2, 3), rs(1, 8, 3), rs(2), rs(8)},
+		{"from none", nil, rs(1, 2), nil, rs(1, 2)},
+		{"reordered", rs(1, 2, 3), rs(3, 2, 1), rs(1, 2, 3), rs(3, 2, 1)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			gone, added := routesChanged(tc.old, tc.now)
+			if !slices.Equal(gone, tc.wantGone) || !slices.Equal(added, tc.wantAdd) {
+				t.Errorf("routesChanged: gone %v added %v, want %v and %v", gone, added, tc.wantGone, tc.wantAdd)
+			}
+		})
+	}
+}
+
 // nftTable is what the test reads of `nft -j list table`: the set
 // elements (protocol and port) and whether a dnat rule is there.
 func nftTable(t *testing.T, ns, table string) (elems []string, ok bool) {
@@ -214,4 +247,55 @@ func TestTAPRedirects(t *testing.T) {
 	if _, ok := nftTable(t, ns, table); ok {
 		t.Errorf("table %s left after Close", table)
 	}
+}
+
+// BenchmarkUpdateLinkRoutes measures UpdateLink on a TAP with the routes
+// of N Service frontends: all N added at once (a first sync), and one
+// added and removed among N (a Service coming and going).
+func BenchmarkUpdateLinkRoutes(b *testing.B) {
+	requireNetAdmin(b)
+	const n = 10000
+	ns := newNetns(b)
+	gw := netip.MustParseAddr("169.254.0.1")
+	base := Link{Name: "vEthernet", NetNS: nsPath(ns), MAC: dataplane.MAC{0x02, 0, 0, 0, 0x78, 2},
+		Addrs: []netip.Prefix{netip.MustParsePrefix("10.78.0.1/24")}, Routes: []Route{{Dst: netip.PrefixFrom(gw, 32)}}}
+	tap, err := CreateTAP(base)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { tap.Close() })
+	vip := func(i int) Route {
+		return Route{Dst: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 96, byte(i >> 8), byte(i)}), 32), Via: gw, OnLink: true}
+	}
+	full := base
+	for i := range n {
+		full.Routes = append(full.Routes, vip(i))
+	}
+	b.Run("10000-at-once", func(b *testing.B) {
+		for b.Loop() {
+			if err := tap.UpdateLink(base, full); err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			if err := tap.UpdateLink(full, base); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+		}
+	})
+	if err := tap.UpdateLink(base, full); err != nil {
+		b.Fatal(err)
+	}
+	more := full
+	more.Routes = append(slices.Clone(full.Routes), vip(n))
+	b.Run("one-among-10000", func(b *testing.B) {
+		for b.Loop() {
+			if err := tap.UpdateLink(full, more); err != nil {
+				b.Fatal(err)
+			}
+			if err := tap.UpdateLink(more, full); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
