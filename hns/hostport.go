@@ -109,14 +109,9 @@ func (l *lowering) hostPort(svc hostSvc) *vfp.PortConfig {
 // address on that port (a destination NAT in the host's output path),
 // where the group balances them as the node port.
 
-// Host services gateway addresses and MAC (see HostServicesGateway).
-var (
-	hostServicesGW4 = netip.MustParseAddr("169.254.0.1")
-	hostServicesGW6 = netip.MustParseAddr("fe80::ff:1")
-	// HostServicesMAC is the MAC the switch answers for the gateway
-	// with (locally administered).
-	HostServicesMAC = dataplane.MAC{0x02, 0x75, 0x66, 0x70, 0x00, 0x01}
-)
+// HostServicesMAC is the MAC the switch answers for HostServicesGateway
+// with (locally administered).
+func HostServicesMAC() dataplane.MAC { return dataplane.MAC{0x02, 0x75, 0x66, 0x70, 0x00, 0x01} }
 
 // HostServicesGateway is the next hop of the routes to Service frontends
 // on the host's vNIC, of the family (IPv4 if v4): 169.254.0.1 and
@@ -125,9 +120,9 @@ var (
 // needs its interface named, which a destination NAT cannot do).
 func HostServicesGateway(v4 bool) netip.Addr {
 	if v4 {
-		return hostServicesGW4
+		return netip.AddrFrom4([4]byte{169, 254, 0, 1})
 	}
-	return hostServicesGW6
+	return netip.AddrFrom16([16]byte{0: 0xfe, 1: 0x80, 13: 0xff, 15: 1})
 }
 
 // hostSvc is what the host's vNIC has of Services: its load-balancers
@@ -191,7 +186,7 @@ func (l *lowering) hostServicesGateway(svc hostSvc) *vfp.GatewayConfig {
 	if l.c.Uplink.HostPort == "" || svc.group == nil {
 		return nil
 	}
-	gw := &vfp.GatewayConfig{MAC: HostServicesMAC, Ports: []string{l.c.Uplink.HostPort}}
+	gw := &vfp.GatewayConfig{MAC: HostServicesMAC(), Ports: []string{l.c.Uplink.HostPort}}
 	for _, v4 := range []bool{true, false} {
 		if _, ok := l.hostIPs[v4]; ok {
 			gw.IPs = append(gw.IPs, HostServicesGateway(v4))

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -67,7 +68,7 @@ func TestHostPortServicesLowering(t *testing.T) {
 		t.Fatal(err)
 	}
 	i := slices.IndexFunc(low.Ports, func(p vfp.PortConfig) bool { return p.Name == "host" })
-	j := slices.IndexFunc(low.Switch.Gateways, func(g vfp.GatewayConfig) bool { return g.MAC == hns.HostServicesMAC })
+	j := slices.IndexFunc(low.Switch.Gateways, func(g vfp.GatewayConfig) bool { return g.MAC == hns.HostServicesMAC() })
 	if i < 0 || j < 0 {
 		t.Fatalf("host port %d, services gateway %d: missing", i, j)
 	}
@@ -99,7 +100,7 @@ func TestHostPortServicesLowering(t *testing.T) {
 	if low, err = plain.Lower(); err != nil {
 		t.Fatal(err)
 	}
-	if slices.ContainsFunc(low.Switch.Gateways, func(g vfp.GatewayConfig) bool { return g.MAC == hns.HostServicesMAC }) {
+	if slices.ContainsFunc(low.Switch.Gateways, func(g vfp.GatewayConfig) bool { return g.MAC == hns.HostServicesMAC() }) {
 		t.Errorf("a services gateway without Services")
 	}
 }
@@ -213,5 +214,160 @@ func TestHostPortServicesTraffic(t *testing.T) {
 	f = receive(up, "host to an external IP")
 	if got := Describe(f, 4789); !strings.HasPrefix(got, "vxlan vni 4096 192.168.50.1 > 192.168.50.2: ipv4 udp 10.244.1.250:") || !strings.HasSuffix(got, " > 10.244.2.20:5353") {
 		t.Errorf("host to an external IP: %s", got)
+	}
+}
+
+// TestHostPortServicesCases lowers one load balancer at a time onto
+// hostDoc (with a remote endpoint and an IPv6 host address) and checks
+// what the host's vNIC gets of it: its rules, its routes beyond the
+// network's, its redirects.
+func TestHostPortServicesCases(t *testing.T) {
+	for _, tc := range []struct {
+		name, lb  string
+		rules     []string
+		routes    []string
+		redirects []string
+		noHost    bool // the document has no host's vNIC
+	}{
+		{
+			name:   "ClusterIP",
+			lb:     `{"Name": "c", "HostComputeEndpoints": ["pod-a"], "FrontendVIPs": ["10.96.0.10"], "PortMappings": [{"Protocol": 6, "InternalPort": 8080, "ExternalPort": 80, "Flags": 1}]}`,
+			rules:  []string{"lb-10.96.0.10-tcp-80"},
+			routes: []string{"169.254.0.1/32", "fe80::ff:1/128", "10.96.0.10/32 via 169.254.0.1 onlink"},
+		},
+		{
+			name:   "two ports of one frontend: one route",
+			lb:     `{"Name": "c", "HostComputeEndpoints": ["pod-a"], "FrontendVIPs": ["10.96.0.10"], "PortMappings": [{"Protocol": 6, "InternalPort": 8080, "ExternalPort": 80}, {"Protocol": 17, "InternalPort": 5353, "ExternalPort": 53}]}`,
+			rules:  []string{"lb-10.96.0.10-tcp-80", "lb-10.96.0.10-udp-53"},
+			routes: []string{"169.254.0.1/32", "fe80::ff:1/128", "10.96.0.10/32 via 169.254.0.1 onlink"},
+		},
+		{
+			name:   "IPv6 ClusterIP",
+			lb:     `{"Name": "c6", "HostComputeEndpoints": ["pod-a"], "Flags": 2, "FrontendVIPs": ["fd00:96::10"], "PortMappings": [{"Protocol": 6, "InternalPort": 8080, "ExternalPort": 80, "Flags": 1}]}`,
+			rules:  []string{"lb-fd00:96::10-tcp-80"},
+			routes: []string{"169.254.0.1/32", "fe80::ff:1/128", "fd00:96::10/128 via fe80::ff:1 onlink"},
+		},
+		{
+			name:      "node port",
+			lb:        `{"Name": "np", "HostComputeEndpoints": ["pod-a"], "PortMappings": [{"Protocol": 17, "InternalPort": 5353, "ExternalPort": 30053, "Flags": 2}]}`,
+			rules:     []string{"lb-169.254.0.1-udp-30053"},
+			routes:    []string{"169.254.0.1/32", "fe80::ff:1/128"},
+			redirects: []string{"udp 192.168.50.1:30053 -> 169.254.0.1"},
+		},
+		{
+			name:   "IPv6 node port: not redirected",
+			lb:     `{"Name": "np6", "HostComputeEndpoints": ["pod-a"], "Flags": 2, "PortMappings": [{"Protocol": 6, "InternalPort": 8080, "ExternalPort": 30080}]}`,
+			routes: nil,
+		},
+		{
+			name:      "a frontend on the host's address: redirected, not routed",
+			lb:        `{"Name": "h", "HostComputeEndpoints": ["pod-a"], "FrontendVIPs": ["192.168.50.1"], "PortMappings": [{"Protocol": 6, "InternalPort": 8080, "ExternalPort": 8443}]}`,
+			rules:     []string{"lb-169.254.0.1-tcp-8443"},
+			routes:    []string{"169.254.0.1/32", "fe80::ff:1/128"},
+			redirects: []string{"tcp 192.168.50.1:8443 -> 169.254.0.1"},
+		},
+		{
+			name:   "DSR with a SourceVIP",
+			lb:     `{"Name": "d", "HostComputeEndpoints": ["far"], "Flags": 1, "SourceVIP": "10.244.1.250", "FrontendVIPs": ["10.96.0.30"], "PortMappings": [{"Protocol": 6, "InternalPort": 8080, "ExternalPort": 80, "Flags": 1}]}`,
+			rules:  []string{"lb-10.96.0.30-tcp-80"},
+			routes: []string{"169.254.0.1/32", "fe80::ff:1/128", "10.96.0.30/32 via 169.254.0.1 onlink"},
+		},
+		{
+			name: "DSR without a SourceVIP: left out",
+			lb:   `{"Name": "d", "HostComputeEndpoints": ["far"], "Flags": 1, "FrontendVIPs": ["10.96.0.30"], "PortMappings": [{"Protocol": 6, "InternalPort": 8080, "ExternalPort": 80, "Flags": 1}]}`,
+		},
+		{
+			name:   "no host's vNIC",
+			lb:     `{"Name": "c", "HostComputeEndpoints": ["pod-a"], "FrontendVIPs": ["10.96.0.10"], "PortMappings": [{"Protocol": 6, "InternalPort": 8080, "ExternalPort": 80, "Flags": 1}]}`,
+			noHost: true,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var d doc
+			if err := json.Unmarshal([]byte(hostDoc), &d); err != nil {
+				t.Fatal(err)
+			}
+			up := d["Uplink"].(map[string]any)
+			up["IpAddresses"] = []any{"192.168.50.1/24", "fd00:50::1/64"}
+			if tc.noHost {
+				delete(up, "HostPort")
+				net := hnsNet0(d)
+				pols := net["Policies"].([]any)
+				net["Policies"] = pols[:len(pols)-1] // HostRoute, which needs it
+			}
+			ep := hnsEndpoint(d, 0)
+			ep["IpConfigurations"] = []any{map[string]any{"IpAddress": "10.244.1.10"}, map[string]any{"IpAddress": "fd00:244:1::10"}}
+			ipam := hnsSubnet0(d)
+			sub6 := jsonValue(t, `{"IpAddressPrefix": "fd00:244:1::/64", "Routes": [{"NextHop": "fd00:244:1::1", "DestinationPrefix": "::/0"}],
+				"Policies": [{"Type": "VSID", "Settings": {"IsolationId": 4096}}]}`)
+			subs := at(d, "Networks", 0, "Ipams", 0)
+			subs["Subnets"] = []any{ipam, sub6}
+			hnsAdd(t, d, "Endpoints", `{"Name": "far", "HostComputeNetwork": "vxlan0", "Flags": 1, "IpConfigurations": [{"IpAddress": "10.244.2.20"}]}`)
+			hnsAdd(t, d, "LoadBalancers", tc.lb)
+			raw, err := json.Marshal(d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := ParseConfig(raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			low, err := cfg.Lower()
+			if err != nil {
+				t.Fatal(err)
+			}
+			i := slices.IndexFunc(low.Ports, func(p vfp.PortConfig) bool { return p.Host })
+			if tc.noHost {
+				if i >= 0 || slices.ContainsFunc(low.Switch.Gateways, func(g vfp.GatewayConfig) bool { return g.MAC == hns.HostServicesMAC() }) {
+					t.Errorf("a host's vNIC or services gateway without Uplink.HostPort")
+				}
+				return
+			}
+			hp := low.Ports[i]
+			var rules, routes, redirects []string
+			for _, l := range hp.Layers {
+				for _, g := range l.Groups {
+					if g.Name != "load-balancers" {
+						continue
+					}
+					for _, r := range g.Rules {
+						if !r.Action.LBRoute || !r.Stateful || !r.Terminating {
+							t.Errorf("rule %s: %+v, want a routed, stateful, terminating lb", r.Name, r)
+						}
+						rules = append(rules, r.Name)
+					}
+				}
+			}
+			for _, r := range hp.Link.Routes {
+				if r.Destination.Bits() == 0 || r.Destination.Addr().Is4() && r.Destination.Bits() == 24 ||
+					r.Destination.Addr().Is6() && r.Destination.Bits() == 64 {
+					continue // the default routes and the networks' subnets
+				}
+				s := r.Destination.String()
+				if r.NextHop.IsValid() {
+					s += " via " + r.NextHop.String()
+				}
+				if r.OnLink {
+					s += " onlink"
+				}
+				routes = append(routes, s)
+			}
+			for _, r := range hp.Link.Redirects {
+				redirects = append(redirects, fmt.Sprintf("%s %s:%d -> %s", r.Protocol, r.From, r.Port, r.To))
+			}
+			if !slices.Equal(rules, tc.rules) || !slices.Equal(routes, tc.routes) || !slices.Equal(redirects, tc.redirects) {
+				t.Errorf("host's vNIC:\n rules %q\nroutes %q\nredirects %q\nwant %q, %q, %q", rules, routes, redirects, tc.rules, tc.routes, tc.redirects)
+			}
+			gw := slices.ContainsFunc(low.Switch.Gateways, func(g vfp.GatewayConfig) bool { return g.MAC == hns.HostServicesMAC() })
+			if gw != (len(tc.rules) > 0) {
+				t.Errorf("services gateway %v with %d rules", gw, len(tc.rules))
+			}
+		})
+	}
+}
+
+func TestHostServicesGateway(t *testing.T) {
+	if g4, g6 := hns.HostServicesGateway(true), hns.HostServicesGateway(false); g4 != addr("169.254.0.1") || g6 != addr("fe80::ff:1") {
+		t.Errorf("services gateway %s, %s", g4, g6)
 	}
 }
