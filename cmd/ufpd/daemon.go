@@ -169,6 +169,9 @@ func (d *daemon) open(spec deviceConfig, port *vswitch.Port) (reattached bool, e
 		dev.Close()
 		return false, err
 	}
+	if err := clearRedirects(spec, port); err != nil {
+		d.log.Warn("host's vNIC: a redirect table left by an earlier ufpd not removed", "port", spec.Port, "err", err)
+	}
 	d.devs[spec.Port] = &owned{spec: spec, link: port.Link, dev: dev}
 	delete(d.devErr, spec.Port)
 	d.hold(spec.Port)

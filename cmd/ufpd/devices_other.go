@@ -22,3 +22,6 @@ func openDevice(spec deviceConfig, link device.Link) (vswitch.Device, bool, erro
 	link.Name = spec.Name
 	return device.OpenOrCreateTUN(link)
 }
+
+// clearRedirects does nothing off Linux, where links have no redirects.
+func clearRedirects(deviceConfig, *vswitch.Port) error { return nil }

@@ -121,4 +121,25 @@ func TestHostLinkChangedInPlace(t *testing.T) {
 	if tb := table(); tb != "" {
 		t.Errorf("table left after the daemon closed its devices:\n%s", tb)
 	}
+
+	// A table an earlier ufpd left (killed) goes when the vNIC is opened
+	// without node ports.
+	runCmdIn(t, ns, "nft", "add table inet "+device.RedirectTable("vEthernet"))
+	if table() == "" {
+		t.Fatal("the stale table was not made")
+	}
+	d, err = newDaemon(config(false), slog.New(slog.NewTextHandler(&log, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed = false
+	if tb := table(); tb != "" {
+		t.Errorf("stale table kept by a ufpd whose vNIC has no redirects:\n%s", tb)
+	}
+}
+
+// runCmdIn runs a command in namespace ns and fails t if it fails.
+func runCmdIn(t *testing.T, ns, name string, args ...string) string {
+	t.Helper()
+	return runCmd(t, "ip", append([]string{"netns", "exec", ns, name}, args...)...)
 }
