@@ -118,6 +118,13 @@ func nftPath() (string, error) {
 	return "", errors.New("nft (package nftables) not found")
 }
 
+// CanRedirect says why a Link's redirects cannot be made on this machine
+// (nft is not installed), or returns nil.
+func CanRedirect() error {
+	_, err := nftPath()
+	return err
+}
+
 // setRedirects makes the redirect table of interface name in the network
 // namespace at nsPath hold exactly rs (none: removes it). kind names the
 // device in errors.

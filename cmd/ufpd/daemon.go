@@ -27,6 +27,9 @@ type daemon struct {
 	enc     stateEncoder      // the state file's policy, as last written (d.mu)
 	devs    map[string]*owned // by port name
 	stopped bool              // serve has returned: nothing more is opened
+	// noRedirects: links' redirects are left out (linkOf), and that was
+	// logged.
+	noRedirects bool
 	// rev counts the accepted configuration changes (persisted with the
 	// state).
 	rev uint64
@@ -161,7 +164,8 @@ func (d *daemon) open(spec deviceConfig, port *vswitch.Port) (reattached bool, e
 	if err := checkNetNS(spec); err != nil {
 		return false, err
 	}
-	dev, how, err := d.openOrAdopt(spec, port.Link)
+	link := d.linkOf(port)
+	dev, how, err := d.openOrAdopt(spec, link)
 	if err != nil {
 		return false, fmt.Errorf("port %s: %s device %s: %w", spec.Port, spec.Type, spec.Name, err)
 	}
@@ -172,7 +176,7 @@ func (d *daemon) open(spec deviceConfig, port *vswitch.Port) (reattached bool, e
 	if err := clearRedirects(spec, port); err != nil {
 		d.log.Warn("host's vNIC: a redirect table left by an earlier ufpd not removed", "port", spec.Port, "err", err)
 	}
-	d.devs[spec.Port] = &owned{spec: spec, link: port.Link, dev: dev}
+	d.devs[spec.Port] = &owned{spec: spec, link: link, dev: dev}
 	delete(d.devErr, spec.Port)
 	d.hold(spec.Port)
 	reattached = how != "made"
@@ -224,6 +228,25 @@ func (d *daemon) closeAll() {
 		d.unhold(port)
 		d.log.Info("port device removed", "port", port, "name", o.spec.Name)
 	}
+}
+
+// linkOf is port's link set-up as this machine can apply it: without
+// redirects where they cannot be made (no nft), which is logged once, so
+// that the host's vNIC still comes up and carries everything else (its
+// Services at their ClusterIPs and external IPs).
+func (d *daemon) linkOf(port *vswitch.Port) device.Link {
+	l := port.Link
+	if len(l.Redirects) == 0 {
+		return l
+	}
+	if err := canRedirect(); err != nil {
+		if !d.noRedirects {
+			d.log.Warn("the host's node ports are not redirected: the node's own connections to them stay local", "port", port.Name, "err", err)
+			d.noRedirects = true
+		}
+		l.Redirects = nil
+	}
+	return l
 }
 
 // linkUpdater is a device that changes its interface's routes and
@@ -293,8 +316,8 @@ func (d *daemon) apply(c *config, prep *vswitch.Prepared) error {
 		switch {
 		case !ok || spec != o.spec:
 			close = append(close, port)
-		case byName[port].Link.Equal(o.link):
-		case updatable(o, byName[port].Link):
+		case d.linkOf(byName[port]).Equal(o.link):
+		case updatable(o, d.linkOf(byName[port])):
 			update = append(update, port)
 		default:
 			close = append(close, port)
@@ -322,7 +345,7 @@ func (d *daemon) apply(c *config, prep *vswitch.Prepared) error {
 	for _, port := range update {
 		// Routes and redirects alone (a Service's frontend, on the
 		// host's vNIC): changed in place, the interface kept.
-		o, l := d.devs[port], d.sw.Port(port).Link
+		o, l := d.devs[port], d.linkOf(d.sw.Port(port))
 		from, to := o.link, l
 		from.Name, from.NetNS = o.spec.Name, o.spec.netnsPath()
 		to.Name, to.NetNS = from.Name, from.NetNS

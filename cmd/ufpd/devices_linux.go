@@ -30,6 +30,9 @@ func openDevice(spec deviceConfig, link device.Link) (dev vswitch.Device, reatta
 	}
 }
 
+// canRedirect says why links' redirects cannot be made here, or nil.
+func canRedirect() error { return device.CanRedirect() }
+
 // clearRedirects removes the redirect table (device.RedirectTable) an
 // earlier ufpd left on the host's vNIC when the link now has no redirects
 // (its node ports went while ufpd was down): a TAP writes its table when
@@ -38,6 +41,9 @@ func openDevice(spec deviceConfig, link device.Link) (dev vswitch.Device, reatta
 func clearRedirects(spec deviceConfig, port *vswitch.Port) error {
 	if !port.Host || spec.Type != "tap" || len(port.Link.Redirects) > 0 {
 		return nil
+	}
+	if canRedirect() != nil {
+		return nil // none can have been made here
 	}
 	return device.RemoveRedirects(spec.Name, spec.netnsPath())
 }
