@@ -3,6 +3,7 @@ package device
 import (
 	"errors"
 	"net/netip"
+	"slices"
 	"sync/atomic"
 
 	"github.com/ufp-dev/ufp/dataplane"
@@ -45,6 +46,32 @@ type Link struct {
 	Addrs []netip.Prefix
 	// Routes are installed through the interface once it is up.
 	Routes []Route
+	// Redirects send the namespace's own connections to one of its
+	// addresses and a port through the interface (Linux: an nftables
+	// table of the link's, RedirectTable; TAP only). Close removes them
+	// with the interface.
+	Redirects []Redirect
+}
+
+// Redirect is one redirect of a Link: the connections the stack makes to
+// From, of protocol Proto (TCP or UDP) and to Port, go to To instead, an
+// address routed through the interface, on the same port.
+type Redirect struct {
+	Proto    uint8
+	Port     uint16
+	From, To netip.Addr
+}
+
+// Equal reports whether a and b are the same set-up.
+func (a Link) Equal(b Link) bool {
+	return SameButRoutes(a, b) && slices.Equal(a.Routes, b.Routes) && slices.Equal(a.Redirects, b.Redirects)
+}
+
+// SameButRoutes reports whether a and b differ at most in their routes and
+// redirects: what UpdateLink changes on an interface in place.
+func SameButRoutes(a, b Link) bool {
+	return a.Name == b.Name && a.NetNS == b.NetNS && a.MAC == b.MAC && a.GatewayMAC == b.GatewayMAC &&
+		a.MTU == b.MTU && slices.Equal(a.Addrs, b.Addrs)
 }
 
 // Route is one route through a device's interface.

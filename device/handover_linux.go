@@ -107,7 +107,16 @@ func AdoptTAP(fd int, l Link) (*TAP, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("tap %s: non-blocking: %w", l.Name, err)
 	}
-	return newTAP(fd, l.Name, false)
+	t, err := newTAP(fd, l.Name, false)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.installRedirects(l); err != nil {
+		t.KeepOnClose()
+		t.Close()
+		return nil, err
+	}
+	return t, nil
 }
 
 // tunGetDevNetNS is TUNGETDEVNETNS (linux/if_tun.h, _IO('T', 227)): a

@@ -57,6 +57,11 @@ func validateLink(l Link) error {
 			return fmt.Errorf("Link.Routes[%d]: %w", i, err)
 		}
 	}
+	for i, r := range l.Redirects {
+		if err := validateRedirect(r); err != nil {
+			return fmt.Errorf("Link.Redirects[%d]: %w", i, err)
+		}
+	}
 	return nil
 }
 

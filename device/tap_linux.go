@@ -40,6 +40,11 @@ type TAP struct {
 	rc      syscall.RawConn
 	cnt     Counters
 
+	// redirects: the interface has a redirect table (Link.Redirects),
+	// in the namespace at redirNS, which Close removes.
+	redirects bool
+	redirNS   string
+
 	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
@@ -120,7 +125,15 @@ func CreateTAP(l Link) (*TAP, error) {
 		destroyTAPFd(fd)
 		return nil, err
 	}
-	return newTAP(fd, l.Name, true)
+	t, err := newTAP(fd, l.Name, true)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.installRedirects(l); err != nil {
+		t.Close()
+		return nil, err
+	}
+	return t, nil
 }
 
 // OpenTAP attaches to the existing persistent TAP interface l.Name in
@@ -174,7 +187,16 @@ func OpenTAP(l Link) (*TAP, error) {
 		unix.Close(fd) // persist stays: the interface is left for another try
 		return nil, err
 	}
-	return newTAP(fd, l.Name, false)
+	t, err := newTAP(fd, l.Name, false)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.installRedirects(l); err != nil {
+		t.KeepOnClose() // left for another try, as above
+		t.Close()
+		return nil, err
+	}
+	return t, nil
 }
 
 // OpenOrCreateTAP attaches to the TAP l describes if it exists (OpenTAP),
@@ -525,8 +547,9 @@ func isGone(err error) bool {
 	return err == unix.EBADFD || err == unix.ENODEV || err == unix.ENXIO
 }
 
-// Close implements vswitch.Device: it clears persist and closes the fd,
-// which removes the interface wherever it is (once no other process holds
+// Close implements vswitch.Device: it removes the redirects it installed
+// (Link.Redirects), clears persist and closes the fd, which removes the
+// interface wherever it is (once no other process holds
 // a descriptor of it), and unblocks a pending ReadPackets (which returns
 // ErrClosed). After KeepOnClose it closes the fd only. Close is
 // idempotent. A process that dies without Close leaves the interface,
@@ -535,9 +558,9 @@ func (t *TAP) Close() error {
 	t.closeOnce.Do(func() {
 		t.closed.Store(true)
 		close(t.hand.closing)
-		var perr error
-		var cerr error
+		var rerr, perr, cerr error
 		if !t.hand.keep.Load() {
+			rerr = t.removeRedirects()
 			cerr = t.rc.Control(func(fd uintptr) {
 				perr = unix.IoctlSetInt(int(fd), unix.TUNSETPERSIST, 0)
 			})
@@ -554,7 +577,7 @@ func (t *TAP) Close() error {
 		if cerr != nil {
 			cerr = fmt.Errorf("tap %s: close: %w", t.name, cerr)
 		}
-		t.closeErr = errors.Join(perr, cerr)
+		t.closeErr = errors.Join(rerr, perr, cerr)
 	})
 	return t.closeErr
 }

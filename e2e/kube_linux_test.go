@@ -2,10 +2,12 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"math/rand/v2"
 	"net/netip"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -31,6 +33,13 @@ import (
 //     backend from a pod (ClusterIP, NodePort, external IP; TCP and
 //     UDP) and from the outside host (NodePort, external IP); local
 //     backends see the client, remote ones the source VIP;
+//   - node1's own stack (its namespace, through its vNIC vEthernet)
+//     reaches every backend at the ClusterIP, the external IP and the
+//     NodePort on node1's address (TCP and UDP; the NodePort redirected
+//     by node1's nftables table ufp_vEthernet to the services gateway),
+//     and an IPv6 ClusterIP; local backends see node1's address, remote
+//     ones the source VIP; affinity holds as for a pod; Services coming
+//     and going change vEthernet's routes in place (its interface stays);
 //   - a dual-stack Service reaches every backend over IPv6 too (node2's
 //     over VXLAN with IPv4 provider addresses, from the IPv6 source VIP);
 //   - a Service with an external IP that is node1's own address gets a
@@ -53,13 +62,6 @@ import (
 //     another owner's objects are untouched;
 //   - ufpd, SIGKILLed and restarted from its state file while the API
 //     changes, is brought in step again.
-//
-// Not covered, because ufpd cannot do it yet: a Service reached by node1's
-// own stack (its namespace, through its vNIC vEthernet). A connection to
-// the node's own address and a NodePort never reaches ufpd (Linux
-// delivers it locally), and the host's vNIC port has no load-balancers
-// group (hns lowers one for endpoints and the uplink only), so even a
-// ClusterIP from the node is routed to the default gateway unbalanced.
 func TestKube(t *testing.T) {
 	k := newKubeLab(t)
 	all := []string{"w1", "w2", "w3", "w4"}
@@ -83,6 +85,9 @@ func TestKube(t *testing.T) {
 			{"outside-to-nodeport", k.outside, hostPort(k.n1.ip(), 30080)},
 			{"pod-to-external-ip", k.client, hostPort(kubeExternalIP, 80)},
 			{"outside-to-external-ip", k.outside, hostPort(kubeExternalIP, 80)},
+			{"node-to-clusterip", k.node1, hostPort(webVIP, 80)},
+			{"node-to-nodeport", k.node1, hostPort(k.n1.ip(), 30080)},
+			{"node-to-external-ip", k.node1, hostPort(kubeExternalIP, 80)},
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				waitAnswer(t, c.from, c.addr)
@@ -116,7 +121,46 @@ func TestKube(t *testing.T) {
 				return answerName(ans), err
 			})
 		})
+		t.Run("node-udp", func(t *testing.T) {
+			// The node's UDP to the ClusterIP, the external IP and its
+			// own node port (the one the API assigned to its UDP port).
+			i := slices.IndexFunc(web.Spec.Ports, func(p corev1.ServicePort) bool { return p.Protocol == corev1.ProtocolUDP })
+			np := int(web.Spec.Ports[i].NodePort)
+			for _, addr := range []string{hostPort(webVIP, 53), hostPort(kubeExternalIP, 53), hostPort(k.n1.ip(), np)} {
+				balanced(t, all, func() (string, error) {
+					ans, from, err := udpAsk(k.node1, addr)
+					if err == nil && from.String() != addr {
+						t.Errorf("answer to %s came from %s", addr, from)
+					}
+					return answerName(ans), err
+				})
+			}
+		})
+		t.Run("node-client-address", func(t *testing.T) {
+			// Local backends see node1's address; remote ones the source
+			// VIP; both at the ClusterIP and the node port.
+			for _, addr := range []string{hostPort(webVIP, 80), hostPort(k.n1.ip(), 30080)} {
+				seen := map[string]string{}
+				for i := 0; i < 40 && len(seen) < len(all); i++ {
+					ans, err := askHTTP(k.node1, addr)
+					if err != nil {
+						t.Fatal(err)
+					}
+					seen[answerName(ans)] = answerPeer(ans).Addr().String()
+				}
+				for _, b := range all {
+					want := k.n1.ip()
+					if k.backends[b].node != k.nodeName1 {
+						want = kubeSourceVIP
+					}
+					if seen[b] != want {
+						t.Errorf("%s: backend %s saw node1 as %q, want %s", addr, b, seen[b], want)
+					}
+				}
+			}
+		})
 	})
+	vEthernet := k.hostLinkIndex(t)
 
 	t.Run("dual-stack", func(t *testing.T) {
 		svc := k.service(t, "dual", all, func(s *corev1.Service) {
@@ -152,6 +196,10 @@ func TestKube(t *testing.T) {
 			ans, _, err := udpAsk(k.client, hostPort(svc.Spec.ClusterIPs[1], 53))
 			return answerName(ans), err
 		})
+		// node1's own stack over IPv6 (routed through the services
+		// gateway's link-local address).
+		waitAnswer(t, k.node1, addr)
+		balanced(t, all, func() (string, error) { return askName(k.node1, addr) })
 	})
 
 	t.Run("problem-event", func(t *testing.T) {
@@ -196,9 +244,34 @@ func TestKube(t *testing.T) {
 			t.Errorf("20 connections of one client with ClientIP affinity reached %v, want one backend", seen)
 		}
 		t.Logf("20 connections reached %v", seen)
+		// node1's own stack is a client like another.
+		seen = map[string]int{}
+		for range 20 {
+			name, err := askName(k.node1, addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen[name]++
+		}
+		if len(seen) != 1 {
+			t.Errorf("20 connections of node1 with ClientIP affinity reached %v, want one backend", seen)
+		}
+		// Services came and went since web was programmed: vEthernet's
+		// routes changed in place, the interface stayed.
+		if i := k.hostLinkIndex(t); i != vEthernet {
+			t.Errorf("vEthernet is interface %d, was %d: ufpd made it again for a change of routes", i, vEthernet)
+		}
 
-		// Its backend terminating (draining): the affinity to it is
-		// forgotten, and the client sticks to another.
+		// The client's backend terminating (draining): the affinity to it
+		// is forgotten, and the client sticks to another.
+		seen = map[string]int{}
+		for range 20 {
+			name, err := askName(k.client, addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen[name]++
+		}
 		var first string
 		for name := range seen {
 			first = name
@@ -315,6 +388,22 @@ func TestKube(t *testing.T) {
 	t.Run("ufpd-restarted", func(t *testing.T) {
 		k.ufpdRestart(t, all)
 	})
+}
+
+// hostLinkIndex is the interface index of node1's vEthernet.
+func (k *kubeLab) hostLinkIndex(t *testing.T) int {
+	t.Helper()
+	out, err := exec.Command("ip", "-j", "-n", k.node1, "link", "show", "dev", "vEthernet").Output()
+	if err != nil {
+		t.Fatalf("ip link show vEthernet in %s: %v", k.node1, err)
+	}
+	var links []struct {
+		Index int `json:"ifindex"`
+	}
+	if err := json.Unmarshal(out, &links); err != nil || len(links) != 1 {
+		t.Fatalf("ip link show vEthernet: %v: %s", err, out)
+	}
+	return links[0].Index
 }
 
 // clientIP is the client pod's IPv4 (or IPv6) address.

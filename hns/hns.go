@@ -1082,6 +1082,10 @@ func (l *lowering) emit(eps []*epPlan) *vfp.Document {
 			out.Switch.Gateways[i].Ports = append(out.Switch.Gateways[i].Ports, l.c.Uplink.HostPort)
 		}
 	}
+	svc := l.hostServices()
+	if gw := l.hostServicesGateway(svc); gw != nil {
+		out.Switch.Gateways = append(out.Switch.Gateways, *gw)
+	}
 	if decap := l.decapLayer(); decap != nil {
 		up.Layers = append(up.Layers, *decap)
 	}
@@ -1124,7 +1128,7 @@ func (l *lowering) emit(eps []*epPlan) *vfp.Document {
 		}
 		out.Ports = append(out.Ports, pc)
 	}
-	if hp := l.hostPort(); hp != nil {
+	if hp := l.hostPort(svc); hp != nil {
 		out.Ports = append(out.Ports, *hp)
 	}
 	out.Ports = append(out.Ports, up)

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/ufp-dev/ufp/dataplane"
 	"github.com/ufp-dev/ufp/vfp"
 )
 
@@ -38,10 +39,11 @@ func (l *lowering) hostVNICAddrs() []netip.Prefix {
 
 // hostPort returns the host's vNIC (Uplink.HostPort), or nil: the host's
 // addresses with their underlay prefixes, a default route through each
-// family's Uplink.DefaultGateway, and a route on the link to every
+// family's Uplink.DefaultGateway, a route on the link to every
 // network's subnets outside the host's own underlay prefix (the switch answers ARP and neighbour solicitations
-// for the pods there).
-func (l *lowering) hostPort() *vfp.PortConfig {
+// for the pods there), and what svc has of Services: a route to each
+// frontend, the redirects of node ports, the load-balancers group.
+func (l *lowering) hostPort(svc hostSvc) *vfp.PortConfig {
 	name := l.c.Uplink.HostPort
 	if name == "" {
 		return nil
@@ -70,20 +72,155 @@ func (l *lowering) hostPort() *vfp.PortConfig {
 			}
 		}
 	}
-	if layer := l.hostNATLayer(); layer != nil {
+	if svc.group != nil {
+		// The services gateway, on the link: the next hop of the
+		// frontends' routes and the node ports' redirects.
+		for _, v4 := range []bool{true, false} {
+			if _, ok := l.hostIPs[v4]; ok {
+				gw := HostServicesGateway(v4)
+				pc.Link.Routes = append(pc.Link.Routes, vfp.LinkRouteConfig{Destination: netip.PrefixFrom(gw, gw.BitLen())})
+			}
+		}
+	}
+	seen := map[netip.Addr]bool{}
+	for _, f := range svc.frontends {
+		if !seen[f] {
+			seen[f] = true
+			pc.Link.Routes = append(pc.Link.Routes, vfp.LinkRouteConfig{Destination: netip.PrefixFrom(f, f.BitLen()),
+				NextHop: HostServicesGateway(f.Is4()), OnLink: true})
+		}
+	}
+	pc.Link.Redirects = svc.redirects
+	if layer := l.hostNATLayer(svc.group); layer != nil {
 		pc.Layers = append(pc.Layers, *layer)
 	}
 	return pc
 }
 
-// hostNATLayer is the NAT_LAYER of the host's vNIC when a NAT pool is on a
-// host address: the host's own connections to the outside bind their
+// The host's own connections to Services. The host's vNIC balances them
+// as an endpoint's port does, in a load-balancers group at the head of
+// its NAT_LAYER, and routes each frontend's address to the switch:
+// through HostServicesGateway, an on-link next hop (link-local) the
+// switch answers ARP and neighbour solicitations for on the host's vNIC
+// only, so that a frontend on the host's own subnet (an external IP) is
+// not resolved on the wire. A NodePort is on the host's own address,
+// which the host's stack delivers to itself: the vNIC's link redirects
+// the host's connections to its address and a node port to the gateway's
+// address on that port (a destination NAT in the host's output path),
+// where the group balances them as the node port.
+
+// HostServicesMAC is the MAC the switch answers for HostServicesGateway
+// with (locally administered).
+func HostServicesMAC() dataplane.MAC { return dataplane.MAC{0x02, 0x75, 0x66, 0x70, 0x00, 0x01} }
+
+// HostServicesGateway is the next hop of the routes to Service frontends
+// on the host's vNIC, of the family (IPv4 if v4): 169.254.0.1 and
+// fe80::ff:1. A NodePort reached from the host is balanced at the IPv4
+// one; IPv6 node ports are not redirected (a link-local destination
+// needs its interface named, which a destination NAT cannot do).
+func HostServicesGateway(v4 bool) netip.Addr {
+	if v4 {
+		return netip.AddrFrom4([4]byte{169, 254, 0, 1})
+	}
+	return netip.AddrFrom16([16]byte{0: 0xfe, 1: 0x80, 13: 0xff, 15: 1})
+}
+
+// hostSvc is what the host's vNIC has of Services: its load-balancers
+// group (nil: none), the frontends routed to it, and its redirects.
+type hostSvc struct {
+	group     *vfp.GroupConfig
+	frontends []netip.Addr
+	redirects []vfp.LinkRedirectConfig
+}
+
+// hostServices lowers the Services the host reaches: every frontend of a
+// family the host has an address of, internal (ILB) ones too, and node
+// ports at the gateway's IPv4 address. A DSR load balancer without a
+// SourceVIP is left out: its remote backends' replies would not come
+// back through the switch (the host's connections to remote backends
+// are always translated to the SourceVIP, as connections from the
+// network are).
+func (l *lowering) hostServices() hostSvc {
+	var svc hostSvc
+	if l.c.Uplink.HostPort == "" {
+		return svc
+	}
+	g := vfp.GroupConfig{Name: "load-balancers", Match: &vfp.MatchConfig{Direction: vfp.Out}}
+	for _, b := range l.lbs {
+		v4 := b.frontends[0].Is4()
+		host, ok := l.hostIPs[v4]
+		if !ok || b.cfg.DSR && !b.sourceVIP.IsValid() {
+			continue
+		}
+		for _, f := range b.frontends {
+			if f == host {
+				// A node port (or a frontend on the host's address).
+				if !v4 {
+					continue
+				}
+				f = HostServicesGateway(v4)
+				svc.redirects = append(svc.redirects, vfp.LinkRedirectConfig{Protocol: b.proto, From: host, Port: b.external, To: f})
+			} else {
+				svc.frontends = append(svc.frontends, f)
+			}
+			g.Rules = append(g.Rules, vfp.RuleConfig{
+				Name:     fmt.Sprintf("lb-%s-%s-%d", f, b.proto, b.external),
+				Priority: vfp.Priority(uint32(100 + len(g.Rules))),
+				Match: &vfp.MatchConfig{Protocols: []vfp.Proto{b.proto}, DstIPs: vfp.Hosts(f),
+					DstPorts: []vfp.PortRange{vfp.Port(b.external)}},
+				Action:      vfp.ActionConfig{Type: vfp.Allow, LB: b.name, LBRoute: true},
+				Terminating: true, Stateful: true,
+			})
+		}
+	}
+	if len(g.Rules) > 0 {
+		svc.group = &g
+	}
+	return svc
+}
+
+// hostServicesGateway is the switch's gateway for the host's routes to
+// Service frontends (HostServicesGateway), serving the host's vNIC only,
+// or nil when the host reaches no Service.
+func (l *lowering) hostServicesGateway(svc hostSvc) *vfp.GatewayConfig {
+	if l.c.Uplink.HostPort == "" || svc.group == nil {
+		return nil
+	}
+	gw := &vfp.GatewayConfig{MAC: HostServicesMAC(), Ports: []string{l.c.Uplink.HostPort}}
+	for _, v4 := range []bool{true, false} {
+		if _, ok := l.hostIPs[v4]; ok {
+			gw.IPs = append(gw.IPs, HostServicesGateway(v4))
+		}
+	}
+	return gw
+}
+
+// hostNATLayer is the NAT_LAYER of the host's vNIC: the load balancers
+// the host reaches (lbs, hostServices), then, when a NAT pool is on a
+// host address, the host's own connections to the outside bind their
 // ports in that pool (Site.Host: each keeps its port unless a pod's
 // mapping holds it, and is then remapped, as Linux conntrack remaps a
 // local connection), so that the host's connections and the pods'
 // mappings never share an external port, across the whole port range.
 // Connections to the endpoints are the host's business alone.
-func (l *lowering) hostNATLayer() *vfp.LayerConfig {
+func (l *lowering) hostNATLayer(lbs *vfp.GroupConfig) *vfp.LayerConfig {
+	var groups []vfp.GroupConfig
+	if lbs != nil {
+		groups = append(groups, *lbs)
+	}
+	if g := l.hostConnections(); g != nil {
+		groups = append(groups, *g)
+	}
+	if len(groups) == 0 {
+		return nil
+	}
+	return &vfp.LayerConfig{Name: LayerNAT, Groups: groups}
+}
+
+// hostConnections is the group of the host's vNIC's NAT_LAYER that binds
+// the host's own connections in the pool of its address (hostNATLayer),
+// or nil.
+func (l *lowering) hostConnections() *vfp.GroupConfig {
 	g := vfp.GroupConfig{Name: "host-connections", Match: &vfp.MatchConfig{Direction: vfp.Out}}
 	var local []netip.Prefix
 	for _, n := range l.nets {
@@ -105,7 +242,7 @@ func (l *lowering) hostNATLayer() *vfp.LayerConfig {
 	if len(g.Rules) == 0 || !g.Rules[len(g.Rules)-1].Action.SNAT.IsValid() {
 		return nil
 	}
-	return &vfp.LayerConfig{Name: LayerNAT, Groups: []vfp.GroupConfig{g}}
+	return &g
 }
 
 // endpointLink is the link set-up of an endpoint's interface: its

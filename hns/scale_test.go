@@ -11,9 +11,17 @@ import (
 // BenchmarkLower lowers the documents of a node agent with many Services
 // (scaledoc): lowering must grow linearly with them.
 func BenchmarkLower(b *testing.B) {
-	for _, n := range []int{1000, 10000} {
-		s := scaledoc.Shape{Services: n, Backends: 10, Locals: 50}
-		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
+	for _, c := range []struct {
+		n    int
+		host string
+	}{{1000, ""}, {10000, ""}, {10000, "vEthernet"}} {
+		n := c.n
+		s := scaledoc.Shape{Services: n, Backends: 10, Locals: 50, HostPort: c.host}
+		name := fmt.Sprintf("services=%d", n)
+		if c.host != "" {
+			name += "/host-port" // its load-balancers group and routes
+		}
+		b.Run(name, func(b *testing.B) {
 			doc := s.Document()
 			b.ReportAllocs()
 			for b.Loop() {

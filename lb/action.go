@@ -83,7 +83,11 @@ func (a *Action) Translate(d *dataplane.Decision, at rules.Site) bool {
 		return false
 	}
 	hairpin := be.ip == client
-	if hairpin || be.remote && (!b.dsr || at.Uplink) {
+	// From the network or the host's own stack (at.Host: its address is
+	// on the underlay, where a remote backend's direct reply would not
+	// reach it through the switch), a remote backend is reached from the
+	// SourceVIP even with DSR.
+	if hairpin || be.remote && (!b.dsr || at.Uplink || at.Host) {
 		if tr.On() {
 			why := "the backend is remote"
 			if hairpin {

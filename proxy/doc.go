@@ -15,7 +15,9 @@
 //     it; the network does not);
 //   - NS.SVC.tcpPORT.v4.nodeport (NodePort and LoadBalancer Services): no
 //     frontend, so the host's address, on the node port, flagged
-//     LocalRoutedVIP so the node's pods reach it too (not yet the node's own stack: docs/KUBERNETES.md);
+//     LocalRoutedVIP so the node's pods reach it too (the node's own
+//     stack reaches every load balancer through its vNIC: package hns,
+//     docs/KUBERNETES.md);
 //   - NS.SVC.tcpPORT.v4.external: the externalIPs and the load balancer
 //     ingress IPs of that family, flagged VipExternalIP.
 //

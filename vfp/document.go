@@ -198,6 +198,23 @@ type LinkConfig struct {
 	// GatewayMAC is the MAC an L3 port's frames are sent to (the router
 	// the switch answers for); an Ethernet port learns it by ARP.
 	GatewayMAC dataplane.MAC `json:"gatewayMac,omitzero"`
+	// Redirects send the connections the port's own network stack (the
+	// host's, on its vNIC) makes to one of its addresses and a port
+	// through the port instead: the stack would deliver them to itself
+	// (a Service's NodePort on the node's address). Each is a destination
+	// NAT in the stack's output path (nftables), made when a connection
+	// starts and never seen by the switch's packet path.
+	Redirects []LinkRedirectConfig `json:"redirects,omitempty"`
+}
+
+// LinkRedirectConfig is one redirect of a port's interface: the stack's
+// connections to From, of Protocol and to Port, go to To (an address
+// routed through the interface) on the same port.
+type LinkRedirectConfig struct {
+	Protocol Proto      `json:"protocol"`
+	From     netip.Addr `json:"from"`
+	Port     uint16     `json:"port"`
+	To       netip.Addr `json:"to"`
 }
 
 // LinkRouteConfig is one route through a port's interface.

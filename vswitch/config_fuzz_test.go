@@ -25,6 +25,13 @@ func FuzzParseConfig(f *testing.F) {
 	}
 	f.Add([]byte(`{"Uplink": {"MacAddress": "02:00:00:00:00:fe"}, "Networks": []}`))
 	f.Add([]byte(`{"Networks": [{"Name": "n", "Type": "Overlay", "Policies": [{"Type": "VxlanPort", "Settings": {"Port": 8472}}]}]}`))
+	// The host's vNIC with Services (its routes, redirects, services
+	// gateway), at both levels.
+	f.Add([]byte(hostLBDoc(f)))
+	f.Add([]byte(`{"switch": {}, "ports": [{"name": "uplink", "mac": "02:00:00:00:00:fe", "ips": ["192.168.50.1"], "uplink": true},
+	  {"name": "host", "mac": "02:00:00:00:00:fe", "ips": ["192.168.50.1"], "host": true,
+	   "link": {"routes": [{"destination": "10.96.0.10/32", "nextHop": "169.254.0.1", "onLink": true}],
+	    "redirects": [{"protocol": "tcp", "from": "192.168.50.1", "port": 30080, "to": "169.254.0.1"}]}}]}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		lowersCompiles(t, b)
 		c, err := ParseConfig(b)

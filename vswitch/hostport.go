@@ -75,6 +75,13 @@ func compileLink(lc *vfp.LinkConfig, at string, port *Port) (device.Link, error)
 		}
 		l.Routes = append(l.Routes, rt)
 	}
+	for i, r := range lc.Redirects {
+		rt, err := compileRedirect(r, fmt.Sprintf("%s.redirects[%d]", at, i), port)
+		if err != nil {
+			return l, err
+		}
+		l.Redirects = append(l.Redirects, rt)
+	}
 	if m := lc.GatewayMAC; !m.IsZero() {
 		if err := vfp.CheckUnicastMAC(at+".gatewayMac", m); err != nil {
 			return l, err
@@ -82,4 +89,31 @@ func compileLink(lc *vfp.LinkConfig, at string, port *Port) (device.Link, error)
 		l.GatewayMAC = m
 	}
 	return l, nil
+}
+
+// compileRedirect checks one redirect of a port's link set-up (at) against
+// the port: TCP or UDP, a port, from one of the port's addresses to an
+// address of the same family that is not.
+func compileRedirect(r vfp.LinkRedirectConfig, at string, port *Port) (device.Redirect, error) {
+	switch {
+	case r.Protocol != vfp.TCP && r.Protocol != vfp.UDP:
+		return device.Redirect{}, fmt.Errorf("%s.protocol: %s: only tcp and udp are redirected", at, r.Protocol)
+	case r.Port == 0:
+		return device.Redirect{}, fmt.Errorf("%s.port: a port is required", at)
+	}
+	if err := vfp.CheckAddr(at+".from", r.From); err != nil {
+		return device.Redirect{}, err
+	}
+	if err := vfp.CheckAddr(at+".to", r.To); err != nil {
+		return device.Redirect{}, err
+	}
+	switch {
+	case !port.HasIP(r.From):
+		return device.Redirect{}, fmt.Errorf("%s.from: %s is not one of the port's ips: only the stack's own addresses are delivered locally", at, r.From)
+	case port.HasIP(r.To):
+		return device.Redirect{}, fmt.Errorf("%s.to: %s is one of the port's ips: redirected there, connections would stay local", at, r.To)
+	case r.From.Is4() != r.To.Is4():
+		return device.Redirect{}, fmt.Errorf("%s.to: %s is not of from's family", at, r.To)
+	}
+	return device.Redirect{Proto: uint8(r.Protocol), Port: r.Port, From: r.From, To: r.To}, nil
 }

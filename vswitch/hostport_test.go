@@ -188,6 +188,11 @@ func TestHostPortErrors(t *testing.T) {
 		{"uplink and host", `{"name": "host", "mac": "02:00:00:00:00:fd", "host": true, "uplink": true}`, "ports[1].host: the uplink cannot be the host's vNIC too"},
 		{"link address not the port's", `{"name": "pod", "mac": "02:00:00:00:00:0a", "ips": ["10.0.0.10"], "link": {"addresses": ["10.0.0.11/24"]}}`, "ports[1].link.addresses[0]: 10.0.0.11 is not one of the port's ips"},
 		{"link route with host bits", `{"name": "pod", "mac": "02:00:00:00:00:0a", "link": {"routes": [{"destination": "10.0.0.1/24"}]}}`, "ports[1].link.routes[0].destination: 10.0.0.1/24 has host bits set"},
+		{"redirect from another address", `{"name": "host", "mac": "02:00:00:00:00:fe", "ips": ["192.168.50.1"], "host": true, "link": {"redirects": [{"protocol": "tcp", "from": "192.168.50.9", "port": 80, "to": "169.254.0.1"}]}}`, "ports[1].link.redirects[0].from: 192.168.50.9 is not one of the port's ips"},
+		{"redirect to the port's own address", `{"name": "host", "mac": "02:00:00:00:00:fe", "ips": ["192.168.50.1"], "host": true, "link": {"redirects": [{"protocol": "tcp", "from": "192.168.50.1", "port": 80, "to": "192.168.50.1"}]}}`, "ports[1].link.redirects[0].to: 192.168.50.1 is one of the port's ips"},
+		{"redirect of icmp", `{"name": "host", "mac": "02:00:00:00:00:fe", "ips": ["192.168.50.1"], "host": true, "link": {"redirects": [{"protocol": "icmp", "from": "192.168.50.1", "port": 80, "to": "169.254.0.1"}]}}`, "ports[1].link.redirects[0].protocol: icmp: only tcp and udp"},
+		{"redirect without a port", `{"name": "host", "mac": "02:00:00:00:00:fe", "ips": ["192.168.50.1"], "host": true, "link": {"redirects": [{"protocol": "udp", "from": "192.168.50.1", "to": "169.254.0.1"}]}}`, "ports[1].link.redirects[0].port: a port is required"},
+		{"redirect across families", `{"name": "host", "mac": "02:00:00:00:00:fe", "ips": ["192.168.50.1"], "host": true, "link": {"redirects": [{"protocol": "udp", "from": "192.168.50.1", "port": 53, "to": "fe80::1"}]}}`, "ports[1].link.redirects[0].to: fe80::1 is not of from's family"},
 		{"link route family", `{"name": "pod", "mac": "02:00:00:00:00:0a", "link": {"routes": [{"destination": "::/0", "nextHop": "10.0.0.1"}]}}`, "ports[1].link.routes[0].nextHop: 10.0.0.1 is not of the destination's family"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -8,7 +8,6 @@ import (
 	"maps"
 	"net"
 	"os"
-	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -28,6 +27,9 @@ type daemon struct {
 	enc     stateEncoder      // the state file's policy, as last written (d.mu)
 	devs    map[string]*owned // by port name
 	stopped bool              // serve has returned: nothing more is opened
+	// noRedirects: links' redirects are left out (linkOf), and that was
+	// logged.
+	noRedirects bool
 	// rev counts the accepted configuration changes (persisted with the
 	// state).
 	rev uint64
@@ -162,7 +164,8 @@ func (d *daemon) open(spec deviceConfig, port *vswitch.Port) (reattached bool, e
 	if err := checkNetNS(spec); err != nil {
 		return false, err
 	}
-	dev, how, err := d.openOrAdopt(spec, port.Link)
+	link := d.linkOf(port)
+	dev, how, err := d.openOrAdopt(spec, link)
 	if err != nil {
 		return false, fmt.Errorf("port %s: %s device %s: %w", spec.Port, spec.Type, spec.Name, err)
 	}
@@ -170,7 +173,10 @@ func (d *daemon) open(spec deviceConfig, port *vswitch.Port) (reattached bool, e
 		dev.Close()
 		return false, err
 	}
-	d.devs[spec.Port] = &owned{spec: spec, link: port.Link, dev: dev}
+	if err := clearRedirects(spec, port); err != nil {
+		d.log.Warn("host's vNIC: a redirect table left by an earlier ufpd not removed", "port", spec.Port, "err", err)
+	}
+	d.devs[spec.Port] = &owned{spec: spec, link: link, dev: dev}
 	delete(d.devErr, spec.Port)
 	d.hold(spec.Port)
 	reattached = how != "made"
@@ -224,6 +230,39 @@ func (d *daemon) closeAll() {
 	}
 }
 
+// linkOf is port's link set-up as this machine can apply it: without
+// redirects where they cannot be made (no nft), which is logged once, so
+// that the host's vNIC still comes up and carries everything else (its
+// Services at their ClusterIPs and external IPs).
+func (d *daemon) linkOf(port *vswitch.Port) device.Link {
+	l := port.Link
+	if len(l.Redirects) == 0 {
+		return l
+	}
+	if err := canRedirect(); err != nil {
+		if !d.noRedirects {
+			d.log.Warn("the host's node ports are not redirected: the node's own connections to them stay local", "port", port.Name, "err", err)
+			d.noRedirects = true
+		}
+		l.Redirects = nil
+	}
+	return l
+}
+
+// linkUpdater is a device that changes its interface's routes and
+// redirects in place (device.TAP).
+type linkUpdater interface {
+	UpdateLink(old, l device.Link) error
+}
+
+// updatable reports whether o's device can take link l in place: it
+// differs from o's only in routes and redirects, and the device changes
+// those.
+func updatable(o *owned, l device.Link) bool {
+	_, ok := o.dev.(linkUpdater)
+	return ok && device.SameButRoutes(o.link, l)
+}
+
 // failedAs reports whether spec's port has no device because spec failed
 // to open (on restore or on an earlier change).
 func (d *daemon) failedAs(spec deviceConfig) bool {
@@ -271,10 +310,16 @@ func (d *daemon) apply(c *config, prep *vswitch.Prepared) error {
 		want[spec.Port] = spec
 	}
 	var open []deviceConfig
-	var close []string
+	var close, update []string
 	for port, o := range d.devs {
 		spec, ok := want[port]
-		if !ok || spec != o.spec || !reflect.DeepEqual(byName[port].Link, o.link) {
+		switch {
+		case !ok || spec != o.spec:
+			close = append(close, port)
+		case d.linkOf(byName[port]).Equal(o.link):
+		case updatable(o, d.linkOf(byName[port])):
+			update = append(update, port)
+		default:
 			close = append(close, port)
 		}
 	}
@@ -296,6 +341,21 @@ func (d *daemon) apply(c *config, prep *vswitch.Prepared) error {
 		return fmt.Errorf("%w: policy: %w", errRejected, err)
 	}
 	d.cfg = c
+	slices.Sort(update)
+	for _, port := range update {
+		// Routes and redirects alone (a Service's frontend, on the
+		// host's vNIC): changed in place, the interface kept.
+		o, l := d.devs[port], d.linkOf(d.sw.Port(port))
+		from, to := o.link, l
+		from.Name, from.NetNS = o.spec.Name, o.spec.netnsPath()
+		to.Name, to.NetNS = from.Name, from.NetNS
+		if err := o.dev.(linkUpdater).UpdateLink(from, to); err != nil {
+			d.log.Error("port device's routes not updated; its device is opened again", "port", port, "err", err)
+			close, open = append(close, port), append(open, o.spec)
+			continue
+		}
+		o.link = l
+	}
 	slices.Sort(close)
 	for _, port := range close {
 		o := d.devs[port]

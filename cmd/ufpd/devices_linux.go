@@ -30,6 +30,24 @@ func openDevice(spec deviceConfig, link device.Link) (dev vswitch.Device, reatta
 	}
 }
 
+// canRedirect says why links' redirects cannot be made here, or nil.
+func canRedirect() error { return device.CanRedirect() }
+
+// clearRedirects removes the redirect table (device.RedirectTable) an
+// earlier ufpd left on the host's vNIC when the link now has no redirects
+// (its node ports went while ufpd was down): a TAP writes its table when
+// it has redirects, and otherwise leaves what it finds. Only the host's
+// vNIC can have one, so pods' TAPs cost nothing here.
+func clearRedirects(spec deviceConfig, port *vswitch.Port) error {
+	if !port.Host || spec.Type != "tap" || len(port.Link.Redirects) > 0 {
+		return nil
+	}
+	if canRedirect() != nil {
+		return nil // none can have been made here
+	}
+	return device.RemoveRedirects(spec.Name, spec.netnsPath())
+}
+
 // uplink is the uplink's device (AF_PACKET or AF_XDP) on an interface the
 // switch owns while it is open: the kernel's own stack is kept off it
 // (device.Dedicate) and given it back on Close.

@@ -22,3 +22,10 @@ func openDevice(spec deviceConfig, link device.Link) (vswitch.Device, bool, erro
 	link.Name = spec.Name
 	return device.OpenOrCreateTUN(link)
 }
+
+// clearRedirects does nothing off Linux, where links have no redirects.
+func clearRedirects(deviceConfig, *vswitch.Port) error { return nil }
+
+// canRedirect says why links' redirects cannot be made: off Linux they
+// do not exist.
+func canRedirect() error { return fmt.Errorf("link redirects need Linux (this is %s)", runtime.GOOS) }

@@ -23,6 +23,9 @@ type Shape struct {
 	Backends int // remote backends per Service, each an endpoint of its own
 	Locals   int // local endpoints (at most 200)
 	Nodes    int // remote nodes, one RemoteSubnetRoute each (default 100)
+	// HostPort names the host's vNIC on the switch (Uplink.HostPort;
+	// "": none), which then reaches every Service too.
+	HostPort string
 }
 
 // Network is the overlay network's name; Owner is the agent's.
@@ -49,6 +52,7 @@ func (s Shape) Document() *hns.Document {
 	}
 	d := &hns.Document{Uplink: &hns.UplinkConfig{Name: "uplink", MacAddress: "02:00:00:00:00:fe", IpAddresses: []string{"192.168.0.10"},
 		DefaultGateway: "192.168.0.1", Neighbors: []hns.NeighborConfig{{IpAddress: "192.168.0.1", MacAddress: "02:00:00:00:00:fd"}}}}
+	d.Uplink.HostPort = s.HostPort
 	policies := []hns.PolicyConfig{
 		policy("ProviderAddress", hns.ProviderAddressSettings{ProviderAddress: "192.168.0.10"}),
 		policy("DrMacAddress", hns.DrMacAddressSettings{Address: "02:00:00:00:00:01"}),
