@@ -3,6 +3,7 @@ package vswitch
 import (
 	"bytes"
 	"cmp"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -791,20 +792,101 @@ func (s *lbfState) flush() {
 		v := fmt.Sprintf("%s -> %s (%s)", s.sw.PortByID(p.InPort).Name, outName(s.sw, p), p.Path)
 		s.verdicts[v]++
 		s.recent.add(fmt.Sprintf("t=%s doc %d %s: %x", time.Duration(s.now), s.doc, v, in))
-		if (p.Drop == dataplane.NotDropped) == (p.OutPort == dataplane.NoPort) {
-			t.Fatalf("frame %x: drop %s with out port %d", in, p.Drop, p.OutPort)
+		if p.Path == dataplane.PathHeld {
+			// A later IP fragment before its first: the worker holds
+			// it, neither sent nor dropped, until its first fragment's
+			// verdict releases it or its time runs out
+			// (dataplane/fragtrack.go). Fragment tracking gives it no
+			// decision of its own (no spoofing check, no balancing):
+			// it only ever takes its first fragment's.
+			if p.OutPort != dataplane.NoPort {
+				t.Fatalf("frame %x: held, with out port %d", in, p.OutPort)
+			}
+			continue
 		}
-		if p.Drop.String() == "unknown-drop-reason" {
-			t.Fatalf("frame %x: dropped with unknown reason %d", in, uint8(p.Drop))
-		}
-		if p.Drop == dataplane.NotDropped && s.sw.PortByID(p.OutPort) == nil {
-			t.Fatalf("frame %x: sent to port %d, which is not in the policy", in, p.OutPort)
-		}
+		s.checkVerdict(in, p)
 		s.checkPacket(in, p, s.pres[i], alone)
+	}
+	// Later fragments held before and released by this batch's first
+	// fragments take their verdicts.
+	for _, p := range s.w.Released() {
+		s.checkVerdict(p.Bytes(), p)
 	}
 	s.pending, s.inputs, s.pres = s.pending[:0], s.inputs[:0], s.pres[:0]
 	s.checkTable("after a batch")
 	s.discover()
+}
+
+// checkVerdict checks that p, which arrived as in, was dropped with a
+// known reason and no port, or sent out of a port of the policy.
+func (s *lbfState) checkVerdict(in []byte, p *dataplane.Packet) {
+	t := s.t
+	if (p.Drop == dataplane.NotDropped) == (p.OutPort == dataplane.NoPort) {
+		t.Fatalf("frame %x: drop %s with out port %d (%s path)", in, p.Drop, p.OutPort, p.Path)
+	}
+	if p.Drop.String() == "unknown-drop-reason" {
+		t.Fatalf("frame %x: dropped with unknown reason %d", in, uint8(p.Drop))
+	}
+	if p.Drop == dataplane.NotDropped && s.sw.PortByID(p.OutPort) == nil {
+		t.Fatalf("frame %x: sent to port %d, which is not in the policy", in, p.OutPort)
+	}
+}
+
+// tooBig reports whether got, the answer to a client's packet in to a
+// frontend sent back by the port it came in by, is an ICMP fragmentation
+// needed (IPv4 with DF set) or packet too big (IPv6, which routers never
+// fragment: RFC 8200 section 5), and fails unless it is one a router
+// would send (dataplane/mtu.go): it announces the MTU of the port of one
+// of the Service's backends (a remote one's: the uplink's less the
+// VXLAN header set), which the packet exceeds, and quotes the packet as
+// the client sent it, to the frontend: an error through a load balancer
+// must not show the client the backend (RFC 5508 section 7, RFC 1812
+// 4.3.2.3), or the client's stack cannot match it to its socket.
+func (s *lbfState) tooBig(in []byte, ih *dataplane.Headers, out *Port, got []byte, oh *dataplane.Headers) bool {
+	t := s.t
+	ty := uint8(oh.DstPort >> 8)
+	var mtu int
+	switch {
+	case oh.Proto == dataplane.ProtoICMPv4 && oh.IPVersion == 4 && ty == dataplane.ICMPv4DestUnreachable && uint8(oh.DstPort) == dataplane.ICMPv4CodeFragNeeded:
+		mtu = int(binary.BigEndian.Uint16(got[oh.L4+6:]))
+		if dataplane.IPv4(in[ih.L3:]).FragField()&0x4000 == 0 { // DF
+			t.Fatalf("frame %x without DF answered by %s with a fragmentation needed %x, not fragmented", in, out.Name, got)
+		}
+	case oh.Proto == dataplane.ProtoICMPv6 && oh.IPVersion == 6 && ty == dataplane.ICMPv6PacketTooBig:
+		mtu = int(binary.BigEndian.Uint32(got[oh.L4+4:]))
+	default:
+		return false
+	}
+	var q dataplane.Quote
+	if !dataplane.ParseQuote(got, oh, &q) || q.L4 == 0 || q.Proto != ih.Proto ||
+		q.SrcAddr() != ih.SrcAddr() || q.DstAddr() != ih.DstAddr() || q.SrcPort != ih.SrcPort || q.DstPort != ih.DstPort {
+		t.Fatalf("frame %x answered by %s with %x, a too-big error that does not quote it as sent:\n%s", in, out.Name, got, s.dump())
+	}
+	if size := int(ih.End - ih.L3); mtu >= size || !s.backendMTU(ih.DstAddr(), ih.Proto, ih.DstPort, mtu) {
+		t.Fatalf("frame %x (%d bytes of IP) answered by %s with a too-big error announcing MTU %d, no backend's port's MTU below it:\n%s",
+			in, size, out.Name, mtu, s.dump())
+	}
+	return true
+}
+
+// backendMTU reports whether mtu is that of a port a backend of the
+// Service at the frontend (addr, proto, port) is reached by: a local
+// backend's own port, the uplink less the overlay's VXLAN header set
+// (IPv4 underlay) for a remote one.
+func (s *lbfState) backendMTU(addr netip.Addr, proto uint8, port uint16, mtu int) bool {
+	svc := s.model.fronts[lbfFront{addr, proto, port}]
+	for be := range svc.backends {
+		var m int
+		if s.model.remote[be] {
+			m = int(s.sw.Port("uplink").MTU) - (dataplane.EthernetLen + dataplane.IPv4MinLen + 8 + dataplane.VXLANLen)
+		} else if p := s.sw.Port(s.model.ports[be]); p != nil {
+			m = int(p.MTU)
+		}
+		if m == mtu {
+			return true
+		}
+	}
+	return false
 }
 
 // discover records the connections the last batch created that the
@@ -940,6 +1022,15 @@ func (s *lbfState) checkBalanced(svc *lbfSvc, in []byte, ih *dataplane.Headers, 
 	t := s.t
 	isrc, idst := lbfEnds(ih)
 	osrc, odst := netip.AddrPortFrom(oh.SrcAddr(), oh.SrcPort), netip.AddrPortFrom(oh.DstAddr(), oh.DstPort)
+	if p.OutPort == p.InPort && oh.DstAddr() == ih.SrcAddr() && s.tooBig(in, ih, out, got, oh) {
+		// Too big for the port to its backend: dataplane/mtu.go answers
+		// as a router (RFC 1191, RFC 8201, RFC 4443 3.2).
+		s.verdicts["too big for the backend's port"]++
+		if svc.name == "sticky/tcp/80" {
+			delete(s.aff, ih.SrcAddr()) // the affinity may have been touched
+		}
+		return
+	}
 	if p.OutPort == p.InPort && oh.DstAddr() == ih.SrcAddr() && oh.SrcAddr() == ih.DstAddr() {
 		// Refused, answered from the frontend: the Service has no
 		// healthy backend, or the packet is a segment of a connection
