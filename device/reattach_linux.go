@@ -242,3 +242,72 @@ func ipNetPrefix(n *net.IPNet) netip.Prefix {
 	}
 	return netip.PrefixFrom(a, ones)
 }
+
+// PruneRoutes deletes the routes through the interface name, in the
+// namespace at nsPath ("" is the caller's), that a process before this one
+// made for the next hops owned and that keep (the Link's routes now) no
+// longer lists: a route via one of owned, and the host route (/32, /128,
+// direct) to one of owned. Reattaching (OpenTAP, AdoptTAP) only adds what
+// is missing, so this is how routes to what went while no process held
+// the interface (a Service deleted meanwhile) go. Every other route on
+// the interface is left alone: the kernel's prefix routes, direct routes,
+// routes via other next hops (an operator's). It returns the routes
+// deleted; a route already gone is not an error.
+func PruneRoutes(name, nsPath string, keep []Route, owned []netip.Addr) ([]Route, error) {
+	if len(owned) == 0 {
+		return nil, nil
+	}
+	h, err := netlinkAt(nsPath)
+	if err != nil {
+		return nil, fmt.Errorf("link %s: %w", name, err)
+	}
+	defer h.Close()
+	link, err := h.LinkByName(name)
+	if err != nil {
+		return nil, linkStepError("link", name, "find link", err)
+	}
+	routes, err := h.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{LinkIndex: link.Attrs().Index}, netlink.RT_FILTER_OIF)
+	if err != nil {
+		return nil, linkStepError("link", name, "list routes", err)
+	}
+	type key struct {
+		dst netip.Prefix
+		via netip.Addr
+	}
+	wanted := make(map[key]bool, len(keep))
+	for _, r := range keep {
+		wanted[key{r.Dst.Masked(), r.Via}] = true
+	}
+	var gone []Route
+	for _, nr := range routes {
+		r, ok := ownedRoute(nr, owned)
+		if !ok || wanted[key{r.Dst, r.Via}] {
+			continue
+		}
+		if err := h.RouteDel(&nr); err != nil && !errors.Is(err, unix.ESRCH) {
+			return gone, linkStepError("link", name, "stale route "+routeString(r)+": delete", err)
+		}
+		gone = append(gone, r)
+	}
+	return gone, nil
+}
+
+// ownedRoute is the kernel's route nr as a Route, and whether it is one
+// PruneRoutes may delete: via one of owned, or the direct host route to
+// one of owned.
+func ownedRoute(nr netlink.Route, owned []netip.Addr) (Route, bool) {
+	dst := ipNetPrefix(nr.Dst)
+	if !dst.IsValid() {
+		return Route{}, false // a default route: never one of the owned ones
+	}
+	r := Route{Dst: dst.Masked(), OnLink: nr.Flags&int(netlink.FLAG_ONLINK) != 0}
+	if nr.Gw != nil {
+		via, ok := netip.AddrFromSlice(nr.Gw)
+		if !ok {
+			return Route{}, false
+		}
+		r.Via = via.Unmap()
+		return r, slices.Contains(owned, r.Via)
+	}
+	return r, dst.IsSingleIP() && slices.Contains(owned, dst.Addr())
+}

@@ -478,3 +478,70 @@ func TestOpenOrCreateTAP(t *testing.T) {
 		t.Errorf("OpenTAP after Close: %v, want ErrNoInterface", err)
 	}
 }
+
+// TestPruneRoutes: on an interface a dead process left, PruneRoutes
+// deletes the routes via an owned next hop (and the host routes to one)
+// that the Link no longer lists, of both families, and leaves the kept
+// ones, the kernel's, and those via other next hops or direct.
+func TestPruneRoutes(t *testing.T) {
+	requireNetAdmin(t)
+	ns := newNetns(t)
+	createCrashedPodTAP(t, ns)
+	owned := []netip.Addr{netip.MustParseAddr("169.254.0.1"), netip.MustParseAddr("fe80::ff:1")}
+	add := [][]string{
+		{"169.254.0.1/32"},
+		{"fe80::ff:1/128"},
+		{"10.96.0.10/32", "via", "169.254.0.1", "onlink"},
+		{"10.96.0.11/32", "via", "169.254.0.1", "onlink"},
+		{"fd96::10/128", "via", "fe80::ff:1"},
+		{"fd96::11/128", "via", "fe80::ff:1"},
+		{"10.97.0.0/16", "via", "10.77.0.254"},
+		{"10.98.0.1/32"},
+		{"fd98::1/128"},
+	}
+	for _, a := range add {
+		mustRun(t, "ip", append([]string{"-n", ns, "route", "add"}, append(a, "dev", "eth0")...)...)
+	}
+	keep := append(slices.Clone(podLink(ns).Routes),
+		Route{Dst: netip.MustParsePrefix("169.254.0.1/32")},
+		Route{Dst: netip.MustParsePrefix("10.96.0.11/32"), Via: owned[0], OnLink: true},
+		Route{Dst: netip.MustParsePrefix("fd96::11/128"), Via: owned[1]})
+	gone, err := PruneRoutes("eth0", nsPath(ns), keep, owned)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"10.96.0.10/32 via 169.254.0.1 onlink", "fd96::10/128 via fe80::ff:1", "fe80::ff:1/128"}
+	var got []string
+	for _, r := range gone {
+		got = append(got, routeString(r))
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Errorf("deleted %q, want %q", got, want)
+	}
+	for _, fam := range []string{"-4", "-6"} {
+		var have []ipRoute
+		ipJSON(t, ns, &have, fam, "route", "show", "dev", "eth0")
+		t.Logf("%s routes left: %+v", fam, have)
+	}
+	show := func(dst string) string {
+		fam := "-4"
+		if strings.Contains(dst, ":") {
+			fam = "-6"
+		}
+		return strings.TrimSpace(mustRun(t, "ip", fam, "-n", ns, "route", "show", dst))
+	}
+	for _, dst := range []string{"10.96.0.10", "fd96::10", "fe80::ff:1"} {
+		if s := show(dst); s != "" {
+			t.Errorf("route to %s left: %q", dst, s)
+		}
+	}
+	for _, dst := range []string{"169.254.0.1", "10.96.0.11", "fd96::11", "10.97.0.0/16", "10.98.0.1", "fd98::1", "10.77.0.0/24", "fd77::/64", "fe80::/64", "default", "198.51.100.0/24"} {
+		if s := show(dst); s == "" {
+			t.Errorf("route to %s deleted", dst)
+		}
+	}
+	if gone, err := PruneRoutes("eth0", nsPath(ns), keep, owned); err != nil || len(gone) != 0 {
+		t.Errorf("PruneRoutes again: %v, %v, want nothing", gone, err)
+	}
+}

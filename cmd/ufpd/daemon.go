@@ -176,6 +176,15 @@ func (d *daemon) open(spec deviceConfig, port *vswitch.Port) (reattached bool, e
 	if err := clearRedirects(spec, port); err != nil {
 		d.log.Warn("host's vNIC: a redirect table left by an earlier ufpd not removed", "port", spec.Port, "err", err)
 	}
+	if how != "made" {
+		gone, err := pruneRoutes(spec, port, link)
+		if err != nil {
+			d.log.Warn("host's vNIC: routes left by an earlier ufpd not all removed", "port", spec.Port, "err", err)
+		}
+		if len(gone) > 0 {
+			d.log.Info("host's vNIC: routes left by an earlier ufpd removed", "port", spec.Port, "routes", len(gone))
+		}
+	}
 	d.devs[spec.Port] = &owned{spec: spec, link: link, dev: dev}
 	delete(d.devErr, spec.Port)
 	d.hold(spec.Port)

@@ -2,9 +2,11 @@ package main
 
 import (
 	"errors"
+	"net/netip"
 	"sync/atomic"
 
 	"github.com/ufp-dev/ufp/device"
+	"github.com/ufp-dev/ufp/hns"
 	"github.com/ufp-dev/ufp/vswitch"
 )
 
@@ -90,4 +92,18 @@ func (u *uplink) Close() error {
 		u.restore = nil
 	}
 	return err
+}
+
+// pruneRoutes removes the routes an earlier ufpd gave the host's vNIC
+// (a TAP it reattached to or was handed) that link no longer has: those
+// through the services gateway (hns.HostServicesGateway) to Services
+// deleted while ufpd was down, and the gateway's own route when the host
+// reaches no Service any more. Reattaching only adds what is missing.
+// Routes through other next hops, and the kernel's, are never touched.
+func pruneRoutes(spec deviceConfig, port *vswitch.Port, link device.Link) ([]device.Route, error) {
+	if !port.Host || spec.Type != "tap" {
+		return nil, nil
+	}
+	owned := []netip.Addr{hns.HostServicesGateway(true), hns.HostServicesGateway(false)}
+	return device.PruneRoutes(spec.Name, spec.netnsPath(), link.Routes, owned)
 }

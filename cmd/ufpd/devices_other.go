@@ -26,6 +26,9 @@ func openDevice(spec deviceConfig, link device.Link) (vswitch.Device, bool, erro
 // clearRedirects does nothing off Linux, where links have no redirects.
 func clearRedirects(deviceConfig, *vswitch.Port) error { return nil }
 
+// pruneRoutes does nothing off Linux, where the host's vNIC is not a TAP.
+func pruneRoutes(deviceConfig, *vswitch.Port, device.Link) ([]device.Route, error) { return nil, nil }
+
 // canRedirect says why links' redirects cannot be made: off Linux they
 // do not exist.
 func canRedirect() error { return fmt.Errorf("link redirects need Linux (this is %s)", runtime.GOOS) }

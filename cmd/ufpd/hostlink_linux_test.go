@@ -143,3 +143,61 @@ func runCmdIn(t *testing.T, ns, name string, args ...string) string {
 	t.Helper()
 	return runCmd(t, "ip", append([]string{"netns", "exec", ns, name}, args...)...)
 }
+
+// TestHostLinkStaleRoutesOnReattach: a ufpd killed with a Service routed
+// on the host's vNIC leaves the route; the next ufpd, reattaching without
+// that Service, removes it and the services gateway's route, and leaves
+// an operator's route via another next hop, an operator's direct route
+// and the kernel's prefix route where they are.
+func TestHostLinkStaleRoutesOnReattach(t *testing.T) {
+	ns := xdpTestNS(t) // with up0, the uplink's interface
+	testenv.NeedTUN(t)
+	testenv.NeedTool(t, "nft")
+	config := func(services bool) *config {
+		doc := `{"policy": ` + hostLinkPolicy(services) + `, "devices": [
+		  {"port": "host", "type": "tap", "name": "vEthernet", "netns": "` + ns + `"},
+		  {"port": "uplink", "type": "afpacket", "name": "up0", "netns": "` + ns + `"}]}`
+		c, err := parseConfig([]byte(doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	var log syncBuffer
+	d, err := newDaemon(config(true), slog.New(slog.NewTextHandler(&log, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	routes := func() string {
+		return runCmd(t, "ip", "-n", ns, "route", "show", "dev", "vEthernet")
+	}
+	if r := routes(); !strings.Contains(r, "10.96.0.10 via 169.254.0.1") || !strings.Contains(r, "169.254.0.1 scope link") {
+		t.Fatalf("with a Service, the vNIC's routes:\n%s", r)
+	}
+	// Killed: its devices' interfaces stay, as after SIGKILL.
+	d.handedOver.Store(true)
+	d.closeAll()
+	t.Cleanup(func() { device.DeleteLink("vEthernet", "/var/run/netns/"+ns) })
+	runCmd(t, "ip", "-n", ns, "route", "add", "10.97.0.0/16", "via", "192.168.50.254", "dev", "vEthernet")
+	runCmd(t, "ip", "-n", ns, "route", "add", "10.98.0.1/32", "dev", "vEthernet")
+
+	d, err = newDaemon(config(false), slog.New(slog.NewTextHandler(&log, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.closeAll)
+	if !strings.Contains(log.String(), "interface=reattached") {
+		t.Fatalf("the vNIC was not reattached; log:\n%s", log.String())
+	}
+	r := routes()
+	for _, stale := range []string{"10.96.0.10", "169.254.0.1"} {
+		if strings.Contains(r, stale) {
+			t.Errorf("stale route to %s kept:\n%s", stale, r)
+		}
+	}
+	for _, kept := range []string{"10.97.0.0/16 via 192.168.50.254", "10.98.0.1 scope link", "192.168.50.0/24 proto kernel", "10.244.1.0/24"} {
+		if !strings.Contains(r, kept) {
+			t.Errorf("route %q removed:\n%s", kept, r)
+		}
+	}
+}
