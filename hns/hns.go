@@ -333,6 +333,7 @@ type lowering struct {
 	refs       map[string]int32
 	nRemote    int // RemoteSubnetRoutes of every network
 	lbs        []*lbPlan
+	lbShared   lbShared // the load-balancers groups ports share
 	vxlanPort  uint16
 	vxlanAt    string
 }
@@ -359,6 +360,9 @@ func lower(c *Document) (*lowering, *vfp.Document, error) {
 	}
 	if len(c.Switch.LoadBalancers) > 0 {
 		return nil, nil, fmt.Errorf("switch.loadBalancers: at the HNS level LoadBalancers make them")
+	}
+	if len(c.Switch.SharedGroups) > 0 {
+		return nil, nil, fmt.Errorf("switch.sharedGroups: at the HNS level lowering makes them")
 	}
 	// The flow table's settings pass through as they are.
 	if _, err := c.Switch.FlowTable.Compile(); err != nil {
@@ -1134,6 +1138,7 @@ func (l *lowering) emit(eps []*epPlan) *vfp.Document {
 	out.Ports = append(out.Ports, up)
 	out.Switch.NATPools = l.natPools()
 	out.Switch.LoadBalancers = l.balancers()
+	out.Switch.SharedGroups = l.lbShared.groups
 	return out
 }
 

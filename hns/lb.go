@@ -16,7 +16,9 @@ import (
 // programs them), lowered into switch.loadBalancers, a load-balancers
 // group at the head of every endpoint's NAT_LAYER (the client's own port
 // balances: VFP's SLB_NAT_LAYER), and one in the uplink's NAT_LAYER for
-// connections arriving from the network.
+// connections arriving from the network. Each is a shared group
+// (switch.sharedGroups), one per kind of port (lbSite), not a copy per
+// port.
 
 // LoadBalancerConfig is an HNS load balancer.
 type LoadBalancerConfig struct {
@@ -526,11 +528,59 @@ func (l *lowering) backend(name string, ep *epPlan, v4 bool) (vfp.BackendConfig,
 	return be, nil
 }
 
-// lbGroup is the load-balancers group of a port's NAT_LAYER: for an
-// endpoint (uplink false), every frontend pods reach; for the uplink,
-// every frontend the network reaches.
-func (l *lowering) lbGroup(ep *epPlan, uplink bool) *vfp.GroupConfig {
-	g := vfp.GroupConfig{Name: "load-balancers", Match: &vfp.MatchConfig{Direction: vfp.Out}}
+// lbSite is a kind of port whose NAT_LAYER balances: the load-balancers
+// group of a kind is the same for every port of it, so it is lowered once,
+// into switch.sharedGroups, and each port's NAT_LAYER names it (a group
+// with shared): the switch compiles its rules and classifier once, however
+// many pods there are. Another kind of port is a constant here, its name
+// in lbSiteNames and its case in lbSharedGroup.
+type lbSite uint8
+
+const (
+	// lbPods: endpoints whose balanced packets keep their MACs (an
+	// Overlay's: the encap layer and the gateway route them on).
+	lbPods lbSite = iota
+	// lbPodsRouted: endpoints whose balanced packets are routed to the
+	// backend by the rule (L2Bridge).
+	lbPodsRouted
+	// lbUplink: connections arriving from the network.
+	lbUplink
+	nLBSites
+)
+
+// lbSiteNames are the shared groups' names, by site.
+var lbSiteNames = [nLBSites]string{"load-balancers-pods", "load-balancers-pods-routed", "load-balancers-uplink"}
+
+// lbShared are the load-balancers groups a lowering made, by site.
+type lbShared struct {
+	groups []vfp.GroupConfig // switch.sharedGroups
+	made   [nLBSites]bool
+	empty  [nLBSites]bool // made, and no rule: no port names it
+}
+
+// lbGroup is the load-balancers group of the NAT_LAYER of a port of
+// site: a group naming the site's shared group, nil if that has no rule.
+func (l *lowering) lbGroup(site lbSite) *vfp.GroupConfig {
+	s := &l.lbShared
+	if !s.made[site] {
+		s.made[site] = true
+		g := l.lbSharedGroup(site)
+		if s.empty[site] = len(g.Rules) == 0; !s.empty[site] {
+			s.groups = append(s.groups, g)
+		}
+	}
+	if s.empty[site] {
+		return nil
+	}
+	return &vfp.GroupConfig{Name: "load-balancers", Shared: lbSiteNames[site]}
+}
+
+// lbSharedGroup lowers the load-balancers group of site: for endpoints,
+// every frontend pods reach; for the uplink, every frontend the network
+// reaches.
+func (l *lowering) lbSharedGroup(site lbSite) vfp.GroupConfig {
+	g := vfp.GroupConfig{Name: lbSiteNames[site], Match: &vfp.MatchConfig{Direction: vfp.Out}}
+	uplink := site == lbUplink
 	for _, b := range l.lbs {
 		switch {
 		case uplink && b.flags&LBPortILB != 0:
@@ -538,7 +588,7 @@ func (l *lowering) lbGroup(ep *epPlan, uplink bool) *vfp.GroupConfig {
 		case !uplink && b.nodePort && b.flags&LBPortLocalRoutedVIP == 0:
 			continue // the host's port, from the network only
 		}
-		route := uplink || b.cfg.PreserveDst || ep.net.cfg.Type == TypeL2Bridge
+		route := site != lbPods || b.cfg.PreserveDst
 		for _, f := range b.frontends {
 			g.Rules = append(g.Rules, vfp.RuleConfig{
 				Name:     fmt.Sprintf("lb-%s-%s-%d", f, b.proto, b.external),
@@ -550,10 +600,7 @@ func (l *lowering) lbGroup(ep *epPlan, uplink bool) *vfp.GroupConfig {
 			})
 		}
 	}
-	if len(g.Rules) == 0 {
-		return nil
-	}
-	return &g
+	return g
 }
 
 // balancers lists the switch's load balancers.

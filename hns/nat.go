@@ -485,7 +485,11 @@ func (m *portMap) name() string {
 // network either is on.
 func (l *lowering) natLayer(ep *epPlan) *vfp.LayerConfig {
 	var groups []vfp.GroupConfig
-	if g := l.lbGroup(ep, false); g != nil {
+	site := lbPods
+	if ep.net.cfg.Type == TypeL2Bridge {
+		site = lbPodsRouted
+	}
+	if g := l.lbGroup(site); g != nil {
 		groups = append(groups, *g)
 	}
 	hair := vfp.GroupConfig{Name: "port-mapping-hairpin"}
@@ -632,7 +636,7 @@ func familyName(o *outNATPlan) string {
 // admits them.
 func (l *lowering) portMapLayer() *vfp.LayerConfig {
 	var groups []vfp.GroupConfig
-	if g := l.lbGroup(nil, true); g != nil {
+	if g := l.lbGroup(lbUplink); g != nil {
 		groups = append(groups, *g)
 	}
 	if len(l.nat.maps) > 0 {

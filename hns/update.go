@@ -155,7 +155,11 @@ func (nl *lowering) diffEndpoints(l *lowering) (fresh []int, gone []*remoteEP, o
 // another part of the document has.
 func (nl *lowering) addRemotes(fresh []int) bool {
 	for _, i := range fresh {
-		ec := &nl.c.Endpoints[i]
+		// A copy of its own: the remote endpoint outlives this document
+		// (later updates keep it), and a pointer into the document's
+		// endpoints (one array, and its slices' arrays, for all of them:
+		// CloneEndpoints) would keep the whole document alive.
+		ec := &CloneEndpoints(nl.c.Endpoints[i : i+1])[0]
 		n := nl.byName[ec.HostComputeNetwork]
 		if ec.Name == "" || ec.Flags != EndpointFlagRemote || nl.portNames[ec.Name] || nl.remotes[ec.Name] != nil || n == nil {
 			return false

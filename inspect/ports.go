@@ -56,6 +56,10 @@ type GroupInfo struct {
 	// Match is the group's own condition, "any" if it has none.
 	Match string     `json:"match"`
 	Rules []RuleInfo `json:"rules"`
+	// Shared names the shared group this one is (switch.sharedGroups):
+	// its rules, and their counters, are those of every port that has
+	// it.
+	Shared string `json:"shared,omitempty"`
 }
 
 // RuleInfo describes a rule and its counters.

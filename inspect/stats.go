@@ -127,4 +127,8 @@ type RuleCount struct {
 	Hits    uint64 `json:"hits"`
 	Packets uint64 `json:"packets"`
 	Bytes   uint64 `json:"bytes"`
+	// Shared: the rule is of a shared group (Group is its name), one
+	// rule for every port that has it (Port is empty), counting for them
+	// all.
+	Shared bool `json:"shared,omitempty"`
 }

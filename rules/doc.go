@@ -30,6 +30,12 @@
 //
 // Policies are immutable once compiled; the switch swaps them atomically.
 //
+// A group may be shared (Shared, NewShared): compiled once, with its
+// rules, their counters and its classifier, and taken by reference by
+// every layer that has it (the load balancers every pod's NAT layer
+// holds). Each layer still names its own group and keeps its own verdict
+// cache; a shared rule's counters count for every layer together.
+//
 // It imports dataplane only. The stateful actions it calls (StatefulAction)
 // live in the packages of their features (nat, lb).
 package rules

@@ -3,6 +3,7 @@ package rules
 import (
 	"fmt"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -309,7 +310,44 @@ type Group struct {
 	Name  string
 	Match Condition
 	Rules []Rule
+	// Shared, when set, is the group compiled once for several layers:
+	// Layer.Compile gives the group its Match and Rules (the same Rules,
+	// with their counters, in every layer that has it), and the layer
+	// uses its classifier. Such a group has no Match or Rules of its own.
+	Shared *Shared
 }
+
+// Shared is a group compiled once and used by many layers, such as the
+// load balancers every pod's NAT layer holds: its rules, their counters
+// and its classifier exist once, whichever layers have it. A shared
+// rule's counters are the rule's in all those layers together. Immutable
+// and safe for concurrent use once made.
+type Shared struct {
+	group Group
+	cls   classifier
+	uses  layerUses
+}
+
+// NewShared validates group g (Match and Rules; its own Shared must be
+// nil) and compiles it to be shared. It takes ownership of g.Rules.
+func NewShared(g Group) (*Shared, error) {
+	if g.Shared != nil {
+		return nil, fmt.Errorf("shared: a shared group cannot name another")
+	}
+	if err := checkGroup(&g); err != nil {
+		return nil, err
+	}
+	s := &Shared{group: g}
+	s.uses = compileRules(g.Rules, &g.Match)
+	s.cls = newClassifier(g.Rules)
+	return s, nil
+}
+
+// Name is the shared group's own name.
+func (s *Shared) Name() string { return s.group.Name }
+
+// Rules are the shared group's rules. Read only.
+func (s *Shared) Rules() []Rule { return s.group.Rules }
 
 // Layer is one match-action table of a port's pipeline.
 type Layer struct {
@@ -351,41 +389,23 @@ func (l *Layer) Compile() error {
 			return fmt.Errorf("groups[%d].name: %q is also the name of groups[%d]", gi, g.Name, j)
 		}
 		groupNames[g.Name] = gi
-		if err := g.Match.Validate(); err != nil {
-			return fmt.Errorf("groups[%d].match.%w", gi, err)
+		if sh := g.Shared; sh != nil {
+			// Its own rules and match are none, or the shared group's
+			// (a layer compiled again).
+			sameRules := len(g.Rules) == 0 || len(g.Rules) == len(sh.group.Rules) && &g.Rules[0] == &sh.group.Rules[0]
+			sameMatch := reflect.ValueOf(g.Match).IsZero() || reflect.DeepEqual(g.Match, sh.group.Match)
+			if !sameRules || !sameMatch {
+				return fmt.Errorf("groups[%d]: a group that is shared (%q) has no match or rules of its own", gi, sh.group.Name)
+			}
+			g.Match, g.Rules = sh.group.Match, sh.group.Rules
+			l.classifiers[gi] = sh.cls
+			l.uses |= sh.uses
+			continue
 		}
-		prios := map[uint32]int{}
-		names := map[string]int{}
-		for ri := range g.Rules {
-			r := &g.Rules[ri]
-			if r.Name == "" {
-				return fmt.Errorf("groups[%d].rules[%d].name: a rule needs a name", gi, ri)
-			}
-			if j, dup := names[r.Name]; dup {
-				return fmt.Errorf("groups[%d].rules[%d].name: %q is also the name of rules[%d]", gi, ri, r.Name, j)
-			}
-			names[r.Name] = ri
-			if j, dup := prios[r.Priority]; dup {
-				return fmt.Errorf("groups[%d].rules[%d].priority: %d is also the priority of rule %q; priorities are unique within a group",
-					gi, ri, r.Priority, g.Rules[j].Name)
-			}
-			prios[r.Priority] = ri
-			if err := r.Match.Validate(); err != nil {
-				return fmt.Errorf("groups[%d].rules[%d].match.%w", gi, ri, err)
-			}
-			if r.Action.Verb == Block && (!r.Action.HT.IsIdentity() || r.Action.Translation != nil) {
-				return fmt.Errorf("groups[%d].rules[%d].action: a block action cannot transpose headers", gi, ri)
-			}
-			if r.Action.Translation != nil && !r.Stateful {
-				return fmt.Errorf("groups[%d].rules[%d].stateful: a rule whose action keeps connection state (%s) must be stateful", gi, ri, r.Action.Translation)
-			}
+		if err := checkGroup(g); err != nil {
+			return fmt.Errorf("groups[%d].%w", gi, err)
 		}
-		l.uses.add(&g.Match)
-		for ri := range g.Rules {
-			g.Rules[ri].counters = new(Counters)
-			g.Rules[ri].index = uint32(ri)
-			l.uses.add(&g.Rules[ri].Match)
-		}
+		l.uses |= compileRules(g.Rules, &g.Match)
 		l.classifiers[gi] = newClassifier(g.Rules)
 	}
 	for gi := range l.classifiers {
@@ -395,6 +415,54 @@ func (l *Layer) Compile() error {
 		}
 	}
 	return nil
+}
+
+// checkGroup validates g's match and rules; an error names the field
+// below the group.
+func checkGroup(g *Group) error {
+	if err := g.Match.Validate(); err != nil {
+		return fmt.Errorf("match.%w", err)
+	}
+	prios := map[uint32]int{}
+	names := map[string]int{}
+	for ri := range g.Rules {
+		r := &g.Rules[ri]
+		if r.Name == "" {
+			return fmt.Errorf("rules[%d].name: a rule needs a name", ri)
+		}
+		if j, dup := names[r.Name]; dup {
+			return fmt.Errorf("rules[%d].name: %q is also the name of rules[%d]", ri, r.Name, j)
+		}
+		names[r.Name] = ri
+		if j, dup := prios[r.Priority]; dup {
+			return fmt.Errorf("rules[%d].priority: %d is also the priority of rule %q; priorities are unique within a group",
+				ri, r.Priority, g.Rules[j].Name)
+		}
+		prios[r.Priority] = ri
+		if err := r.Match.Validate(); err != nil {
+			return fmt.Errorf("rules[%d].match.%w", ri, err)
+		}
+		if r.Action.Verb == Block && (!r.Action.HT.IsIdentity() || r.Action.Translation != nil) {
+			return fmt.Errorf("rules[%d].action: a block action cannot transpose headers", ri)
+		}
+		if r.Action.Translation != nil && !r.Stateful {
+			return fmt.Errorf("rules[%d].stateful: a rule whose action keeps connection state (%s) must be stateful", ri, r.Action.Translation)
+		}
+	}
+	return nil
+}
+
+// compileRules gives the rules of a group whose own condition is m their
+// counters and indices, and returns the fields their conditions use.
+func compileRules(rs []Rule, m *Condition) layerUses {
+	var u layerUses
+	u.add(m)
+	for ri := range rs {
+		rs[ri].counters = new(Counters)
+		rs[ri].index = uint32(ri)
+		u.add(&rs[ri].Match)
+	}
+	return u
 }
 
 // Verdict is a layer's outcome for one packet.

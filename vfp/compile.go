@@ -56,43 +56,20 @@ func (lc *LayerConfig) Compile(at string, st *Stateful, uplink bool) (*rules.Lay
 	for gi := range lc.Groups {
 		gc := &lc.Groups[gi]
 		gat := fmt.Sprintf("%s.groups[%d]", at, gi)
-		g := rules.Group{Name: gc.Name}
-		if gc.Match != nil {
-			m, err := gc.Match.Compile(gat + ".match")
+		if gc.Shared != "" {
+			if gc.Match != nil || len(gc.Rules) > 0 {
+				return nil, fmt.Errorf("%s.shared: a group that is shared has no match or rules of its own", gat)
+			}
+			sh, err := st.sharedGroup(gat+".shared", gc.Shared, uplink)
 			if err != nil {
 				return nil, err
 			}
-			g.Match = m
+			l.Groups = append(l.Groups, rules.Group{Name: gc.Name, Shared: sh})
+			continue
 		}
-		for ri := range gc.Rules {
-			rc := &gc.Rules[ri]
-			rat := fmt.Sprintf("%s.rules[%d]", gat, ri)
-			if rc.Priority == nil {
-				return nil, fmt.Errorf("%s.priority: every rule needs a priority", rat)
-			}
-			r := rules.Rule{Name: rc.Name, Priority: *rc.Priority, Terminating: rc.Terminating, Stateful: rc.Stateful}
-			if rc.Match != nil {
-				m, err := rc.Match.Compile(rat + ".match")
-				if err != nil {
-					return nil, err
-				}
-				r.Match = m
-			}
-			a, err := rc.Action.Compile(rat+".action", st, uplink)
-			if err != nil {
-				return nil, err
-			}
-			switch {
-			case rc.Stateful:
-			case rc.Action.SNAT.IsValid():
-				return nil, fmt.Errorf("%s.stateful: a rule that translates the source (snat) must be stateful, or replies could not be translated back", rat)
-			case rc.Action.LB != "":
-				return nil, fmt.Errorf("%s.stateful: a rule that load-balances (lb) must be stateful, or connections could not keep their backend", rat)
-			case rc.Action.Mapped:
-				return nil, fmt.Errorf("%s.stateful: a rule that turns connections toward mappings (mapped) must be stateful, or replies could not be translated back", rat)
-			}
-			r.Action = a
-			g.Rules = append(g.Rules, r)
+		g, err := gc.compile(gat, st, uplink)
+		if err != nil {
+			return nil, err
 		}
 		l.Groups = append(l.Groups, g)
 	}
@@ -100,6 +77,53 @@ func (lc *LayerConfig) Compile(at string, st *Stateful, uplink bool) (*rules.Lay
 		return nil, fmt.Errorf("%s.%w", at, err)
 	}
 	return l, nil
+}
+
+// compile compiles the group at path at of a layer of a port, the uplink
+// if uplink, whose stateful actions st makes.
+func (gc *GroupConfig) compile(at string, st *Stateful, uplink bool) (rules.Group, error) {
+	g := rules.Group{Name: gc.Name}
+	if gc.Match != nil {
+		m, err := gc.Match.Compile(at + ".match")
+		if err != nil {
+			return g, err
+		}
+		g.Match = m
+	}
+	if len(gc.Rules) > 0 {
+		g.Rules = make([]rules.Rule, 0, len(gc.Rules))
+	}
+	for ri := range gc.Rules {
+		rc := &gc.Rules[ri]
+		rat := fmt.Sprintf("%s.rules[%d]", at, ri)
+		if rc.Priority == nil {
+			return g, fmt.Errorf("%s.priority: every rule needs a priority", rat)
+		}
+		r := rules.Rule{Name: rc.Name, Priority: *rc.Priority, Terminating: rc.Terminating, Stateful: rc.Stateful}
+		if rc.Match != nil {
+			m, err := rc.Match.Compile(rat + ".match")
+			if err != nil {
+				return g, err
+			}
+			r.Match = m
+		}
+		a, err := rc.Action.Compile(rat+".action", st, uplink)
+		if err != nil {
+			return g, err
+		}
+		switch {
+		case rc.Stateful:
+		case rc.Action.SNAT.IsValid():
+			return g, fmt.Errorf("%s.stateful: a rule that translates the source (snat) must be stateful, or replies could not be translated back", rat)
+		case rc.Action.LB != "":
+			return g, fmt.Errorf("%s.stateful: a rule that load-balances (lb) must be stateful, or connections could not keep their backend", rat)
+		case rc.Action.Mapped:
+			return g, fmt.Errorf("%s.stateful: a rule that turns connections toward mappings (mapped) must be stateful, or replies could not be translated back", rat)
+		}
+		r.Action = a
+		g.Rules = append(g.Rules, r)
+	}
+	return g, nil
 }
 
 // compile returns the action of verb v; empty is allow.

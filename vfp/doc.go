@@ -21,5 +21,11 @@
 // policy: ports, forwarding tables, gateways and load balancers. The HNS
 // level (package hns) is lowered into this one, as values.
 //
+// A group that many ports' layers hold alike is written once, in
+// switch.sharedGroups, and each layer's group names it (shared): it is
+// compiled once per document for the uplink and once for the other ports
+// (an action's checks depend on which), and every layer takes the same
+// compiled rules (rules.Shared).
+//
 // It imports dataplane, rules and nat, and nothing of the engine.
 package vfp

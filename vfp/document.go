@@ -37,6 +37,11 @@ type SwitchConfig struct {
 	// LoadBalancers are the Services' load balancers that lb actions
 	// name.
 	LoadBalancers []BalancerConfig `json:"loadBalancers,omitempty"`
+	// SharedGroups are groups of rules compiled once for every layer
+	// that names one (a group with shared): the load balancers every
+	// pod's NAT layer holds, say. A shared rule is one rule, whose
+	// counters count for every port whose layers have it.
+	SharedGroups []GroupConfig `json:"sharedGroups,omitempty"`
 }
 
 // NATPoolConfig is one source NAT address and the ports it hands out.
@@ -248,6 +253,9 @@ type GroupConfig struct {
 	Name  string       `json:"name"`
 	Match *MatchConfig `json:"match,omitempty"`
 	Rules []RuleConfig `json:"rules"`
+	// Shared names a group of switch.sharedGroups this one is: it takes
+	// that group's match and rules, and has none of its own.
+	Shared string `json:"shared,omitempty"`
 }
 
 // RuleConfig is one rule.

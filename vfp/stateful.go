@@ -36,13 +36,38 @@ type Stateful struct {
 	env   *Env
 	pools map[netip.Addr]bool
 	lbs   map[string]*lb.Balancer
+	// The document's shared groups: their configs by name (index in
+	// groups), and each compiled once for the uplink and once for the
+	// other ports (an action's checks depend on which it is on).
+	groups []GroupConfig
+	byName map[string]int
+	shared map[sharedKey]*rules.Shared
+}
+
+type sharedKey struct {
+	name   string
+	uplink bool
 }
 
 // Stateful compiles sw's load balancers (switch.loadBalancers) against
 // its NAT pools (sw.CompilePools) and returns what makes the document's
 // stateful actions, and the load balancers by name.
 func (e *Env) Stateful(sw *SwitchConfig, pools []nat.PoolConfig) (*Stateful, map[string]*lb.Balancer, error) {
-	st := &Stateful{env: e, pools: map[netip.Addr]bool{}, lbs: make(map[string]*lb.Balancer, len(sw.LoadBalancers))}
+	st := &Stateful{env: e, pools: map[netip.Addr]bool{}, lbs: make(map[string]*lb.Balancer, len(sw.LoadBalancers)),
+		groups: sw.SharedGroups, byName: make(map[string]int, len(sw.SharedGroups)), shared: map[sharedKey]*rules.Shared{}}
+	for i := range sw.SharedGroups {
+		at := fmt.Sprintf("switch.sharedGroups[%d]", i)
+		gc := &sw.SharedGroups[i]
+		switch j, dup := st.byName[gc.Name]; {
+		case gc.Name == "":
+			return nil, nil, fmt.Errorf("%s.name: a shared group needs a name", at)
+		case dup:
+			return nil, nil, fmt.Errorf("%s.name: %q is also the name of sharedGroups[%d]", at, gc.Name, j)
+		case gc.Shared != "":
+			return nil, nil, fmt.Errorf("%s.shared: a shared group cannot name another", at)
+		}
+		st.byName[gc.Name] = i
+	}
 	for _, pc := range pools {
 		st.pools[pc.IP] = true
 	}
@@ -77,6 +102,47 @@ func (e *Env) Rebalance(at string, c *BalancerConfig, b *lb.Balancer, pools map[
 		return nil, fmt.Errorf("%s: load balancer %q has remote backends and no sourceVIP: their replies would not come back through this switch", at, b.Name())
 	}
 	return b.Change(lc.Backends), nil
+}
+
+// sharedGroup returns shared group name (named at path at), compiled for
+// the uplink if uplink, else for the other ports: once per document.
+func (st *Stateful) sharedGroup(at, name string, uplink bool) (*rules.Shared, error) {
+	k := sharedKey{name, uplink}
+	if sh := st.shared[k]; sh != nil {
+		return sh, nil
+	}
+	i, ok := st.byName[name]
+	if !ok {
+		return nil, fmt.Errorf("%s: %q is not in switch.sharedGroups", at, name)
+	}
+	gat := fmt.Sprintf("switch.sharedGroups[%d]", i)
+	g, err := st.groups[i].compile(gat, st, uplink)
+	if err != nil {
+		return nil, err
+	}
+	sh, err := rules.NewShared(g)
+	if err != nil {
+		return nil, fmt.Errorf("%s.%w", gat, err)
+	}
+	st.shared[k] = sh
+	return sh, nil
+}
+
+// CheckShared compiles the shared groups no layer named, so that a
+// document's errors are found whether its groups are used or not.
+func (st *Stateful) CheckShared() error {
+	for _, gc := range st.groups {
+		if st.shared[sharedKey{gc.Name, false}] != nil || st.shared[sharedKey{gc.Name, true}] != nil {
+			continue
+		}
+		// Unused, it is valid if it compiles for either kind of port.
+		if _, err := st.sharedGroup("", gc.Name, false); err != nil {
+			if _, uerr := st.sharedGroup("", gc.Name, true); uerr != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // snat makes the action at path at that translates sources to the pool of

@@ -417,6 +417,9 @@ func (c *Config) compileVFP(env *vfp.Env) (*compiled, error) {
 		p.byMAC[port.MAC] = port
 		p.ports = append(p.ports, port)
 	}
+	if err := st.CheckShared(); err != nil {
+		return nil, err
+	}
 	if err := p.compileHost(hostAt); err != nil {
 		return nil, err
 	}

@@ -55,22 +55,36 @@ func (ms *meterSet) get(rs []*rules.Rule) *ruleMeter {
 // the Apply that compiled the policy's rules (a change of load balancers'
 // backends alone keeps the rules, and so their counts: Prepare); a flow
 // decided under an older policy counts for the new one's rules once it is
-// revalidated. The live
+// revalidated. A rule of a shared group (vfp's switch.sharedGroups) is
+// one rule whichever ports' layers have it: it is listed once, where it
+// first is, with no port, Shared set and the shared group's name, and it
+// counts the traffic of every port that has it. The live
 // flows' part is the flow table's sums by meter (MeterTraffic): a call
 // does not walk the table.
 func (s *Switch) RuleCounters() []inspect.RuleCount {
 	pol := s.pol.Load()
 	live := liveTraffic(s.pl.FlowTable())
 	var out []inspect.RuleCount
+	seen := map[*rules.Shared]bool{}
 	for _, p := range pol.ports {
 		for _, l := range p.Layers {
 			for gi := range l.Groups {
 				g := &l.Groups[gi]
+				port, group := p.Name, g.Name
+				if sh := g.Shared; sh != nil {
+					// One rule for every port that has it: listed once,
+					// where it is first, under the shared group's name.
+					if seen[sh] {
+						continue
+					}
+					seen[sh] = true
+					port, group = "", sh.Name()
+				}
 				for ri := range g.Rules {
 					r := &g.Rules[ri]
 					c := r.Counters()
 					t := live[r]
-					out = append(out, inspect.RuleCount{Port: p.Name, Layer: l.Name, Group: g.Name, Rule: r.Name,
+					out = append(out, inspect.RuleCount{Port: port, Layer: l.Name, Group: group, Rule: r.Name, Shared: g.Shared != nil,
 						Hits: c.Hits.Load(), Packets: c.Packets.Load() + t[0], Bytes: c.Bytes.Load() + t[1]})
 				}
 			}

@@ -355,6 +355,15 @@ func hlbGroups(c *Config) map[string][]string {
 				if gi != 0 {
 					k += fmt.Sprintf(" (group %d)", gi)
 				}
+				if g.Shared != "" {
+					// Every port's names the one group its kind shares.
+					i := slices.IndexFunc(c.Switch.SharedGroups, func(sg vfp.GroupConfig) bool { return sg.Name == g.Shared })
+					if i < 0 || g.Match != nil || len(g.Rules) > 0 {
+						gs[k] = append(gs[k], "shared group "+g.Shared+" missing, or with rules of its own")
+						continue
+					}
+					g = c.Switch.SharedGroups[i]
+				}
 				var m strings.Builder
 				m.WriteString("group")
 				natMatchLine(&m, g.Match)
@@ -719,8 +728,8 @@ func TestLBApplyKeepsPolicy(t *testing.T) {
 		{name: "remote endpoint unhealthy", edit: func(t *testing.T, d doc) { hlbEP(d, 3)["Unhealthy"] = true },
 			want: `Endpoints[3] "remote-1".Unhealthy`},
 		{name: "VFP level: lb names no load balancer", vfp: func(t *testing.T, d doc) {
-			at(d, "ports", 0, "layers", 0, "groups", 0, "rules", 0, "action")["lb"] = "web/tcp/81"
-		}, want: `ports[0].layers[0].groups[0].rules[0].action.lb: "web/tcp/81" is not in switch.loadBalancers`},
+			at(d, "switch", "sharedGroups", 0, "rules", 0, "action")["lb"] = "web/tcp/81"
+		}, want: `switch.sharedGroups[0].rules[0].action.lb: "web/tcp/81" is not in switch.loadBalancers`},
 		{name: "VFP level: a backend twice", vfp: func(t *testing.T, d doc) {
 			b := at(d, "switch", "loadBalancers", 0)
 			b["backends"] = append(b["backends"].([]any), at(b, "backends", 0))

@@ -112,6 +112,9 @@ func (s *Switch) Layers(port string) ([]inspect.LayerInfo, error) {
 		for gi := range l.Groups {
 			g := &l.Groups[gi]
 			gr := inspect.GroupInfo{Name: g.Name, Match: g.Match.String(), Rules: make([]inspect.RuleInfo, 0, len(g.Rules))}
+			if g.Shared != nil {
+				gr.Shared = g.Shared.Name()
+			}
 			for ri := range g.Rules {
 				r := &g.Rules[ri]
 				info := inspect.RuleInfo{Name: r.Name, Priority: r.Priority, Match: r.Match.String(), Action: r.Action.String(),

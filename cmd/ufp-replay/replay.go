@@ -207,7 +207,11 @@ func Run(sc *Scenario) (*Result, error) {
 	// The rules that decided something, with their counters.
 	for _, c := range sw.RuleCounters() {
 		if c.Hits > 0 || c.Packets > 0 {
-			fmt.Fprintf(&out, "  rule %s %s %s %s: hits %d, packets %d, bytes %d\n", c.Port, c.Layer, c.Group, c.Rule, c.Hits, c.Packets, c.Bytes)
+			port := c.Port
+			if c.Shared {
+				port = "(shared)" // one rule for every port that has its group
+			}
+			fmt.Fprintf(&out, "  rule %s %s %s %s: hits %d, packets %d, bytes %d\n", port, c.Layer, c.Group, c.Rule, c.Hits, c.Packets, c.Bytes)
 		}
 	}
 	res.Trace = out.String()

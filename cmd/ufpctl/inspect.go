@@ -77,7 +77,13 @@ func (c *cli) layers(args []string) error {
 			fmt.Fprintf(c.stdout, "  no groups\n")
 		}
 		for _, g := range li.Groups {
-			fmt.Fprintf(c.stdout, "  group %s (match %s)\n", g.Name, g.Match)
+			if g.Shared != "" {
+				// Its rules and counters are those of every port that
+				// has the shared group.
+				fmt.Fprintf(c.stdout, "  group %s (match %s; shared %s, counted for every port that has it)\n", g.Name, g.Match, g.Shared)
+			} else {
+				fmt.Fprintf(c.stdout, "  group %s (match %s)\n", g.Name, g.Match)
+			}
 			if len(g.Rules) == 0 {
 				fmt.Fprintf(c.stdout, "    no rules\n")
 				continue
@@ -108,17 +114,32 @@ func (c *cli) rules(args []string) error {
 		}
 		if len(pos) == 1 {
 			// An unknown port is an error, not an empty list.
-			if _, err := c.client.Layers(c.ctx, pos[0]); err != nil {
+			ls, err := c.client.Layers(c.ctx, pos[0])
+			if err != nil {
 				return err
 			}
-			l = slices.DeleteFunc(l, func(r inspect.RuleCount) bool { return r.Port != pos[0] })
+			// The port's own rules, and those of the shared groups it
+			// has (listed once for every port that has them).
+			shared := map[string]bool{}
+			for _, li := range ls {
+				for _, g := range li.Groups {
+					if g.Shared != "" {
+						shared[g.Shared] = true
+					}
+				}
+			}
+			l = slices.DeleteFunc(l, func(r inspect.RuleCount) bool { return r.Port != pos[0] && !(r.Shared && shared[r.Group]) })
 		}
 		if c.json() {
 			return printJSON(c.stdout, nonNil(l))
 		}
 		t := newTable(c.stdout, "PORT", "LAYER", "GROUP", "RULE", "HITS", "PACKETS", "BYTES")
 		for _, r := range l {
-			t.row(r.Port, r.Layer, r.Group, r.Rule, fmt.Sprint(r.Hits), fmt.Sprint(r.Packets), fmt.Sprint(r.Bytes))
+			port := r.Port
+			if r.Shared {
+				port = "(shared)"
+			}
+			t.row(port, r.Layer, r.Group, r.Rule, fmt.Sprint(r.Hits), fmt.Sprint(r.Packets), fmt.Sprint(r.Bytes))
 		}
 		return t.flush()
 	}

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"runtime"
+	"runtime/metrics"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/ufp-dev/ufp/api"
+	"github.com/ufp-dev/ufp/hns"
+	"github.com/ufp-dev/ufp/internal/scaledoc"
+	"github.com/ufp-dev/ufp/vswitch"
+)
+
+// BenchmarkSyncMemory is a node agent's first sync and updates, as
+// bench/agent drives ufpd (without the API server and the HTTP layer):
+// 10,000 Services with 10 remote backends each sent in one batch to a
+// ufpd holding the network and 20 pods, with its state file, then 30
+// EndpointSlice updates (a Service's backend moved to a new remote
+// endpoint). peak-MB is the most memory the Go runtime held from the
+// system during the sync (sampled every 5 ms: what RSS follows);
+// heap-MB the live heap after the sync, heap-after-MB after the
+// updates (what a change keeps).
+func BenchmarkSyncMemory(b *testing.B) {
+	s := scaledoc.Shape{Services: 10000, Backends: 10, Locals: 20}
+	for b.Loop() {
+		d := s.Document()
+		var locals []hns.EndpointConfig
+		bt := &api.Batch{Owner: scaledoc.Owner}
+		for _, e := range d.Endpoints {
+			if e.Flags&hns.EndpointFlagRemote == 0 {
+				locals = append(locals, e)
+			} else {
+				bt.Endpoints = append(bt.Endpoints, api.Endpoint{EndpointConfig: e})
+			}
+		}
+		bt.LoadBalancers = d.LoadBalancers
+		c := &config{policy: &vswitch.Config{Switch: d.Switch, Uplink: d.Uplink, Networks: d.Networks, Endpoints: locals},
+			state: filepath.Join(b.TempDir(), "state.json")}
+		dm, err := newDaemon(c, slog.New(slog.DiscardHandler))
+		if err != nil {
+			b.Fatal(err)
+		}
+		d = nil
+		runtime.GC()
+		stop, peak := make(chan struct{}), make(chan uint64)
+		go samplePeak(stop, peak)
+		if _, err := dm.change("batch", "", func(dr *draft) error { return applyBatch(dr, bt, &api.BatchResult{}) }); err != nil {
+			b.Fatal(err)
+		}
+		close(stop)
+		b.ReportMetric(float64(<-peak)/(1<<20), "peak-MB")
+		b.ReportMetric(heapMB(), "heap-MB")
+		for k := range 30 {
+			lb := bt.LoadBalancers[k*300]
+			e := bt.Endpoints[k*3000]
+			e.Name += "-moved"
+			e.IpConfigurations = []hns.IpConfigConfig{{IpAddress: fmt.Sprintf("10.134.63.%d", 200+k)}} // node 99's, unused
+			lb.HostComputeEndpoints = append(slices.Clone(lb.HostComputeEndpoints[1:]), e.Name)
+			one := &api.Batch{Owner: scaledoc.Owner, Endpoints: []api.Endpoint{e}, LoadBalancers: []api.LoadBalancer{lb}}
+			if _, err := dm.change("batch", "", func(dr *draft) error { return applyBatch(dr, one, &api.BatchResult{}) }); err != nil {
+				b.Fatalf("update %d: %v", k, err)
+			}
+		}
+		b.ReportMetric(heapMB(), "heap-after-MB")
+		runtime.KeepAlive(dm)
+	}
+}
+
+// samplePeak sends on peak the most memory the runtime held from the
+// system (mapped, not released) until stop is closed.
+func samplePeak(stop <-chan struct{}, peak chan<- uint64) {
+	sm := []metrics.Sample{{Name: "/memory/classes/total:bytes"}, {Name: "/memory/classes/heap/released:bytes"}}
+	var p uint64
+	for {
+		metrics.Read(sm)
+		p = max(p, sm[0].Value.Uint64()-sm[1].Value.Uint64())
+		select {
+		case <-stop:
+			peak <- p
+			return
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// heapMB is the live heap after a collection, in MiB.
+func heapMB() float64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return float64(ms.HeapInuse) / (1 << 20)
+}
