@@ -82,7 +82,8 @@ func (dr *draft) setDevice(port string, dev *api.Device) {
 func (d *daemon) change(object, ifMatch string, fn func(dr *draft) error) (uint64, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.stopped {
+	if d.stopped || d.handedOver.Load() {
+		// After a hand-over the state is the successor's to write.
 		return 0, errorf(http.StatusServiceUnavailable, "", "ufpd is stopping")
 	}
 	if ifMatch != "" {
@@ -115,7 +116,7 @@ func (d *daemon) change(object, ifMatch string, fn func(dr *draft) error) (uint6
 		return 0, errorf(http.StatusBadRequest, object, "%v; the change was undone", err)
 	}
 	if c.state != "" {
-		if err := writeState(c.state, c, d.rev+1, &d.enc); err != nil {
+		if err := d.jr.persist(c, d.rev+1); err != nil {
 			d.rollback(cur)
 			return 0, errorf(http.StatusInternalServerError, object, "persisting to %s: %v; the change was undone", c.state, err)
 		}

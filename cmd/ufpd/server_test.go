@@ -619,7 +619,7 @@ func TestStateRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := filepath.Dir(d.cfg.state)
-	if ents, _ := os.ReadDir(dir); len(ents) != 2 { // the state and the socket
+	if ents, _ := os.ReadDir(dir); len(ents) != 3 { // the state, its journal and the socket
 		t.Errorf("%d files in the state's directory: %v", len(ents), ents)
 	}
 	// A configuration file naming the state: the file's own policy only
