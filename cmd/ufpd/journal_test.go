@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ufp-dev/ufp/api"
 	"github.com/ufp-dev/ufp/hns"
 	"github.com/ufp-dev/ufp/internal/scaledoc"
 	"github.com/ufp-dev/ufp/vswitch"
@@ -452,4 +453,38 @@ func FuzzJournal(f *testing.F) {
 			sc.records[i].apply(&doc, &devs)
 		}
 	})
+}
+
+// TestChangeLeavesRunningAlone checks that changes made in a draft (which
+// shares its objects' lists with the running configuration) leave the
+// configuration they replace as it was: it may still be read.
+func TestChangeLeavesRunningAlone(t *testing.T) {
+	d, c := testDaemon(t)
+	ctx := t.Context()
+	for _, step := range []struct {
+		name string
+		do   func() error
+	}{
+		{"delete a policy", func() error { return c.DeletePolicy(ctx, "pod-b", 0) }},
+		{"add a policy", func() error {
+			return c.AddPolicy(ctx, "pod-a", &api.Policy{Type: "ACL", Settings: json.RawMessage(
+				`{ "Id": "web", "Action": "Allow", "Direction": "In", "Protocols": "6", "LocalPorts": "80", "Priority": 200 }`)})
+		}},
+		{"delete a policy refused", func() error { return c.DeletePolicy(ctx, "pod-a", 7) }},
+		{"delete a backend's endpoint", func() error { return c.DeleteEndpoint(ctx, "pod-b") }},
+	} {
+		old := d.cfg
+		before, err := json.Marshal(old.policy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = step.do()
+		if strings.HasSuffix(step.name, "refused") != (err != nil) {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		after, _ := json.Marshal(old.policy)
+		if !bytes.Equal(before, after) {
+			t.Errorf("%s: the configuration it replaced changed:\n%s\nwas\n%s", step.name, after, before)
+		}
+	}
 }

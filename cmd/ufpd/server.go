@@ -465,7 +465,9 @@ func (d *daemon) deleteEndpoint(w http.ResponseWriter, r *http.Request) (any, er
 		dr.setDevice(name, nil)
 		for j := range dr.doc.LoadBalancers {
 			lb := &dr.doc.LoadBalancers[j]
-			lb.HostComputeEndpoints = slices.DeleteFunc(lb.HostComputeEndpoints, func(s string) bool { return s == name })
+			if slices.Contains(lb.HostComputeEndpoints, name) { // a copy: the list is the running one's
+				lb.HostComputeEndpoints = slices.DeleteFunc(slices.Clone(lb.HostComputeEndpoints), func(s string) bool { return s == name })
+			}
 		}
 		return nil
 	}))
@@ -480,7 +482,7 @@ func (d *daemon) withEndpoint(r *http.Request, fn func(e *hns.EndpointConfig) er
 		if i < 0 {
 			return errorf(http.StatusNotFound, object, "no such endpoint")
 		}
-		return fn(&dr.doc.Endpoints[i])
+		return fn(dr.ownEndpoint(i))
 	}))
 }
 
