@@ -117,7 +117,7 @@ func (x *Lowered) Update(c *Document) (next *Lowered, changed []int, ok bool) {
 func (nl *lowering) diffEndpoints(l *lowering) (fresh []int, gone []*remoteEP, ok bool) {
 	const window = 8 // old endpoints gone in a row that the walk skips
 	old, cur := l.c.Endpoints, nl.c.Endpoints
-	var left []int          // old remote endpoints not (yet) found in cur
+	var left []int           // old remote endpoints not (yet) found in cur
 	var oldAt map[string]int // where old's endpoints are, once a gap is wider than window
 	nlocal, k := 0, 0
 	for i := range cur {
