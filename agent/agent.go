@@ -87,6 +87,9 @@ type Agent struct {
 	localsStale atomic.Bool // list ufpd's local endpoints again
 	knownPID    atomic.Int64
 	knownRev    atomic.Uint64
+	// knownReplaced is ufpd's count of whole configurations replaced
+	// (api.Status.Replaced), as last seen.
+	knownReplaced atomic.Uint64
 	ufpdUp      atomic.Bool
 	cachesReady atomic.Bool
 	applied     atomic.Bool   // a sync has been applied

@@ -68,6 +68,11 @@ type Status struct {
 	// name the revision it was based on (If-Match) and is refused if
 	// another change came first.
 	Revision uint64 `json:"revision"`
+	// Replaced counts the times the whole configuration was replaced
+	// (PUT /v1/config, a reload on SIGHUP) since this ufpd started: a
+	// program that keeps its own objects in it (the node agent) then
+	// lists them again.
+	Replaced uint64 `json:"replaced,omitempty"`
 	// State is the file the configuration is persisted to (empty: none).
 	State string `json:"state,omitempty"`
 	// Restored reports, after a start from the state file, what came

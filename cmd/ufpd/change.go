@@ -51,6 +51,8 @@ func errorf(status int, object, format string, args ...any) error {
 type draft struct {
 	doc  *vswitch.Config
 	devs []deviceConfig
+	// replaces: the change replaces the whole configuration.
+	replaces bool
 }
 
 // device returns the index of port's device in the draft, or -1.
@@ -127,6 +129,9 @@ func (d *daemon) change(object, ifMatch string, fn func(dr *draft) error) (uint6
 		}
 	}
 	d.rev++
+	if dr.replaces {
+		d.replaced++
+	}
 	return d.rev, nil
 }
 

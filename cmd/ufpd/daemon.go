@@ -31,6 +31,9 @@ type daemon struct {
 	// rev counts the accepted configuration changes (persisted with the
 	// state).
 	rev uint64
+	// replaced counts the accepted changes and reloads that replaced the
+	// whole configuration (api.Status.Replaced).
+	replaced uint64
 	// devErr holds, by port, why a device of the configuration is not
 	// open (it failed to open on restore or on a change).
 	devErr map[string]string
@@ -275,7 +278,11 @@ func (d *daemon) reload(c *config) error {
 	if d.stopped {
 		return fmt.Errorf("%w: ufpd is stopping", errRejected)
 	}
-	return d.apply(c, nil)
+	err := d.apply(c, nil)
+	if !errors.Is(err, errRejected) {
+		d.replaced++
+	}
+	return err
 }
 
 // apply is reload with d.mu held. prep, if not nil, is c's policy

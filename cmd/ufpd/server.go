@@ -278,7 +278,7 @@ func (d *daemon) getStatus(w http.ResponseWriter, r *http.Request) (any, error) 
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return api.Status{
-		PID: os.Getpid(), Generation: d.sw.Generation(), Revision: d.rev, State: d.cfg.state,
+		PID: os.Getpid(), Generation: d.sw.Generation(), Revision: d.rev, Replaced: d.replaced, State: d.cfg.state,
 		Restored: d.restored, Ports: len(d.sw.Ports()), Devices: len(d.devs), Metrics: d.cfg.metrics.Listen,
 	}, nil
 }
@@ -309,7 +309,7 @@ func (d *daemon) putConfig(w http.ResponseWriter, r *http.Request) (any, error) 
 		if err != nil {
 			return errorf(http.StatusBadRequest, "config", "policy: %v", err)
 		}
-		dr.doc = doc
+		dr.doc, dr.replaces = doc, true
 		dr.devs = make([]deviceConfig, len(in.Devices))
 		for i, dev := range in.Devices {
 			dr.devs[i] = deviceConfig(dev)

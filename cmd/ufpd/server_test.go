@@ -234,6 +234,9 @@ func TestAPIObjects(t *testing.T) {
 	if err := c.SetConfig(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
+	if st, err := c.Status(ctx); err != nil || st.Replaced != 1 || st.Revision != 12 {
+		t.Errorf("after the configuration was replaced: %+v, %v; want replaced 1, revision 12", st, err)
+	}
 }
 
 // TestAPIErrors checks that every bad request is refused with a status
