@@ -90,12 +90,12 @@ type Agent struct {
 	// knownReplaced is ufpd's count of whole configurations replaced
 	// (api.Status.Replaced), as last seen.
 	knownReplaced atomic.Uint64
-	ufpdUp      atomic.Bool
-	cachesReady atomic.Bool
-	applied     atomic.Bool   // a sync has been applied
-	lastQueued  atomic.Int64  // Unix nanoseconds of the oldest change not yet applied; 0: none
-	queueSeq    atomic.Uint64 // counts the changes queued
-	lastSynced  atomic.Int64  // Unix nanoseconds of the last successful sync
+	ufpdUp        atomic.Bool
+	cachesReady   atomic.Bool
+	applied       atomic.Bool   // a sync has been applied
+	lastQueued    atomic.Int64  // Unix nanoseconds of the oldest change not yet applied; 0: none
+	queueSeq      atomic.Uint64 // counts the changes queued
+	lastSynced    atomic.Int64  // Unix nanoseconds of the last successful sync
 }
 
 // svcState is what the agent knows of one Service.

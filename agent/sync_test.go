@@ -38,15 +38,15 @@ import (
 
 // memUFPD is ufpd's API in memory: objects, owners, revision, PID.
 type memUFPD struct {
-	mu      sync.Mutex
+	mu       sync.Mutex
 	pid      int
 	rev      uint64
 	replaced uint64 // configurations replaced whole (api.Status.Replaced)
-	lbs     map[string]api.LoadBalancer
-	eps     map[string]api.Endpoint
-	down    bool
-	refuse  func(*api.Batch) *api.Error // non-nil: may refuse a batch
-	batches []*api.Batch                // accepted
+	lbs      map[string]api.LoadBalancer
+	eps      map[string]api.Endpoint
+	down     bool
+	refuse   func(*api.Batch) *api.Error // non-nil: may refuse a batch
+	batches  []*api.Batch                // accepted
 }
 
 func newMemUFPD() *memUFPD {
