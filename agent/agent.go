@@ -87,15 +87,16 @@ type Agent struct {
 	localsStale atomic.Bool // list ufpd's local endpoints again
 	knownPID    atomic.Int64
 	knownRev    atomic.Uint64
+	ufpdUp      atomic.Bool
+	cachesReady atomic.Bool
+	applied     atomic.Bool   // a sync has been applied
+	lastQueued  atomic.Int64  // Unix nanoseconds of the oldest change not yet applied; 0: none
+	queueSeq    atomic.Uint64 // counts the changes queued
+	lastSynced  atomic.Int64  // Unix nanoseconds of the last successful sync
+
 	// knownReplaced is ufpd's count of whole configurations replaced
 	// (api.Status.Replaced), as last seen.
 	knownReplaced atomic.Uint64
-	ufpdUp        atomic.Bool
-	cachesReady   atomic.Bool
-	applied       atomic.Bool   // a sync has been applied
-	lastQueued    atomic.Int64  // Unix nanoseconds of the oldest change not yet applied; 0: none
-	queueSeq      atomic.Uint64 // counts the changes queued
-	lastSynced    atomic.Int64  // Unix nanoseconds of the last successful sync
 }
 
 // svcState is what the agent knows of one Service.

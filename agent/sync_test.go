@@ -38,15 +38,16 @@ import (
 
 // memUFPD is ufpd's API in memory: objects, owners, revision, PID.
 type memUFPD struct {
-	mu       sync.Mutex
-	pid      int
-	rev      uint64
+	mu      sync.Mutex
+	pid     int
+	rev     uint64
+	lbs     map[string]api.LoadBalancer
+	eps     map[string]api.Endpoint
+	down    bool
+	refuse  func(*api.Batch) *api.Error // non-nil: may refuse a batch
+	batches []*api.Batch                // accepted
+
 	replaced uint64 // configurations replaced whole (api.Status.Replaced)
-	lbs      map[string]api.LoadBalancer
-	eps      map[string]api.Endpoint
-	down     bool
-	refuse   func(*api.Batch) *api.Error // non-nil: may refuse a batch
-	batches  []*api.Batch                // accepted
 }
 
 func newMemUFPD() *memUFPD {
