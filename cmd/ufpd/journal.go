@@ -342,6 +342,9 @@ func (j *journal) persist(c *config, rev uint64) error {
 	if err != nil {
 		return err
 	}
+	if rec == nil {
+		return j.compact(c, rev) // it changes most of the state
+	}
 	limit := j.limit
 	if limit == 0 {
 		limit = max(j.base.Length/2, journalMinLimit)
@@ -357,7 +360,8 @@ func (j *journal) persist(c *config, rev uint64) error {
 }
 
 // record returns the frame of c's change at revision rev since
-// j.persisted, and c's head encoded.
+// j.persisted, and c's head encoded; no frame if the change writes or
+// deletes more than a quarter of the objects.
 func (j *journal) record(c *config, rev uint64) (frame, head []byte, err error) {
 	prev := j.persisted
 	r := journalRecord{Revision: rev}
@@ -377,6 +381,10 @@ func (j *journal) record(c *config, rev uint64) (frame, head []byte, err error) 
 	}
 	r.Endpoints, r.DeleteEndpoints = diffList(prev.policy.Endpoints, c.policy.Endpoints, endpointName, hns.SameEndpoint)
 	r.LoadBalancers, r.DeleteLoadBalancers = diffList(prev.policy.LoadBalancers, c.policy.LoadBalancers, lbName, hns.SameLoadBalancer)
+	n := len(r.Endpoints) + len(r.DeleteEndpoints) + len(r.LoadBalancers) + len(r.DeleteLoadBalancers)
+	if n > 64 && n > (len(c.policy.Endpoints)+len(c.policy.LoadBalancers))/4 {
+		return nil, head, nil // a first sync, say: not worth a record
+	}
 	p, err := json.Marshal(&r)
 	if err != nil {
 		return nil, nil, err

@@ -122,14 +122,31 @@ func TestJournalReplay(t *testing.T) {
 	if compactions == 0 || compactions > 60 {
 		t.Errorf("%d compactions in 120 changes with a 4 KiB journal", compactions)
 	}
-	// A clean stop leaves the state whole, with an empty journal.
-	if dm.jr.base.Revision == dm.rev {
-		if _, err := dm.change("test", "", func(dr *draft) error {
-			dr.doc.LoadBalancers = dr.doc.LoadBalancers[1:]
+	// A change of most objects is not a record but a new base.
+	dm.jr.limit = 1 << 30
+	for range 2 { // the first may compact to make room
+		rev, err := dm.change("test", "", func(dr *draft) error {
+			randomChange(rng, s, dr, &fresh)
 			return nil
-		}); err != nil {
-			t.Fatal(err)
+		})
+		if err != nil || dm.jr.base.Revision == rev {
+			t.Fatalf("a small change: revision %d, base revision %d, %v", rev, dm.jr.base.Revision, err)
 		}
+	}
+	rev, err := dm.change("test", "", func(dr *draft) error {
+		dr.doc.LoadBalancers = nil
+		dr.doc.Endpoints = slices.DeleteFunc(dr.doc.Endpoints, func(e hns.EndpointConfig) bool { return e.Flags == hns.EndpointFlagRemote })
+		return nil
+	})
+	if err != nil || dm.jr.base.Revision != rev {
+		t.Fatalf("every Service and remote endpoint deleted: revision %d, base revision %d, %v", rev, dm.jr.base.Revision, err)
+	}
+	// A clean stop leaves the state whole, with an empty journal.
+	if _, err := dm.change("test", "", func(dr *draft) error {
+		randomChange(rng, s, dr, &fresh)
+		return nil
+	}); err != nil || dm.jr.base.Revision == dm.rev {
+		t.Fatalf("a change after: base revision %d, revision %d, %v", dm.jr.base.Revision, dm.rev, err)
 	}
 	dm.compactOnStop()
 	got, err := loadState(dm.cfg.state, dm.cfg)
