@@ -93,6 +93,10 @@ type Agent struct {
 	lastQueued  atomic.Int64  // Unix nanoseconds of the oldest change not yet applied; 0: none
 	queueSeq    atomic.Uint64 // counts the changes queued
 	lastSynced  atomic.Int64  // Unix nanoseconds of the last successful sync
+
+	// knownReplaced is ufpd's count of whole configurations replaced
+	// (api.Status.Replaced), as last seen.
+	knownReplaced atomic.Uint64
 }
 
 // svcState is what the agent knows of one Service.

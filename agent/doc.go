@@ -19,7 +19,9 @@
 // "ufp-agent/<node>"; it lists, diffs and deletes only objects of that
 // owner, and leaves every other object alone. What ufpd holds of ours is
 // listed at start, after ufpd restarts (its PID changes or its revision
-// goes back, polled every StatusPeriod), after a call whose outcome is
+// goes back, polled every StatusPeriod), after its whole configuration
+// is replaced (PUT /v1/config, a reload: its status's count of them
+// moves), after a call whose outcome is
 // unknown and at every full resync; so leftovers of an earlier run are
 // removed and an emptied ufpd is programmed again.
 //

@@ -46,6 +46,8 @@ type memUFPD struct {
 	down    bool
 	refuse  func(*api.Batch) *api.Error // non-nil: may refuse a batch
 	batches []*api.Batch                // accepted
+
+	replaced uint64 // configurations replaced whole (api.Status.Replaced)
 }
 
 func newMemUFPD() *memUFPD {
@@ -60,7 +62,7 @@ func (m *memUFPD) Status(context.Context) (*api.Status, error) {
 	if m.down {
 		return nil, errDown
 	}
-	return &api.Status{PID: m.pid, Revision: m.rev}, nil
+	return &api.Status{PID: m.pid, Revision: m.rev, Replaced: m.replaced}, nil
 }
 
 func (m *memUFPD) EndpointsWhere(_ context.Context, f api.EndpointFilter) ([]api.Endpoint, error) {
@@ -620,4 +622,50 @@ func timeAt(ns int64) time.Time { return time.Unix(0, ns) }
 
 func testLogger(t *testing.T) *slog.Logger {
 	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// TestSyncConfigReplaced: ufpd's whole configuration replaced (PUT
+// /v1/config, same PID) without the agent's objects is noticed by the
+// status ufpd answers, and they are programmed again at once, not at the
+// next full resync; a revision moved by another's change is not a
+// replacement.
+func TestSyncConfigReplaced(t *testing.T) {
+	r := newRig(t)
+	r.service("default", "web", "10.96.0.10", []int32{80}, nil)
+	r.slice("default", "web", "web-1", "10.244.1.5")
+	r.mustSync(t, true)
+	notice := func() {
+		t.Helper()
+		st, err := r.u.Status(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.a.noticeStatus(st, false)
+	}
+	r.u.mu.Lock()
+	r.u.rev++
+	r.u.mu.Unlock()
+	notice()
+	if r.a.relist.Load() || !r.a.localsStale.Load() {
+		t.Fatalf("another's change: relist %v, locals stale %v; want a relist of the locals alone", r.a.relist.Load(), r.a.localsStale.Load())
+	}
+	r.mustSync(t, false)
+
+	r.u.mu.Lock()
+	r.u.rev++
+	r.u.replaced++
+	clear(r.u.lbs)
+	clear(r.u.eps)
+	r.u.mu.Unlock()
+	notice()
+	if !r.a.relist.Load() {
+		t.Fatal("the configuration replaced: no relist")
+	}
+	r.mustSync(t, false)
+	wantLBs(t, r.u, map[string]string{"default.web.tcp80.v4.cluster": "remote.10.244.1.5"})
+	wantEPs(t, r.u, "remote.10.244.1.5")
+	notice()
+	if r.a.relist.Load() {
+		t.Error("the same count again: a relist")
+	}
 }

@@ -98,6 +98,7 @@ func (a *Agent) refreshUfpd(ctx context.Context) (all bool, err error) {
 		}
 		a.knownPID.Store(int64(st.PID))
 		a.knownRev.Store(st.Revision)
+		a.knownReplaced.Store(st.Replaced)
 		a.log.Debug("listed ufpd", "pid", st.PID, "revision", st.Revision, "loadBalancers", len(a.st.actualLB), "endpoints", len(a.st.actualEP))
 	}
 	next := locals(local)
@@ -120,8 +121,9 @@ func (a *Agent) refreshUfpd(ctx context.Context) (all bool, err error) {
 }
 
 // pollStatus polls ufpd's status every StatusPeriod until ctx ends: a
-// new PID is a restart of ufpd (resync from a fresh listing); a
-// revision moved by someone else's change may have changed the local
+// new PID is a restart of ufpd, and a new count of configurations
+// replaced a PUT /v1/config or a reload (resync from a fresh listing,
+// both); a revision moved by someone else's change may have changed the local
 // endpoints. (A revision gone back with the same PID cannot be told
 // from a poll that raced the agent's own apply; such a change is
 // found by the next full resync.)
@@ -146,20 +148,32 @@ func (a *Agent) pollStatus(ctx context.Context) {
 		}
 		wasDown := !a.ufpdUp.Load()
 		a.up(true)
-		pid, rev := a.knownPID.Load(), a.knownRev.Load()
-		switch {
-		case pid != 0 && int64(st.PID) != pid:
-			a.log.Info("ufpd restarted; resyncing", "pid", st.PID, "revision", st.Revision)
-			a.m.ufpdRestarts.Inc()
-			a.knownPID.Store(int64(st.PID))
-			a.relist.Store(true)
-			a.runner.Kick()
-		case st.Revision != rev:
-			a.knownRev.Store(st.Revision)
-			a.localsStale.Store(true)
-			a.runner.Trigger()
-		case wasDown:
-			a.runner.Kick()
-		}
+		a.noticeStatus(st, wasDown)
+	}
+}
+
+// noticeStatus acts on ufpd's status as pollStatus read it (wasDown: the
+// poll before failed).
+func (a *Agent) noticeStatus(st *api.Status, wasDown bool) {
+	pid, rev := a.knownPID.Load(), a.knownRev.Load()
+	switch {
+	case pid != 0 && int64(st.PID) != pid:
+		a.log.Info("ufpd restarted; resyncing", "pid", st.PID, "revision", st.Revision)
+		a.m.ufpdRestarts.Inc()
+		a.knownPID.Store(int64(st.PID))
+		a.relist.Store(true)
+		a.runner.Kick()
+	case pid != 0 && st.Replaced != a.knownReplaced.Load():
+		// PUT /v1/config or a reload: what is ours may be gone.
+		a.log.Info("ufpd's configuration was replaced; resyncing", "revision", st.Revision)
+		a.knownReplaced.Store(st.Replaced)
+		a.relist.Store(true)
+		a.runner.Kick()
+	case st.Revision != rev:
+		a.knownRev.Store(st.Revision)
+		a.localsStale.Store(true)
+		a.runner.Trigger()
+	case wasDown:
+		a.runner.Kick()
 	}
 }

@@ -68,6 +68,11 @@ type Status struct {
 	// name the revision it was based on (If-Match) and is refused if
 	// another change came first.
 	Revision uint64 `json:"revision"`
+	// Replaced counts the times the whole configuration was replaced
+	// (PUT /v1/config, a reload on SIGHUP) since this ufpd started: a
+	// program that keeps its own objects in it (the node agent) then
+	// lists them again.
+	Replaced uint64 `json:"replaced,omitempty"`
 	// State is the file the configuration is persisted to (empty: none).
 	State string `json:"state,omitempty"`
 	// Restored reports, after a start from the state file, what came
@@ -91,6 +96,20 @@ type RestoreReport struct {
 	// Connections is what came back of the connections the previous
 	// ufpd served (nil if it left none).
 	Connections *ConnsRestored `json:"connections,omitempty"`
+	// Journal is what the state file's journal added to it (nil: it
+	// had none).
+	Journal *JournalRestored `json:"journal,omitempty"`
+}
+
+// JournalRestored counts the changes a start read from the state file's
+// journal (records, up to the revision restored) and the bytes of it
+// left unread (dropped: a record cut short where ufpd died while writing
+// it, a damaged one, or a journal that does not follow the state file),
+// with why.
+type JournalRestored struct {
+	Records int    `json:"records"`
+	Dropped int64  `json:"dropped,omitempty"`
+	Why     string `json:"why,omitempty"`
 }
 
 // ConnsRestored counts the connections a restart carried on: restored;

@@ -126,15 +126,16 @@ func TestUfpdRestart(t *testing.T) {
 	}
 	// Kill either anywhere in the next change (one takes 10-30 ms: a TAP
 	// made, the state written and synced) or the one after it, or in the
-	// narrow window after the next change's state file is in place and
-	// before its answer is sent.
+	// narrow window after the next change is persisted (its record in
+	// the state's journal, or the state file replaced) and before its
+	// answer is sent.
 	if mrand.IntN(2) == 0 {
 		d := time.Duration(mrand.IntN(20000)) * time.Microsecond
 		t.Logf("SIGKILL %v after acknowledgement %d", d, killAfter)
 		time.Sleep(d)
 	} else {
-		t.Logf("SIGKILL once the state file is replaced after acknowledgement %d", killAfter)
-		if err := waitReplaced(rc.State, 5*time.Second); err != nil {
+		t.Logf("SIGKILL once the next change is persisted after acknowledgement %d", killAfter)
+		if err := waitPersisted(rc.State, 5*time.Second); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -377,21 +378,26 @@ func (l *lab) runUfpd(node, path string, taps ufpdConfig) *ufpd {
 	return u
 }
 
-// waitReplaced waits until the file at path is replaced (renamed over)
-// by another, polling its inode.
-func waitReplaced(path string, within time.Duration) error {
-	var st0 syscall.Stat_t
+// waitPersisted waits until a change is persisted to the state at path:
+// its journal grown or replaced, or the state file replaced (renamed
+// over by a compaction), polling their inodes and the journal's size.
+func waitPersisted(path string, within time.Duration) error {
+	var st0, j0 syscall.Stat_t
 	if err := syscall.Stat(path, &st0); err != nil {
 		return err
 	}
+	syscall.Stat(path+".journal", &j0)
 	for end := time.Now().Add(within); time.Now().Before(end); {
-		var st syscall.Stat_t
+		var st, j syscall.Stat_t
 		if syscall.Stat(path, &st) == nil && st.Ino != st0.Ino {
+			return nil
+		}
+		if syscall.Stat(path+".journal", &j) == nil && (j.Ino != j0.Ino || j.Size != j0.Size) {
 			return nil
 		}
 		time.Sleep(50 * time.Microsecond)
 	}
-	return fmt.Errorf("%s was not replaced within %v", path, within)
+	return fmt.Errorf("%s: no change persisted within %v", path, within)
 }
 
 // kill sends ufpd SIGKILL and waits until it is gone; its TAPs stay.

@@ -216,7 +216,9 @@ func (c *Document) CompactSettings() {
 	compact := func(ps []PolicyConfig) {
 		for i := range ps {
 			var b bytes.Buffer
-			if json.Compact(&b, ps[i].Settings) == nil {
+			// Compact settings are not written again: a copy of a
+			// document may share them with the original.
+			if json.Compact(&b, ps[i].Settings) == nil && !bytes.Equal(b.Bytes(), ps[i].Settings) {
 				ps[i].Settings = b.Bytes()
 			}
 		}

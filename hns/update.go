@@ -110,11 +110,21 @@ func (x *Lowered) Update(c *Document) (next *Lowered, changed []int, ok bool) {
 // kept. It gives nl the remote endpoints that stay, and returns the
 // indices of the new or changed ones (fresh) and the old ones gone (or
 // changed).
+//
+// The two lists are walked side by side: an endpoint where it was costs
+// a comparison, not a lookup among every remote endpoint (most of the
+// list, and the most of a small change's cost). Past more than window
+// endpoints gone in a row the walk finds its place again by name; those
+// out of their place are looked up by name among the others out of
+// theirs.
 func (nl *lowering) diffEndpoints(l *lowering) (fresh []int, gone []*remoteEP, ok bool) {
-	kept := make([]bool, l.nextRemote)
-	nkept, nlocal := 0, 0
-	for i := range nl.c.Endpoints {
-		ec := &nl.c.Endpoints[i]
+	const window = 8 // old endpoints gone in a row that the walk skips
+	old, cur := l.c.Endpoints, nl.c.Endpoints
+	var left []int           // old remote endpoints not (yet) found in cur
+	var oldAt map[string]int // where old's endpoints are, once a gap is wider than window
+	nlocal, k := 0, 0
+	for i := range cur {
+		ec := &cur[i]
 		if ec.Flags&EndpointFlagRemote == 0 {
 			if nlocal == len(l.eps) || !reflect.DeepEqual(ec, l.eps[nlocal].cfg) {
 				return nil, nil, false
@@ -122,29 +132,78 @@ func (nl *lowering) diffEndpoints(l *lowering) (fresh []int, gone []*remoteEP, o
 			nlocal++
 			continue
 		}
-		if r := l.remotes[ec.Name]; r != nil && !kept[r.id] && sameEndpoint(ec, r.cfg) {
-			kept[r.id] = true
-			nkept++
-			continue
+		for k < len(old) && old[k].Flags&EndpointFlagRemote == 0 {
+			k++ // the local endpoints are checked in their order above
 		}
-		fresh = append(fresh, i)
+		m := k
+		for m < len(old) && m <= k+window && (old[m].Flags&EndpointFlagRemote == 0 || old[m].Name != ec.Name) {
+			m++
+		}
+		if m == len(old) || m > k+window {
+			// Further on (more gone in a row), out of place, or new.
+			if oldAt == nil {
+				oldAt = make(map[string]int, len(old)-k)
+				for j := k; j < len(old); j++ {
+					oldAt[old[j].Name] = j
+				}
+			}
+			var found bool
+			if m, found = oldAt[ec.Name]; !found || m < k || old[m].Flags&EndpointFlagRemote == 0 {
+				fresh = append(fresh, i)
+				continue
+			}
+		}
+		for ; k < m; k++ {
+			if old[k].Flags&EndpointFlagRemote != 0 {
+				left = append(left, k)
+			}
+		}
+		k++
+		if !sameEndpoint(ec, &old[m]) {
+			left = append(left, m)
+			fresh = append(fresh, i)
+		}
 	}
 	if nlocal != len(l.eps) {
 		return nil, nil, false
 	}
-	if nkept == len(l.remotes) && len(fresh) == 0 {
+	for ; k < len(old); k++ {
+		if old[k].Flags&EndpointFlagRemote != 0 {
+			left = append(left, k)
+		}
+	}
+	if len(left) == 0 && len(fresh) == 0 {
 		return nil, nil, true // the same remote endpoints: share l's
 	}
-	nl.remotes, nl.remoteIPs = maps.Clone(l.remotes), maps.Clone(l.remoteIPs)
-	if nkept < len(l.remotes) {
-		for name, r := range l.remotes {
-			if !kept[r.id] {
-				gone = append(gone, r)
-				delete(nl.remotes, name)
-				for _, a := range r.ips {
-					delete(nl.remoteIPs, a)
-				}
+	// Endpoints out of their place that are the same are kept.
+	if len(left) > 0 && len(fresh) > 0 {
+		at := make(map[string]int, len(left))
+		for _, k := range left {
+			at[old[k].Name] = k
+		}
+		fresh = slices.DeleteFunc(fresh, func(i int) bool {
+			k, ok := at[cur[i].Name]
+			if ok && sameEndpoint(&cur[i], &old[k]) {
+				delete(at, cur[i].Name) // kept once
+				return true
 			}
+			return false
+		})
+		left = slices.DeleteFunc(left, func(k int) bool { _, ok := at[old[k].Name]; return !ok })
+	}
+	if len(left) == 0 && len(fresh) == 0 {
+		return nil, nil, true
+	}
+	nl.remotes, nl.remoteIPs = maps.Clone(l.remotes), maps.Clone(l.remoteIPs)
+	for _, k := range left {
+		r := l.remotes[old[k].Name]
+		if r == nil {
+			return nil, nil, false
+		}
+		gone = append(gone, r)
+		delete(nl.remotes, r.cfg.Name)
+		for _, a := range r.ips {
+			delete(nl.remoteIPs, a)
 		}
 	}
 	return fresh, gone, true

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/ufp-dev/ufp/api"
+	"github.com/ufp-dev/ufp/hns"
 	"github.com/ufp-dev/ufp/vswitch"
 )
 
@@ -42,10 +43,16 @@ func errorf(status int, object, format string, args ...any) error {
 }
 
 // draft is a copy of the running configuration that an API call changes
-// before it is validated and applied.
+// before it is validated and applied. Its lists of endpoints and load
+// balancers are copies, but their objects' own lists (IpConfigurations,
+// Policies, HostComputeEndpoints) are the running configuration's, read
+// concurrently: a change replaces them, never writes into them
+// (ownEndpoint).
 type draft struct {
 	doc  *vswitch.Config
 	devs []deviceConfig
+	// replaces: the change replaces the whole configuration.
+	replaces bool
 }
 
 // device returns the index of port's device in the draft, or -1.
@@ -82,7 +89,8 @@ func (dr *draft) setDevice(port string, dev *api.Device) {
 func (d *daemon) change(object, ifMatch string, fn func(dr *draft) error) (uint64, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.stopped {
+	if d.stopped || d.handedOver.Load() {
+		// After a hand-over the state is the successor's to write.
 		return 0, errorf(http.StatusServiceUnavailable, "", "ufpd is stopping")
 	}
 	if ifMatch != "" {
@@ -95,7 +103,7 @@ func (d *daemon) change(object, ifMatch string, fn func(dr *draft) error) (uint6
 		}
 	}
 	cur := d.cfg
-	doc, err := cur.policy.Clone()
+	doc, err := draftPolicy(cur.policy)
 	if err != nil {
 		return 0, err
 	}
@@ -115,13 +123,38 @@ func (d *daemon) change(object, ifMatch string, fn func(dr *draft) error) (uint6
 		return 0, errorf(http.StatusBadRequest, object, "%v; the change was undone", err)
 	}
 	if c.state != "" {
-		if err := writeState(c.state, c, d.rev+1, &d.enc); err != nil {
+		if err := d.jr.persist(c, d.rev+1); err != nil {
 			d.rollback(cur)
 			return 0, errorf(http.StatusInternalServerError, object, "persisting to %s: %v; the change was undone", c.state, err)
 		}
 	}
 	d.rev++
+	if dr.replaces {
+		d.replaced++
+	}
 	return d.rev, nil
+}
+
+// draftPolicy copies policy c for a draft: the switch settings, ports,
+// uplink and networks whole (vswitch.Config.Clone), the lists of
+// endpoints and load balancers (the bulk of a node's document: copying
+// their objects' lists too cost a change at 10,000 Services 18 ms) one
+// level deep.
+func draftPolicy(c *vswitch.Config) (*vswitch.Config, error) {
+	doc, err := (&vswitch.Config{Switch: c.Switch, Ports: c.Ports, Uplink: c.Uplink, Networks: c.Networks}).Clone()
+	if err != nil {
+		return nil, err
+	}
+	doc.Endpoints, doc.LoadBalancers = slices.Clone(c.Endpoints), slices.Clone(c.LoadBalancers)
+	return doc, nil
+}
+
+// ownEndpoint gives the draft's endpoint i lists of its own, which a
+// change may then write into.
+func (dr *draft) ownEndpoint(i int) *hns.EndpointConfig {
+	e := &dr.doc.Endpoints[i]
+	*e = hns.CloneEndpoints(dr.doc.Endpoints[i : i+1])[0]
+	return e
 }
 
 // validate turns a draft into a configuration, checked as a file is

@@ -14,8 +14,8 @@ import (
 // BenchmarkChangeServices measures one API change of a node agent's kind
 // (one Service's backends: one removed, or put back) on a ufpd running
 // many Services (internal/scaledoc: 10 remote backends each, 50 pods),
-// persisted to a state file or not. heap-MB is the live heap after the
-// run.
+// persisted to a state file (its journal) or not. heap-MB is the live
+// heap after the run.
 func BenchmarkChangeServices(b *testing.B) {
 	for _, n := range []int{1000, 10000} {
 		for _, state := range []bool{false, true} {
@@ -29,6 +29,13 @@ func BenchmarkChangeServices(b *testing.B) {
 				dm, err := newDaemon(c, slog.New(slog.DiscardHandler))
 				if err != nil {
 					b.Fatal(err)
+				}
+				if state {
+					// Seeded, as ufpd does at its first start: changes
+					// are journalled after the base.
+					if err := dm.jr.persist(c, 0); err != nil {
+						b.Fatal(err)
+					}
 				}
 				b.ReportAllocs()
 				i := 0

@@ -93,6 +93,9 @@ type config struct {
 	state   string
 	metrics metricsConfig
 	holder  string
+	// resume, for a configuration read back from the state, is what it
+	// was read from (loadState); nil otherwise.
+	resume *resumed
 }
 
 // loadConfig reads and validates the configuration file at path. Errors

@@ -24,7 +24,7 @@ type daemon struct {
 
 	mu      sync.Mutex // serialises changes, reloads and shutdown
 	cfg     *config
-	enc     stateEncoder      // the state file's policy, as last written (d.mu)
+	jr      journal           // writes the state file and its journal (d.mu)
 	devs    map[string]*owned // by port name
 	stopped bool              // serve has returned: nothing more is opened
 	// noRedirects: links' redirects are left out (linkOf), and that was
@@ -33,6 +33,9 @@ type daemon struct {
 	// rev counts the accepted configuration changes (persisted with the
 	// state).
 	rev uint64
+	// replaced counts the accepted changes and reloads that replaced the
+	// whole configuration (api.Status.Replaced).
+	replaced uint64
 	// devErr holds, by port, why a device of the configuration is not
 	// open (it failed to open on restore or on a change).
 	devErr map[string]string
@@ -150,6 +153,16 @@ func restoreDaemonFrom(c *config, rev uint64, log *slog.Logger, in inherited) (*
 	if !in.noConns {
 		r.Connections = d.restoreConns(connsPath(c.state))
 	}
+	if rs := c.resume; rs != nil {
+		d.jr.resume(c, rs.base, rs.scan)
+		if rs.scan.end > 0 || rs.scan.dropped > 0 {
+			r.Journal = &api.JournalRestored{Records: int(rev - rs.base.Revision), Dropped: rs.scan.dropped, Why: rs.scan.why}
+		}
+		if rs.scan.dropped > 0 {
+			log.Warn("state journal: the end of it dropped; the changes before it are restored", "journal", journalPath(c.state),
+				"base_revision", rs.base.Revision, "revision", rev, "dropped_bytes", rs.scan.dropped, "why", rs.scan.why)
+		}
+	}
 	d.restored = r
 	log.Info("configuration restored", "state", c.state, "revision", rev,
 		"networks", r.Networks, "endpoints", r.Endpoints, "loadbalancers", r.LoadBalancers,
@@ -220,7 +233,23 @@ func (d *daemon) serve(ctx context.Context) error {
 	defer d.mu.Unlock()
 	d.stopped = true
 	d.closeAll()
+	d.compactOnStop()
 	return err
+}
+
+// compactOnStop writes the state whole, its journal emptied, when ufpd
+// stops with records in the journal, so that the next start reads the
+// state file alone. Not after a hand-over: the state is the successor's.
+func (d *daemon) compactOnStop() {
+	j := &d.jr
+	if d.handedOver.Load() || j.persisted == nil || j.base.Revision == d.rev {
+		return
+	}
+	if err := j.compact(j.persisted, d.rev); err != nil {
+		d.log.Warn("state: compacting the journal at stop", "state", j.state, "err", err)
+		return
+	}
+	j.close()
 }
 
 func (d *daemon) closeAll() {
@@ -297,7 +326,11 @@ func (d *daemon) reload(c *config) error {
 	if d.stopped {
 		return fmt.Errorf("%w: ufpd is stopping", errRejected)
 	}
-	return d.apply(c, nil)
+	err := d.apply(c, nil)
+	if !errors.Is(err, errRejected) {
+		d.replaced++
+	}
+	return err
 }
 
 // apply is reload with d.mu held. prep, if not nil, is c's policy

@@ -204,7 +204,10 @@ func daemonMain(ctx context.Context, path string, c *config, rev uint64, fromSta
 	if c.state != "" && !fromState {
 		// The file seeds the state: from now on the state file is the
 		// configuration.
-		if err := writeState(c.state, c, 0, nil); err != nil {
+		d.mu.Lock()
+		err := d.jr.persist(c, 0)
+		d.mu.Unlock()
+		if err != nil {
 			d.closeAll()
 			closeListeners()
 			return fmt.Errorf("state: %w", err)

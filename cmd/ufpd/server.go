@@ -278,7 +278,7 @@ func (d *daemon) getStatus(w http.ResponseWriter, r *http.Request) (any, error) 
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return api.Status{
-		PID: os.Getpid(), Generation: d.sw.Generation(), Revision: d.rev, State: d.cfg.state,
+		PID: os.Getpid(), Generation: d.sw.Generation(), Revision: d.rev, Replaced: d.replaced, State: d.cfg.state,
 		Restored: d.restored, Ports: len(d.sw.Ports()), Devices: len(d.devs), Metrics: d.cfg.metrics.Listen,
 	}, nil
 }
@@ -309,7 +309,7 @@ func (d *daemon) putConfig(w http.ResponseWriter, r *http.Request) (any, error) 
 		if err != nil {
 			return errorf(http.StatusBadRequest, "config", "policy: %v", err)
 		}
-		dr.doc = doc
+		dr.doc, dr.replaces = doc, true
 		dr.devs = make([]deviceConfig, len(in.Devices))
 		for i, dev := range in.Devices {
 			dr.devs[i] = deviceConfig(dev)
@@ -465,8 +465,12 @@ func (d *daemon) deleteEndpoint(w http.ResponseWriter, r *http.Request) (any, er
 		dr.setDevice(name, nil)
 		for j := range dr.doc.LoadBalancers {
 			lb := &dr.doc.LoadBalancers[j]
-			lb.HostComputeEndpoints = slices.DeleteFunc(lb.HostComputeEndpoints, func(s string) bool { return s == name })
-			lb.DrainingEndpoints = slices.DeleteFunc(lb.DrainingEndpoints, func(s string) bool { return s == name })
+			if slices.Contains(lb.HostComputeEndpoints, name) { // a copy: the list is the running one's
+				lb.HostComputeEndpoints = slices.DeleteFunc(slices.Clone(lb.HostComputeEndpoints), func(s string) bool { return s == name })
+			}
+			if slices.Contains(lb.DrainingEndpoints, name) { // a copy, as above
+				lb.DrainingEndpoints = slices.DeleteFunc(slices.Clone(lb.DrainingEndpoints), func(s string) bool { return s == name })
+			}
 		}
 		return nil
 	}))
@@ -481,7 +485,7 @@ func (d *daemon) withEndpoint(r *http.Request, fn func(e *hns.EndpointConfig) er
 		if i < 0 {
 			return errorf(http.StatusNotFound, object, "no such endpoint")
 		}
-		return fn(&dr.doc.Endpoints[i])
+		return fn(dr.ownEndpoint(i))
 	}))
 }
 

@@ -234,6 +234,9 @@ func TestAPIObjects(t *testing.T) {
 	if err := c.SetConfig(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
+	if st, err := c.Status(ctx); err != nil || st.Replaced != 1 || st.Revision != 12 {
+		t.Errorf("after the configuration was replaced: %+v, %v; want replaced 1, revision 12", st, err)
+	}
 }
 
 // TestAPIErrors checks that every bad request is refused with a status
@@ -619,7 +622,7 @@ func TestStateRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := filepath.Dir(d.cfg.state)
-	if ents, _ := os.ReadDir(dir); len(ents) != 2 { // the state and the socket
+	if ents, _ := os.ReadDir(dir); len(ents) != 3 { // the state, its journal and the socket
 		t.Errorf("%d files in the state's directory: %v", len(ents), ents)
 	}
 	// A configuration file naming the state: the file's own policy only

@@ -127,55 +127,17 @@ func appendList(b []byte, name string, elems [][]byte) []byte {
 	return append(b, ']')
 }
 
-// writeState persists c durably at path: it writes a temporary file in
-// the same directory, syncs it, renames it over path and syncs the
-// directory, so that a crash at any moment leaves either the old state or
-// the new one, whole. enc (nil: a new one) encodes the policy.
+// writeState writes c at revision rev as the state file at path, whole
+// (a base without a journal after it): it writes a temporary file in the
+// same directory, syncs it, renames it over path and syncs the
+// directory, so that a crash at any moment leaves either the old state
+// or the new one, whole. enc (nil: a new one) encodes the policy.
 func writeState(path string, c *config, rev uint64, enc *stateEncoder) error {
 	b, err := marshalState(c, rev, enc)
 	if err != nil {
 		return err
 	}
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	ok := false
-	defer func() {
-		if !ok {
-			os.Remove(tmp)
-		}
-	}()
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Chmod(0o600); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	ok = true
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return writeFileAtomic(path, b)
 }
 
 // removeStaleTemps removes the temporary files a writeState cut short (a
@@ -187,30 +149,72 @@ func removeStaleTemps(path string) {
 	}
 }
 
-// readState reads the state file at path, validated as a configuration
-// with base's daemon settings (log, API, metrics). A missing file is
-// reported with fs.ErrNotExist.
+// readState reads the state at path (the state file, and its journal
+// replayed onto it), validated as a configuration with base's daemon
+// settings (log, API, metrics). A missing state file is reported with
+// fs.ErrNotExist.
 func readState(path string, base *config) (*config, uint64, error) {
-	b, err := os.ReadFile(path)
+	c, err := loadState(path, base)
 	if err != nil {
 		return nil, 0, err
+	}
+	return c, c.resume.rev, nil
+}
+
+// resumed is what a configuration read back from the state file was
+// read from: the state file (base) and what of its journal was read.
+type resumed struct {
+	rev  uint64 // the revision read: the base's, or the last record's
+	base baseInfo
+	scan journalScan // records cleared once applied
+}
+
+// loadState is readState, the configuration's resume saying what it was
+// read from. A journal that cannot be read whole (damaged, cut short)
+// gives what it holds before the damage; one that cannot be read at all
+// (permissions) is an error, as the state file is.
+func loadState(path string, base *config) (*config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
 	}
 	var st stateFile
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&st); err != nil {
-		return nil, 0, fmt.Errorf("%s: not a ufpd state file: %w", path, err)
+		return nil, fmt.Errorf("%s: not a ufpd state file: %w", path, err)
+	}
+	jb, err := os.ReadFile(journalPath(path))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	rs := &resumed{rev: st.Revision, base: baseOf(b, st.Revision)}
+	rs.scan = scanJournal(jb, rs.base)
+	if n := len(rs.scan.records); n > 0 {
+		var doc vswitch.Config
+		if err := json.Unmarshal(st.Policy, &doc); err != nil {
+			return nil, fmt.Errorf("%s: not a ufpd state file: %w", path, err)
+		}
+		for i := range rs.scan.records {
+			rs.scan.records[i].apply(&doc, &st.Devices)
+		}
+		rs.rev = rs.scan.records[n-1].Revision
+		if st.Policy, err = json.Marshal(&doc); err != nil {
+			return nil, err
+		}
 	}
 	fc := fileConfig{Policy: st.Policy, Devices: st.Devices, Log: base.log, API: base.api, State: base.state, Metrics: base.metrics, Holder: base.holder}
 	fb, err := json.Marshal(fc)
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	c, err := parseConfig(fb)
 	if err != nil {
-		return nil, 0, fmt.Errorf("%s: %w", path, err)
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	return c, st.Revision, nil
+	rs.scan.records = nil
+	c.resume = rs
+	return c, nil
 }
 
 // loadRunning reads the configuration file at path and, if it names a
