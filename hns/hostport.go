@@ -163,14 +163,7 @@ func (l *lowering) hostServices() hostSvc {
 			} else {
 				svc.frontends = append(svc.frontends, f)
 			}
-			g.Rules = append(g.Rules, vfp.RuleConfig{
-				Name:     fmt.Sprintf("lb-%s-%s-%d", f, b.proto, b.external),
-				Priority: vfp.Priority(uint32(100 + len(g.Rules))),
-				Match: &vfp.MatchConfig{Protocols: []vfp.Proto{b.proto}, DstIPs: vfp.Hosts(f),
-					DstPorts: []vfp.PortRange{vfp.Port(b.external)}},
-				Action:      vfp.ActionConfig{Type: vfp.Allow, LB: b.name, LBRoute: true},
-				Terminating: true, Stateful: true,
-			})
+			g.Rules = append(g.Rules, b.rule(f, len(g.Rules), true))
 		}
 	}
 	if len(g.Rules) > 0 {

@@ -590,17 +590,24 @@ func (l *lowering) lbSharedGroup(site lbSite) vfp.GroupConfig {
 		}
 		route := site != lbPods || b.cfg.PreserveDst
 		for _, f := range b.frontends {
-			g.Rules = append(g.Rules, vfp.RuleConfig{
-				Name:     fmt.Sprintf("lb-%s-%s-%d", f, b.proto, b.external),
-				Priority: vfp.Priority(uint32(100 + len(g.Rules))),
-				Match: &vfp.MatchConfig{Protocols: []vfp.Proto{b.proto}, DstIPs: vfp.Hosts(f),
-					DstPorts: []vfp.PortRange{vfp.Port(b.external)}},
-				Action:      vfp.ActionConfig{Type: vfp.Allow, LB: b.name, LBRoute: route},
-				Terminating: true, Stateful: true,
-			})
+			g.Rules = append(g.Rules, b.rule(f, len(g.Rules), route))
 		}
 	}
 	return g
+}
+
+// rule is the load-balancers group's rule sending b's connections to
+// frontend f to its balancer, the group's n-th; route sets the action's
+// LBRoute.
+func (b *lbPlan) rule(f netip.Addr, n int, route bool) vfp.RuleConfig {
+	return vfp.RuleConfig{
+		Name:     fmt.Sprintf("lb-%s-%s-%d", f, b.proto, b.external),
+		Priority: vfp.Priority(uint32(100 + n)),
+		Match: &vfp.MatchConfig{Protocols: []vfp.Proto{b.proto}, DstIPs: vfp.Hosts(f),
+			DstPorts: []vfp.PortRange{vfp.Port(b.external)}},
+		Action:      vfp.ActionConfig{Type: vfp.Allow, LB: b.name, LBRoute: route},
+		Terminating: true, Stateful: true,
+	}
 }
 
 // balancers lists the switch's load balancers.
