@@ -416,6 +416,9 @@ func (l *lowering) uplinkConfig() error {
 	if err != nil {
 		return err
 	}
+	if err := l.servicesMAC("Uplink.MacAddress", mac); err != nil {
+		return err
+	}
 	l.hostMAC = mac
 	l.mtu = DefaultUplinkMTU
 	if u.Mtu != 0 {
@@ -436,6 +439,9 @@ func (l *lowering) uplinkConfig() error {
 		}
 		if m == l.hostMAC {
 			return fmt.Errorf("%s.MacAddress: %s is the host's own MAC (Uplink.MacAddress)", at, m)
+		}
+		if err := l.servicesMAC(at+".MacAddress", m); err != nil {
+			return err
 		}
 		if _, dup := l.neighbors[a]; dup {
 			return fmt.Errorf("%s.IpAddress: %s is listed twice", at, a)
@@ -476,7 +482,12 @@ func (l *lowering) network(i int) error {
 			return fmt.Errorf("%s.Subnets: an IPAM needs at least one subnet", iat)
 		}
 		for si := range ipam.Subnets {
-			if err := n.subnet(fmt.Sprintf("%s.Subnets[%d]", iat, si), &ipam.Subnets[si]); err != nil {
+			sat := fmt.Sprintf("%s.Subnets[%d]", iat, si)
+			if err := n.subnet(sat, &ipam.Subnets[si]); err != nil {
+				return err
+			}
+			// A subnet's gateway is its one route's next hop (subnet).
+			if err := l.servicesAddr(sat+".Routes[0].NextHop", n.gws[len(n.gws)-1]); err != nil {
 				return err
 			}
 		}
@@ -551,6 +562,9 @@ func (l *lowering) network(i int) error {
 			}
 			if m == l.hostMAC {
 				return fmt.Errorf("%s.Address: %s is the host's own MAC (Uplink.MacAddress)", sat, m)
+			}
+			if err := l.servicesMAC(sat+".Address", m); err != nil {
+				return err
 			}
 			if !n.drMAC.IsZero() {
 				return fmt.Errorf("%s: the network has a DrMacAddress already", pat)
@@ -893,6 +907,9 @@ func (l *lowering) endpoints() (_ []*epPlan, err error) {
 		if o, dup := macs[mac]; dup {
 			return nil, fmt.Errorf("%s.MacAddress: %s is already used by %s", at, mac, o)
 		}
+		if err := l.servicesMAC(at+".MacAddress", mac); err != nil {
+			return nil, err
+		}
 		macs[mac] = at
 		ep.mac = mac
 		if len(ec.IpConfigurations) == 0 {
@@ -914,6 +931,9 @@ func (l *lowering) endpoints() (_ []*epPlan, err error) {
 			}
 			if a == sub.Addr() || a == n.gws[si] || isBroadcast(sub, a) {
 				return nil, fmt.Errorf("%s.IpAddress: %s is the subnet's own, broadcast or gateway address", iat, a)
+			}
+			if err := l.servicesAddr(iat+".IpAddress", a); err != nil {
+				return nil, err
 			}
 			if _, nb := l.neighbors[a]; nb {
 				return nil, fmt.Errorf("%s.IpAddress: %s is an underlay neighbour in Uplink.Neighbors", iat, a)

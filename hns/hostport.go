@@ -125,6 +125,30 @@ func HostServicesGateway(v4 bool) netip.Addr {
 	return netip.AddrFrom16([16]byte{0: 0xfe, 1: 0x80, 13: 0xff, 15: 1})
 }
 
+// servicesMAC rejects m, a MAC the document gives at at, if it is the
+// services gateway's (HostServicesMAC) while the host has a vNIC on the
+// switch (Uplink.HostPort). The gateway is there only while the host
+// reaches a Service, but its MAC and addresses are reserved with the
+// vNIC, so that adding a Service never makes a valid document invalid.
+func (l *lowering) servicesMAC(at string, m dataplane.MAC) error {
+	if l.c.Uplink.HostPort != "" && m == HostServicesMAC() {
+		return fmt.Errorf("%s: %s is the MAC of the host's services gateway, reserved when Uplink.HostPort is set", at, m)
+	}
+	return nil
+}
+
+// servicesAddr rejects a, an address the document gives at at, if it is
+// the services gateway's (HostServicesGateway, either family) while the
+// host has a vNIC on the switch (servicesMAC). The host's own addresses
+// and the frontends cannot be: they are global unicast, the gateway's
+// link-local.
+func (l *lowering) servicesAddr(at string, a netip.Addr) error {
+	if l.c.Uplink.HostPort != "" && a.IsValid() && (a == HostServicesGateway(true) || a == HostServicesGateway(false)) {
+		return fmt.Errorf("%s: %s is an address of the host's services gateway, reserved when Uplink.HostPort is set", at, a)
+	}
+	return nil
+}
+
 // hostSvc is what the host's vNIC has of Services: its load-balancers
 // group (nil: none), the frontends routed to it, and its redirects.
 type hostSvc struct {

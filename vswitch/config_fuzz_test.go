@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/ufp-dev/ufp/vfp"
@@ -28,6 +29,8 @@ func FuzzParseConfig(f *testing.F) {
 	// The host's vNIC with Services (its routes, redirects, services
 	// gateway), at both levels.
 	f.Add([]byte(hostLBDoc(f)))
+	// An endpoint with the services gateway's MAC (refused).
+	f.Add([]byte(strings.Replace(hostLBDoc(f), `"02:00:00:00:01:0a"`, `"02:75:66:70:00:01"`, 1)))
 	f.Add([]byte(`{"switch": {}, "ports": [{"name": "uplink", "mac": "02:00:00:00:00:fe", "ips": ["192.168.50.1"], "uplink": true},
 	  {"name": "host", "mac": "02:00:00:00:00:fe", "ips": ["192.168.50.1"], "host": true,
 	   "link": {"routes": [{"destination": "10.96.0.10/32", "nextHop": "169.254.0.1", "onLink": true}],

@@ -117,6 +117,8 @@ func FuzzHNSLowers(f *testing.F) {
 		"L2Bridge", "1024-2000", "80", "TCP", "Allow", "Block", "In", "Out",
 		json.Number("0"), json.Number("1"), json.Number("2"), json.Number("6"), json.Number("17"), json.Number("80"),
 		json.Number("4096"), json.Number("4789"), json.Number("65535"), json.Number("16777216"), true, false,
+		// The host's services gateway (hns.HostServicesMAC, HostServicesGateway).
+		"02:75:66:70:00:01", "fe80::ff:1",
 	}
 	for i := range bases {
 		f.Add([]byte{byte(i)})

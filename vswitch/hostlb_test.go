@@ -365,3 +365,71 @@ func TestHostServicesGateway(t *testing.T) {
 		t.Errorf("services gateway %s, %s", g4, g6)
 	}
 }
+
+// TestHostServicesGatewayReserved checks that the services gateway's MAC
+// and addresses are refused, naming the field, wherever hostDoc gives a
+// MAC or an address of the switch's own, while the host has a vNIC
+// (Uplink.HostPort), and accepted without it. The host's addresses are
+// global unicast, so the gateway's link-local ones are refused there
+// either way.
+func TestHostServicesGatewayReserved(t *testing.T) {
+	const (
+		svcMAC = "02:75:66:70:00:01"
+		net0   = `Networks[0] "vxlan0"`
+		sub0   = net0 + ".Ipams[0].Subnets[0]"
+		mac    = " is the MAC of the host's services gateway, reserved when Uplink.HostPort is set"
+		ip     = " is an address of the host's services gateway, reserved when Uplink.HostPort is set"
+	)
+	linkLocal := func(t *testing.T, d doc, gw, ep string) {
+		s := hnsSubnet0(d)
+		s["IpAddressPrefix"] = "169.254.0.0/24"
+		at(s, "Routes", 0)["NextHop"] = gw
+		hnsIPConfig(d, 0)["IpAddress"] = ep
+	}
+	for _, tc := range []struct {
+		name   string
+		edit   func(t *testing.T, d doc)
+		want   string
+		always bool // refused without Uplink.HostPort too
+	}{
+		{name: "host MAC", edit: func(t *testing.T, d doc) { d["Uplink"].(doc)["MacAddress"] = svcMAC },
+			want: "Uplink.MacAddress: " + svcMAC + mac},
+		{name: "neighbour MAC", edit: func(t *testing.T, d doc) { at(d, "Uplink", "Neighbors", 1)["MacAddress"] = svcMAC },
+			want: "Uplink.Neighbors[1].MacAddress: " + svcMAC + mac},
+		{name: "router MAC", edit: func(t *testing.T, d doc) { at(d, "Networks", 0, "Policies", 2, "Settings")["Address"] = svcMAC },
+			want: net0 + ".Policies[2].Settings.Address: " + svcMAC + mac},
+		{name: "endpoint MAC", edit: func(t *testing.T, d doc) { hnsEndpoint(d, 0)["MacAddress"] = "02:75:66:70:00:01" },
+			want: `Endpoints[0] "pod-a".MacAddress: ` + svcMAC + mac},
+		{name: "router address", edit: func(t *testing.T, d doc) { linkLocal(t, d, "169.254.0.1", "169.254.0.10") },
+			want: sub0 + ".Routes[0].NextHop: 169.254.0.1" + ip},
+		{name: "endpoint address", edit: func(t *testing.T, d doc) { linkLocal(t, d, "169.254.0.254", "169.254.0.1") },
+			want: `Endpoints[0] "pod-a".IpConfigurations[0].IpAddress: 169.254.0.1` + ip},
+		{name: "IPv6 router address", edit: func(t *testing.T, d doc) {
+			hnsAdd(t, at(d, "Networks", 0, "Ipams", 0), "Subnets", `{"IpAddressPrefix": "fe80::/64",
+				"Routes": [{"NextHop": "fe80::ff:1", "DestinationPrefix": "::/0"}],
+				"Policies": [{"Type": "VSID", "Settings": {"IsolationId": 4096}}]}`)
+		}, want: net0 + ".Ipams[0].Subnets[1].Routes[0].NextHop: fe80::ff:1" + ip},
+		{name: "IPv6 endpoint address", edit: func(t *testing.T, d doc) {
+			hnsAdd(t, at(d, "Networks", 0, "Ipams", 0), "Subnets", `{"IpAddressPrefix": "fe80::/64",
+				"Policies": [{"Type": "VSID", "Settings": {"IsolationId": 4096}}]}`)
+			hnsAdd(t, hnsEndpoint(d, 0), "IpConfigurations", `{"IpAddress": "fe80::ff:1"}`)
+		}, want: `Endpoints[0] "pod-a".IpConfigurations[1].IpAddress: fe80::ff:1` + ip},
+		{name: "host address", edit: func(t *testing.T, d doc) { d["Uplink"].(doc)["IpAddresses"] = []any{"169.254.0.1/16"} },
+			want: "Uplink.IpAddresses[0]: 169.254.0.1 is not a unicast address", always: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hnsWantRejected(t, editJSON(t, hostDoc, func(d doc) { tc.edit(t, d) }), tc.want)
+			// Without the host's vNIC (nor HostRoute, which needs it).
+			b := editJSON(t, hostDoc, func(d doc) {
+				tc.edit(t, d)
+				delete(d["Uplink"].(doc), "HostPort")
+				hnsDelPolicy(d, 3)
+			})
+			if tc.always {
+				hnsWantRejected(t, b, tc.want)
+			} else if _, err := ParseConfig(b); err != nil {
+				t.Errorf("without Uplink.HostPort: %v", err)
+			}
+		})
+	}
+}
