@@ -30,7 +30,8 @@ import (
 // with a state file and the single node's network but no endpoints; pods
 // are made through the API and reach each other. While a client makes
 // more changes one after another (endpoints with and without a TAP,
-// ACLs, load balancers), ufpd gets SIGKILL: the state file is whole,
+// ACLs, load balancers), ufpd gets SIGKILL: the state it left (the state
+// file with its journal replayed, as ufpd -show-state reads it) is whole,
 // valid, and holds every change the API acknowledged, plus at most the
 // one in flight. During the outage one pod's namespace is deleted, and
 // the other pods keep their interfaces (same index, addresses, routes)
@@ -569,27 +570,30 @@ func (s *restartState) churnWithDevice() (ns, ip string, ok bool) {
 	return "", "", false
 }
 
-// checkState reads the state file a killed ufpd left and checks that it
-// is whole and valid (ufpd -check reads it as a restart would), and that
-// it holds every acknowledged change and nothing more than the one in
-// flight. Temporary files of a write the kill cut short are noted.
+// checkState reads the state a killed ufpd left, as a restart restores
+// it (ufpd -show-state: the state file with its journal replayed), and
+// checks that it is whole and valid (ufpd -check reads it as a restart
+// would), and that it holds every acknowledged change and nothing more
+// than the one in flight. Temporary files of a write the kill cut short
+// are noted.
 func (l *lab) checkState(t *testing.T, path, cfgPath string, acked []change, inFlight *change) *restartState {
 	t.Helper()
-	raw, err := os.ReadFile(path)
+	raw, report, err := showState(t, path)
 	if err != nil {
-		t.Fatalf("the state file after SIGKILL: %v", err)
+		t.Fatalf("ufpd -show-state after SIGKILL: %v\n%s", err, report)
 	}
+	t.Logf("ufpd -show-state: %s", strings.TrimSpace(report))
 	st := &restartState{}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(st); err != nil {
-		t.Fatalf("the state file after SIGKILL is not a whole state (%d bytes): %v\n%s", len(raw), err, raw)
+		t.Fatalf("the state after SIGKILL is not a whole state (%d bytes): %v\n%s", len(raw), err, raw)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		t.Fatalf("the state file after SIGKILL has data after its document")
+		t.Fatalf("the state after SIGKILL has data after its document")
 	}
 	if st.policy, err = vswitch.ParseConfig(st.Policy); err != nil {
-		t.Fatalf("the state file's policy after SIGKILL: %v", err)
+		t.Fatalf("the state's policy after SIGKILL: %v", err)
 	}
 	if out, err := l.cmd("", ufpdBinary(t), "-check", "-config", cfgPath); err != nil || !strings.Contains(out, path+": valid") {
 		t.Fatalf("ufpd -check on the state after SIGKILL: %v\n%s", err, out)
@@ -628,7 +632,7 @@ func (l *lab) checkState(t *testing.T, path, cfgPath string, acked []change, inF
 	}
 	for i := range acked {
 		if !has(&acked[i]) {
-			t.Errorf("acknowledged (revision %d) but not in the state file: %s", acked[i].rev, &acked[i])
+			t.Errorf("acknowledged (revision %d) but not in the state: %s", acked[i].rev, &acked[i])
 		}
 	}
 	// Everything in the state: the pods, the acknowledged changes and
@@ -661,6 +665,20 @@ func (l *lab) checkState(t *testing.T, path, cfgPath string, acked []change, inF
 		t.Errorf("the state holds %d endpoints, ACLs and load balancers, %d changes were made", objects, want)
 	}
 	return st
+}
+
+// showState runs ufpd -show-state on the state file at path: the state a
+// start restores from it (its journal replayed) as a state file, and
+// ufpd's report of what the journal added and dropped.
+func showState(t *testing.T, path string) (state []byte, report string, err error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), labCmdTimeout)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	c := exec.CommandContext(ctx, ufpdBinary(t), "-show-state", path)
+	c.Stdout, c.Stderr, c.WaitDelay = &out, &errOut, time.Second
+	err = c.Run()
+	return out.Bytes(), errOut.String(), err
 }
 
 // checkRestored checks the restart's report against the state it

@@ -5,6 +5,7 @@
 //
 //	ufpd -config /etc/ufp/ufpd.json    # run; SIGHUP reloads, SIGTERM stops
 //	ufpd -check -config FILE           # validate a configuration and exit
+//	ufpd -show-state STATE             # print the state a start would restore and exit
 //	ufpd demo                          # two pods and a node through ufpd, with root
 //
 // The configuration file holds the policy document and the devices of its

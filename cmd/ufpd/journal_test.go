@@ -505,3 +505,128 @@ func TestChangeLeavesRunningAlone(t *testing.T) {
 		}
 	}
 }
+
+// TestShowState checks ufpd -show-state: it prints the state a start
+// restores (base and journal), byte for byte what a compaction of that
+// configuration writes, says what it dropped of a torn journal, and
+// changes neither file.
+func TestShowState(t *testing.T) {
+	dm, s := journalDaemon(t)
+	rng := rand.New(rand.NewPCG(7, 8))
+	fresh := s.Services * s.Backends
+	at := map[uint64]*config{dm.rev: dm.cfg}
+	var ends []int64 // where each record ends
+	for range 4 {
+		if _, err := dm.change("test", "", func(dr *draft) error {
+			randomChange(rng, s, dr, &fresh)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		at[dm.rev] = dm.cfg
+		ends = append(ends, dm.jr.end)
+	}
+	state, jpath := dm.cfg.state, journalPath(dm.cfg.state)
+	if dm.jr.base.Revision != dm.rev-4 {
+		t.Fatalf("base revision %d, revision %d: want 4 records in the journal", dm.jr.base.Revision, dm.rev)
+	}
+	show := func(t *testing.T, args ...string) (code int, stdout, stderr string) {
+		t.Helper()
+		var o, e bytes.Buffer
+		code = run(args, &o, &e)
+		return code, o.String(), e.String()
+	}
+	unchanged := func(t *testing.T) func() {
+		t.Helper()
+		var before [][]byte
+		var infos []os.FileInfo
+		for _, p := range []string{state, jpath} {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fi, _ := os.Stat(p)
+			before, infos = append(before, b), append(infos, fi)
+		}
+		return func() {
+			t.Helper()
+			for i, p := range []string{state, jpath} {
+				b, err := os.ReadFile(p)
+				fi, _ := os.Stat(p)
+				if err != nil || !bytes.Equal(b, before[i]) || !fi.ModTime().Equal(infos[i].ModTime()) {
+					t.Errorf("%s changed by -show-state (%v)", p, err)
+				}
+			}
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		cut     int64  // the journal's length (0: whole)
+		rev     uint64 // the revision shown
+		dropped int64
+		why     string
+	}{
+		{name: "records", rev: dm.rev},
+		{name: "torn tail", cut: ends[3] - 5, rev: dm.rev - 1, dropped: ends[3] - 5 - ends[2], why: "cut short"},
+		{name: "torn header", cut: int64(len(journalMagic)) + 3, rev: dm.rev - 4, dropped: int64(len(journalMagic)) + 3, why: "header: cut short"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.cut > 0 {
+				if err := os.Truncate(jpath, tc.cut); err != nil {
+					t.Fatal(err)
+				}
+			}
+			check := unchanged(t)
+			code, out, errOut := show(t, "-show-state", state)
+			check()
+			if code != 0 {
+				t.Fatalf("exit status %d: %s", code, errOut)
+			}
+			want, err := marshalState(at[tc.rev], tc.rev, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out != string(want) {
+				t.Errorf("printed (%d bytes) is not the state of revision %d as a compaction writes it (%d bytes)", len(out), tc.rev, len(want))
+			}
+			// What is printed is a state file a start reads as is.
+			copyPath := filepath.Join(t.TempDir(), "copy.state")
+			if err := os.WriteFile(copyPath, []byte(out), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			got, err := loadState(copyPath, &config{})
+			if err != nil {
+				t.Fatalf("the printed state read back: %v", err)
+			}
+			if got.resume.rev != tc.rev {
+				t.Errorf("the printed state is revision %d, want %d", got.resume.rev, tc.rev)
+			}
+			sameConfig(t, tc.name, got, at[tc.rev])
+			head := fmt.Sprintf("%s: revision %d: the base's revision %d and %d journal records", state, tc.rev, dm.rev-4, tc.rev-(dm.rev-4))
+			if !strings.HasPrefix(errOut, head) {
+				t.Errorf("stderr %q, want it to start %q", errOut, head)
+			}
+			if tc.why == "" {
+				if strings.Contains(errOut, "dropped") {
+					t.Errorf("stderr %q: nothing was dropped", errOut)
+				}
+			} else if d := fmt.Sprintf("; %d bytes of the journal dropped: ", tc.dropped); !strings.Contains(errOut, d) || !strings.HasSuffix(errOut, tc.why+"\n") {
+				t.Errorf("stderr %q, want %q and the reason %q", errOut, d, tc.why)
+			}
+		})
+	}
+	t.Run("errors", func(t *testing.T) {
+		if code, _, errOut := show(t, "-show-state", filepath.Join(t.TempDir(), "none")); code != 1 || !strings.Contains(errOut, "no such file") {
+			t.Errorf("a missing state file: exit status %d, %q", code, errOut)
+		}
+		if err := os.WriteFile(state+".bad", []byte(`{"revision": 1, "policy": {}, "extra": 1}`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if code, out, errOut := show(t, "-show-state", state+".bad"); code != 1 || out != "" || !strings.Contains(errOut, "not a ufpd state file") {
+			t.Errorf("not a state file: exit status %d, %q, %q", code, out, errOut)
+		}
+		if code, out, _ := show(t, "-show-state", state, "-config", "x.json"); code != 2 || out != "" {
+			t.Errorf("-show-state with -config: exit status %d, %q; want 2 (usage)", code, out)
+		}
+	})
+}

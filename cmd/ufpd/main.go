@@ -32,12 +32,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 	path := fl.String("config", "", "configuration file (JSON: policy and devices)")
 	check := fl.Bool("check", false, "validate the configuration and exit")
 	cpuProfile := fl.String("cpuprofile", "", "write a CPU profile (go tool pprof) of the whole run to this `file`")
+	showStatePath := fl.String("show-state", "", "print the state a start would restore from this state `file` (its journal replayed) and exit")
 	fl.Usage = func() {
-		fmt.Fprintf(stderr, "usage: ufpd -config FILE [-check] [-cpuprofile FILE]\n       ufpd demo [-h]\n\n")
+		fmt.Fprintf(stderr, "usage: ufpd -config FILE [-check] [-cpuprofile FILE]\n       ufpd -show-state FILE\n       ufpd demo [-h]\n\n")
 		fl.PrintDefaults()
 	}
 	if err := fl.Parse(args); err != nil {
 		return 2
+	}
+	if *showStatePath != "" {
+		if *path != "" || *check || *cpuProfile != "" || fl.NArg() > 0 {
+			fl.Usage()
+			return 2
+		}
+		return showState(*showStatePath, stdout, stderr)
 	}
 	if *path == "" || fl.NArg() > 0 {
 		fl.Usage()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -233,4 +234,34 @@ func loadRunning(path string) (c *config, rev uint64, fromState bool, err error)
 		return nil, 0, false, err
 	}
 	return sc, rev, true, nil
+}
+
+// showState prints the state a start would restore from the state file
+// at path: the file with its journal replayed (as readState does it),
+// written to stdout as a state file (as a compaction would write it),
+// and to stderr what the journal added and what of it was dropped, and
+// why. It changes neither file. It returns the exit status: 1 if the
+// state cannot be read.
+func showState(path string, stdout, stderr io.Writer) int {
+	c, err := loadState(path, &config{})
+	if err != nil {
+		fmt.Fprintf(stderr, "ufpd: %v\n", err)
+		return 1
+	}
+	rs := c.resume
+	b, err := marshalState(c, rs.rev, nil)
+	if err != nil {
+		fmt.Fprintf(stderr, "ufpd: %s: %v\n", path, err)
+		return 1
+	}
+	if _, err := stdout.Write(b); err != nil {
+		fmt.Fprintf(stderr, "ufpd: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stderr, "%s: revision %d: the base's revision %d and %d journal records", path, rs.rev, rs.base.Revision, rs.rev-rs.base.Revision)
+	if rs.scan.dropped > 0 || rs.scan.why != "" {
+		fmt.Fprintf(stderr, "; %d bytes of the journal dropped: %s", rs.scan.dropped, rs.scan.why)
+	}
+	fmt.Fprintln(stderr)
+	return 0
 }
