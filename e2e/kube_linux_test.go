@@ -232,28 +232,17 @@ func TestKube(t *testing.T) {
 		k.waitBackends(t, all, k.lbName("sticky", "tcp80", "cluster"))
 		addr := hostPort(sticky.Spec.ClusterIP, 80)
 		waitAnswer(t, k.client, addr)
-		seen := map[string]int{}
-		for range 20 {
-			name, err := askName(k.client, addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			seen[name]++
-		}
+		seen := askNames(t, k.client, addr, 20)
 		if len(seen) != 1 {
 			t.Errorf("20 connections of one client with ClientIP affinity reached %v, want one backend", seen)
 		}
 		t.Logf("20 connections reached %v", seen)
-		// node1's own stack is a client like another.
-		seen = map[string]int{}
-		for range 20 {
-			name, err := askName(k.node1, addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			seen[name]++
+		var first string
+		for name := range seen {
+			first = name
 		}
-		if len(seen) != 1 {
+		// node1's own stack is a client like another.
+		if seen := askNames(t, k.node1, addr, 20); len(seen) != 1 {
 			t.Errorf("20 connections of node1 with ClientIP affinity reached %v, want one backend", seen)
 		}
 		// Services came and went since web was programmed: vEthernet's
@@ -264,29 +253,10 @@ func TestKube(t *testing.T) {
 
 		// The client's backend terminating (draining): the affinity to it
 		// is forgotten, and the client sticks to another.
-		seen = map[string]int{}
-		for range 20 {
-			name, err := askName(k.client, addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			seen[name]++
-		}
-		var first string
-		for name := range seen {
-			first = name
-		}
 		rest := slices.DeleteFunc(slices.Clone(all), func(b string) bool { return b == first })
 		k.setEndpoints(t, "sticky", rest, map[string]bool{first: true})
 		k.waitDraining(t, rest, []string{first}, k.lbName("sticky", "tcp80", "cluster"))
-		seen = map[string]int{}
-		for range 20 {
-			name, err := askName(k.client, addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			seen[name]++
-		}
+		seen = askNames(t, k.client, addr, 20)
 		if len(seen) != 1 || seen[first] > 0 {
 			t.Errorf("20 connections of the client, its backend %s terminating, reached %v, want one other backend", first, seen)
 		}

@@ -114,8 +114,8 @@ func newKubeLab(t *testing.T) *kubeLab {
 // newKubeNodes builds the lab without the agent.
 func newKubeNodes(t *testing.T) *kubeLab {
 	t.Helper()
-	kubetest.NeedAssets(t) // before anything is built: a machine without the binaries skips at once
-	l := newLab(t, "ping")
+	kubetest.NeedAssets(t)        // before anything is built: a machine without the binaries skips at once
+	l := newLab(t, "ping", "nft") // nft: ufpd redirects node ports on node1 with it
 	k := &kubeLab{l: l, n1: overlayNode{1}, n2: overlayNode{2}, backends: map[string]*kubeBackend{}, epNames: map[string]string{}}
 	k.kc = kubeCluster.Get(t)
 	k.cs = k.kc.Client
@@ -700,6 +700,21 @@ func askHTTP(ns, addr string) (string, error) {
 func askName(ns, addr string) (string, error) {
 	ans, err := askHTTP(ns, addr)
 	return answerName(ans), err
+}
+
+// askNames asks addr for its backend's name n times from ns, one
+// connection each, and counts the answers; a failed ask ends the test.
+func askNames(t *testing.T, ns, addr string, n int) map[string]int {
+	t.Helper()
+	seen := map[string]int{}
+	for range n {
+		name, err := askName(ns, addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[name]++
+	}
+	return seen
 }
 
 // waitAnswer asks addr from ns until a backend answers, for up to
