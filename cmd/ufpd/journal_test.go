@@ -488,7 +488,15 @@ func TestChangeLeavesRunningAlone(t *testing.T) {
 				`{ "Id": "web", "Action": "Allow", "Direction": "In", "Protocols": "6", "LocalPorts": "80", "Priority": 200 }`)})
 		}},
 		{"delete a policy refused", func() error { return c.DeletePolicy(ctx, "pod-a", 7) }},
-		{"delete a backend's endpoint", func() error { return c.DeleteEndpoint(ctx, "pod-b") }},
+		{"drain a backend", func() error {
+			lb, err := c.LoadBalancer(ctx, "web")
+			if err != nil {
+				return err
+			}
+			lb.HostComputeEndpoints, lb.DrainingEndpoints = []string{"pod-a"}, []string{"pod-b"}
+			return c.UpdateLoadBalancer(ctx, lb)
+		}},
+		{"delete a draining backend's endpoint", func() error { return c.DeleteEndpoint(ctx, "pod-b") }},
 	} {
 		old := d.cfg
 		before, err := json.Marshal(old.policy)
@@ -503,6 +511,14 @@ func TestChangeLeavesRunningAlone(t *testing.T) {
 		if !bytes.Equal(before, after) {
 			t.Errorf("%s: the configuration it replaced changed:\n%s\nwas\n%s", step.name, after, before)
 		}
+	}
+	// The deleted endpoint left the load balancer it drained from.
+	lb, err := c.LoadBalancer(ctx, "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(lb.HostComputeEndpoints, []string{"pod-a"}) || len(lb.DrainingEndpoints) != 0 {
+		t.Errorf("web after pod-b's deletion: backends %q, draining %q; want [pod-a] and none", lb.HostComputeEndpoints, lb.DrainingEndpoints)
 	}
 }
 

@@ -453,6 +453,16 @@ func (d *daemon) putEndpoint(w http.ResponseWriter, r *http.Request) (any, error
 
 // deleteEndpoint removes an endpoint, its device (the interface ufpd
 // made goes with it) and its place among load balancers' backends.
+// without returns names without name: names itself if it has none, else
+// a copy (names is the running document's list, which a draft must not
+// change).
+func without(names []string, name string) []string {
+	if !slices.Contains(names, name) {
+		return names
+	}
+	return slices.DeleteFunc(slices.Clone(names), func(s string) bool { return s == name })
+}
+
 func (d *daemon) deleteEndpoint(w http.ResponseWriter, r *http.Request) (any, error) {
 	name := r.PathValue("name")
 	object := "endpoint " + name
@@ -465,12 +475,8 @@ func (d *daemon) deleteEndpoint(w http.ResponseWriter, r *http.Request) (any, er
 		dr.setDevice(name, nil)
 		for j := range dr.doc.LoadBalancers {
 			lb := &dr.doc.LoadBalancers[j]
-			if slices.Contains(lb.HostComputeEndpoints, name) { // a copy: the list is the running one's
-				lb.HostComputeEndpoints = slices.DeleteFunc(slices.Clone(lb.HostComputeEndpoints), func(s string) bool { return s == name })
-			}
-			if slices.Contains(lb.DrainingEndpoints, name) { // a copy, as above
-				lb.DrainingEndpoints = slices.DeleteFunc(slices.Clone(lb.DrainingEndpoints), func(s string) bool { return s == name })
-			}
+			lb.HostComputeEndpoints = without(lb.HostComputeEndpoints, name)
+			lb.DrainingEndpoints = without(lb.DrainingEndpoints, name)
 		}
 		return nil
 	}))
