@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"flag"
 	"fmt"
@@ -22,9 +21,6 @@ import (
 	"github.com/ufp-dev/ufp/api"
 	"github.com/ufp-dev/ufp/device"
 )
-
-//go:embed demo.json
-var demoConfig []byte
 
 // The demo's namespaces: two pods, the node (the host's vNIC and the
 // uplink's interface) and a host outside the cluster behind the uplink.
