@@ -1,7 +1,6 @@
 package kubetest
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -9,7 +8,6 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -164,33 +162,6 @@ func TestKubeconfig(t *testing.T) {
 	}
 	if cfg2.Host != c.Config.Host || cfg2.BearerToken != c.Config.BearerToken {
 		t.Errorf("kubeconfig %s: host %s, want %s", path, cfg2.Host, c.Config.Host)
-	}
-}
-
-// TestStop starts a cluster of its own and checks that Stop ends both
-// processes and removes the directory.
-func TestStop(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("checks processes by signal 0")
-	}
-	c := Start(t)
-	etcd, apiserver := c.PIDs()
-	if err := c.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	for _, pid := range []int{etcd, apiserver} {
-		// The PIDs were reaped by Stop, so signal 0 finds no such
-		// process (unless the PID was reused at once, which is
-		// vanishingly unlikely right after).
-		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
-			t.Errorf("pid %d after Stop: kill 0 = %v, want ESRCH", pid, err)
-		}
-	}
-	if _, err := os.Stat(c.Dir); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("%s after Stop: %v, want it gone", c.Dir, err)
-	}
-	if err := c.Stop(); err != nil {
-		t.Errorf("second Stop: %v", err)
 	}
 }
 
