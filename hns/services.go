@@ -312,6 +312,40 @@ func (l *lowering) lbPools() []netip.Addr {
 	return as
 }
 
+// lbSharedGroupFrom is lbSharedGroup for nl, a change of l whose group of
+// site is old: the rules of the port mappings nl has of l are old's,
+// moved to their new places (priorities), rather than made again.
+func (nl *lowering) lbSharedGroupFrom(l *lowering, old *vfp.GroupConfig, site lbSite) vfp.GroupConfig {
+	first := make(map[*lbPlan]int, len(l.lbs)) // where each of l's port mappings' rules start in old
+	n := 0
+	for _, b := range l.lbs {
+		if b.onSite(site) {
+			first[b] = n
+			n += len(b.frontends)
+		}
+	}
+	if n != len(old.Rules) {
+		return nl.lbSharedGroup(site) // (not old's lowering: cannot be)
+	}
+	g := vfp.GroupConfig{Name: old.Name, Match: old.Match, Rules: make([]vfp.RuleConfig, 0, len(old.Rules))}
+	for _, b := range nl.lbs {
+		if !b.onSite(site) {
+			continue
+		}
+		k, kept := first[b]
+		for j, f := range b.frontends {
+			if !kept {
+				g.Rules = append(g.Rules, b.rule(f, len(g.Rules), site != lbPods || b.cfg.PreserveDst))
+				continue
+			}
+			r := old.Rules[k+j]
+			r.Priority = vfp.Priority(uint32(100 + len(g.Rules)))
+			g.Rules = append(g.Rules, r)
+		}
+	}
+	return g
+}
+
 // emitServices writes the lowered change of x to c, whose lowering is nl
 // (m: how its load balancers match x's; changed: the indices of its
 // switch load balancers whose backends changed, added those added).
@@ -337,11 +371,14 @@ func (x *Lowered) emitServices(c *Document, nl *lowering, m *lbMatch, changed, a
 		if !l.lbShared.made[s] || !slices.ContainsFunc(moved, func(b *lbPlan) bool { return b.onSite(s) }) {
 			continue
 		}
-		g := nl.lbSharedGroup(s)
-		if l.lbShared.empty[s] || len(g.Rules) == 0 {
-			return nil, nil, false // a port gains or loses its load-balancers group
+		if l.lbShared.empty[s] {
+			return nil, nil, false // a port gains its load-balancers group
 		}
 		gi := slices.IndexFunc(doc.Switch.SharedGroups, func(g vfp.GroupConfig) bool { return g.Name == lbSiteNames[s] })
+		g := nl.lbSharedGroupFrom(l, &doc.Switch.SharedGroups[gi], s)
+		if len(g.Rules) == 0 {
+			return nil, nil, false // a port loses its load-balancers group
+		}
 		doc.Switch.SharedGroups[gi] = g
 		sc.Groups = append(sc.Groups, gi)
 	}
