@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"runtime"
 	"slices"
 	"testing"
+	"weak"
 
 	"github.com/ufp-dev/ufp/hns"
 	"github.com/ufp-dev/ufp/internal/scaledoc"
@@ -220,4 +222,47 @@ func svcOnly(t *testing.T, at string, p, d *vfp.Document, sc *hns.ServiceChange,
 			t.Fatalf("%s: switch load balancer %s removed, not listed", at, name)
 		}
 	}
+}
+
+// TestUpdateServicesKeepsNoDocument: a Service added by Update keeps its
+// own copy of its load balancer, not the document it came in: once a
+// later change is lowered, the earlier document's load balancers (one
+// array for all of them, as a copy of the running document has them)
+// are garbage.
+func TestUpdateServicesKeepsNoDocument(t *testing.T) {
+	s := scaledoc.Shape{Services: 20, Backends: 3, Locals: 2, Nodes: 4}
+	doc := s.Document()
+	x, err := hns.LowerKept(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// change k removes Service k and adds it back at the end, in a copy
+	// of the document of its own.
+	change := func(prev *hns.Document, k int) *hns.Document {
+		d := *prev
+		lbs := hns.CloneLoadBalancers(prev.LoadBalancers)
+		at := slices.IndexFunc(lbs, func(lb hns.LoadBalancerConfig) bool { return lb.Name == s.Service(k, 0).Name })
+		lb := lbs[at]
+		d.LoadBalancers = append(slices.Delete(lbs, at, at+1), lb)
+		return &d
+	}
+	doc1 := change(doc, 0)
+	x1, _, ok := x.Update(doc1)
+	if !ok || x1.Services() == nil {
+		t.Fatal("change 1 was not lowered as Services added and removed")
+	}
+	// The strings of every load balancer of the copy, the one added too.
+	gone := weak.Make(&doc1.LoadBalancers[0].HostComputeEndpoints[0])
+	x2, _, ok := x1.Update(change(doc1, 1))
+	if !ok || x2.Services() == nil {
+		t.Fatal("change 2 was not lowered as Services added and removed")
+	}
+	doc1, x1 = nil, nil
+	runtime.GC()
+	runtime.GC()
+	if gone.Value() != nil {
+		t.Error("the document of change 1 is still reachable after change 2")
+	}
+	runtime.KeepAlive(x2)
+	runtime.KeepAlive(x)
 }
