@@ -171,11 +171,11 @@ func (l *lowering) hostServices() hostSvc {
 	}
 	g := vfp.GroupConfig{Name: "load-balancers", Match: &vfp.MatchConfig{Direction: vfp.Out}}
 	for _, b := range l.lbs {
-		v4 := b.frontends[0].Is4()
-		host, ok := l.hostIPs[v4]
-		if !ok || b.cfg.DSR && !b.sourceVIP.IsValid() {
+		if !l.hostReaches(b) {
 			continue
 		}
+		v4 := b.frontends[0].Is4()
+		host := l.hostIPs[v4]
 		for _, f := range b.frontends {
 			if f == host {
 				// A node port (or a frontend on the host's address).
@@ -194,6 +194,14 @@ func (l *lowering) hostServices() hostSvc {
 		svc.group = &g
 	}
 	return svc
+}
+
+// hostReaches reports whether the host's vNIC balances b's connections
+// (hostServices): the host has an address of its family, and b is not
+// DSR without a SourceVIP.
+func (l *lowering) hostReaches(b *lbPlan) bool {
+	_, ok := l.hostIPs[b.frontends[0].Is4()]
+	return ok && (!b.cfg.DSR || b.sourceVIP.IsValid())
 }
 
 // hostServicesGateway is the switch's gateway for the host's routes to

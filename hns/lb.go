@@ -213,179 +213,12 @@ func (l *lowering) loadBalancers(eps []*epPlan) (err error) {
 	l.locals, l.sourceVIPs = local, map[netip.Addr]bool{}
 	l.lbFirst, l.refs = make([]int, len(l.c.LoadBalancers)), map[string]int32{}
 	names := map[string]int{}
-	type fkey struct {
-		vip   netip.Addr
-		proto vfp.Proto
-		port  uint16
-	}
-	taken := map[fkey]string{}
-	for _, m := range l.nat.maps {
-		taken[fkey{m.vip, m.proto, m.external}] = m.at
-	}
+	taken := l.mappingsTaken()
 	for i := range l.c.LoadBalancers {
 		c := &l.c.LoadBalancers[i]
 		cur = c
-		at := fmt.Sprintf("LoadBalancers[%d]", i)
-		if c.Name == "" {
-			return fmt.Errorf("%s.Name: a load balancer needs a name", at)
-		}
-		at = fmt.Sprintf("LoadBalancers[%d] %q", i, c.Name)
-		if err := CheckOwner(at+".Owner", c.Owner); err != nil {
+		if err := l.loadBalancer(i, c, names, taken); err != nil {
 			return err
-		}
-		if j, dup := names[c.Name]; dup {
-			return fmt.Errorf("%s.Name: LoadBalancers[%d] has this name", at, j)
-		}
-		names[c.Name] = i
-		l.lbFirst[i] = len(l.lbs)
-		for _, name := range c.HostComputeEndpoints {
-			l.refs[name]++
-		}
-		for _, name := range c.DrainingEndpoints {
-			l.refs[name]++
-		}
-		if c.Flags&^(LBFlagDSR|LBFlagIPv6) != 0 {
-			return fmt.Errorf("%s.Flags: %d has bits ufp does not know (1 DSR, 2 IPv6)", at, c.Flags)
-		}
-		v4 := c.Flags&LBFlagIPv6 == 0
-		fam := familyOf(v4)
-		checkFamily := func(fat string, a netip.Addr) error {
-			if a.Is4() != v4 {
-				return fmt.Errorf("%s: %s is not %s: the load balancer is %s (Flags bit 2 is IPv6)", fat, a, fam, fam)
-			}
-			return nil
-		}
-		var sourceVIP netip.Addr
-		if c.SourceVIP != "" {
-			a, err := vfp.ParseAddr(at+".SourceVIP", c.SourceVIP)
-			if err != nil {
-				return err
-			}
-			if err := checkFamily(at+".SourceVIP", a); err != nil {
-				return err
-			}
-			if !a.IsGlobalUnicast() {
-				return fmt.Errorf("%s.SourceVIP: %s is not a unicast address", at, a)
-			}
-			if err := l.checkNATAddr(at+".SourceVIP", a); err != nil {
-				return err
-			}
-			if o := l.remoteOwner(a); o != "" {
-				return fmt.Errorf("%s.SourceVIP: %s is the address of %s, a remote endpoint: the backends' replies to it would go to that endpoint's host", at, a, o)
-			}
-			for _, n := range l.nets {
-				if rt := n.routeFor(a); rt != nil {
-					return fmt.Errorf("%s.SourceVIP: %s is in %s (%s), another host's pods: the backends' replies to it would go to that host, not this one", at, a, rt.at, rt.prefix)
-				}
-			}
-			sourceVIP = a
-			l.sourceVIPs[a] = true
-			l.pool(a)
-		}
-		var frontends []netip.Addr
-		for j, s := range c.FrontendVIPs {
-			fat := fmt.Sprintf("%s.FrontendVIPs[%d]", at, j)
-			a, err := vfp.ParseAddr(fat, s)
-			if err != nil {
-				return err
-			}
-			if err := checkFamily(fat, a); err != nil {
-				return err
-			}
-			if !a.IsGlobalUnicast() {
-				return fmt.Errorf("%s: %s is not a unicast address", fat, a)
-			}
-			if err := l.checkNATAddr(fat, a); err != nil {
-				return err
-			}
-			if o := l.remoteOwner(a); o != "" {
-				return fmt.Errorf("%s: %s is the address of %s, a remote endpoint", fat, a, o)
-			}
-			if slices.Contains(frontends, a) {
-				return fmt.Errorf("%s: %s is listed twice", fat, a)
-			}
-			frontends = append(frontends, a)
-		}
-		nodePort := len(frontends) == 0
-		if nodePort {
-			a, ok := l.hostIPs[v4]
-			if !ok {
-				return fmt.Errorf("%s.FrontendVIPs: none given, so the Service is on the host's %s address (a NodePort), but Uplink.IpAddresses has none", at, fam)
-			}
-			frontends = []netip.Addr{a}
-		}
-		backends, err := l.lbBackends(at, c, v4)
-		if err != nil {
-			return err
-		}
-		if len(c.PortMappings) == 0 {
-			return fmt.Errorf("%s.PortMappings: a load balancer needs at least one port mapping", at)
-		}
-		for j := range c.PortMappings {
-			pm := &c.PortMappings[j]
-			pat := fmt.Sprintf("%s.PortMappings[%d]", at, j)
-			if pm.Protocol != dataplane.ProtoTCP && pm.Protocol != dataplane.ProtoUDP {
-				return fmt.Errorf("%s.Protocol: %d is not 6 (TCP) or 17 (UDP)", pat, pm.Protocol)
-			}
-			proto := vfp.Proto(pm.Protocol)
-			if pm.ExternalPort == 0 {
-				return fmt.Errorf("%s.ExternalPort: a port mapping needs the Service's port", pat)
-			}
-			if pm.InternalPort == 0 {
-				return fmt.Errorf("%s.InternalPort: a port mapping needs the backends' port", pat)
-			}
-			if pm.Flags&^(LBPortILB|LBPortLocalRoutedVIP|LBPortUseMux|LBPortPreserveDIP|LBPortVipExternalIP) != 0 {
-				return fmt.Errorf("%s.Flags: %d has bits ufp does not know (1 ILB, 2 LocalRoutedVIP, 4 UseMux, 8 PreserveDIP, 16 VipExternalIP)", pat, pm.Flags)
-			}
-			if pm.DistributionType > 2 {
-				return fmt.Errorf("%s.DistributionType: %d is not 0 (per connection), 1 (client IP and protocol) or 2 (client IP)", pat, pm.DistributionType)
-			}
-			if pm.AffinityTimeoutSeconds > 0 && pm.DistributionType == 0 {
-				return fmt.Errorf("%s.AffinityTimeoutSeconds: affinity is by client: set DistributionType 2 (client IP) or 1", pat)
-			}
-			for _, f := range frontends {
-				// The uplink decapsulates whatever arrives on the VXLAN
-				// port: a frontend reached from the network (not ILB:
-				// the host's, or one the switch answers ARP and
-				// neighbour discovery for) cannot use it.
-				host := f == l.hostIPs[f.Is4()]
-				if vx := cmp.Or(l.vxlanPort, dataplane.VXLANPort); proto == vfp.UDP && pm.ExternalPort == vx &&
-					pm.Flags&LBPortILB == 0 && (host || pm.Flags&LBPortVipExternalIP != 0) {
-					where := "the host"
-					if !host {
-						where = f.String() + " (VipExternalIP)"
-					}
-					return fmt.Errorf("%s.ExternalPort: udp/%d on %s is the VXLAN port: the uplink decapsulates what arrives there", pat, vx, where)
-				}
-				k := fkey{f, proto, pm.ExternalPort}
-				if o, dup := taken[k]; dup {
-					return fmt.Errorf("%s.ExternalPort: %s/%d on %s is taken by %s", pat, proto, pm.ExternalPort, f, o)
-				}
-				taken[k] = pat
-				if nodePort || pm.Flags&LBPortVipExternalIP != 0 || host {
-					// The host's port: source NAT must never hand it out.
-					p := l.pool(f)
-					p.reserved = append(p.reserved, vfp.Reservation{Proto: proto, Port: pm.ExternalPort})
-				}
-			}
-			dist := [...]vfp.Distribution{vfp.PerConnection, vfp.SourceIPProtocol, vfp.SourceIP}[pm.DistributionType]
-			cfg := vfp.BalancerConfig{
-				Name:         fmt.Sprintf("%s/%s/%d", c.Name, proto, pm.ExternalPort),
-				Backends:     backends,
-				TargetPort:   pm.InternalPort,
-				PreserveDst:  pm.Flags&LBPortPreserveDIP != 0,
-				Distribution: dist,
-				DSR:          c.Flags&LBFlagDSR != 0,
-				SourceVIP:    sourceVIP,
-			}
-			if pm.AffinityTimeoutSeconds > 0 {
-				cfg.AffinityTimeout = vfp.Duration(time.Duration(pm.AffinityTimeoutSeconds) * time.Second)
-			}
-			if err := checkRemoteVIP(at, c, pm, backends, sourceVIP); err != nil {
-				return err
-			}
-			l.lbs = append(l.lbs, &lbPlan{at: pat, name: cfg.Name, proto: proto, external: pm.ExternalPort,
-				flags: pm.Flags, frontends: frontends, nodePort: nodePort, cfg: cfg, sourceVIP: sourceVIP, lbAt: at, lb: c})
 		}
 	}
 	l.frontOf = make(map[netip.Addr]*lbPlan, len(l.lbs))
@@ -407,6 +240,197 @@ func (l *lowering) loadBalancers(eps []*epPlan) (err error) {
 				return fmt.Errorf("%s.SourceVIP: %s is a frontend of %s: the backends' replies to it would be balanced", b.lbAt, sv, o.at)
 			}
 		}
+	}
+	return nil
+}
+
+// fkey is a frontend: an address, a protocol and a port.
+type fkey struct {
+	vip   netip.Addr
+	proto vfp.Proto
+	port  uint16
+}
+
+// mappingsTaken returns the frontends the PortMapping policies take, each
+// with its path.
+func (l *lowering) mappingsTaken() map[fkey]string {
+	taken := map[fkey]string{}
+	for _, m := range l.nat.maps {
+		taken[fkey{m.vip, m.proto, m.external}] = m.at
+	}
+	return taken
+}
+
+// loadBalancer validates load balancer c, LoadBalancers[i], and lowers
+// its port mappings into l.lbs (where they start: l.lbFirst[i]), counting
+// the endpoints it lists in l.refs. names are the load balancers' names
+// lowered so far (by index), taken the frontends (by path); both get c's.
+// A SourceVIP, and a frontend on the host's address, get their NAT pool
+// (with the frontend's port reserved) in l.nat.
+func (l *lowering) loadBalancer(i int, c *LoadBalancerConfig, names map[string]int, taken map[fkey]string) error {
+	at := fmt.Sprintf("LoadBalancers[%d]", i)
+	if c.Name == "" {
+		return fmt.Errorf("%s.Name: a load balancer needs a name", at)
+	}
+	at = fmt.Sprintf("LoadBalancers[%d] %q", i, c.Name)
+	if err := CheckOwner(at+".Owner", c.Owner); err != nil {
+		return err
+	}
+	if j, dup := names[c.Name]; dup {
+		return fmt.Errorf("%s.Name: LoadBalancers[%d] has this name", at, j)
+	}
+	names[c.Name] = i
+	l.lbFirst[i] = len(l.lbs)
+	for _, name := range c.HostComputeEndpoints {
+		l.refs[name]++
+	}
+	for _, name := range c.DrainingEndpoints {
+		l.refs[name]++
+	}
+	if c.Flags&^(LBFlagDSR|LBFlagIPv6) != 0 {
+		return fmt.Errorf("%s.Flags: %d has bits ufp does not know (1 DSR, 2 IPv6)", at, c.Flags)
+	}
+	v4 := c.Flags&LBFlagIPv6 == 0
+	fam := familyOf(v4)
+	checkFamily := func(fat string, a netip.Addr) error {
+		if a.Is4() != v4 {
+			return fmt.Errorf("%s: %s is not %s: the load balancer is %s (Flags bit 2 is IPv6)", fat, a, fam, fam)
+		}
+		return nil
+	}
+	var sourceVIP netip.Addr
+	if c.SourceVIP != "" {
+		a, err := vfp.ParseAddr(at+".SourceVIP", c.SourceVIP)
+		if err != nil {
+			return err
+		}
+		if err := checkFamily(at+".SourceVIP", a); err != nil {
+			return err
+		}
+		if !a.IsGlobalUnicast() {
+			return fmt.Errorf("%s.SourceVIP: %s is not a unicast address", at, a)
+		}
+		if err := l.checkNATAddr(at+".SourceVIP", a); err != nil {
+			return err
+		}
+		if o := l.remoteOwner(a); o != "" {
+			return fmt.Errorf("%s.SourceVIP: %s is the address of %s, a remote endpoint: the backends' replies to it would go to that endpoint's host", at, a, o)
+		}
+		for _, n := range l.nets {
+			if rt := n.routeFor(a); rt != nil {
+				return fmt.Errorf("%s.SourceVIP: %s is in %s (%s), another host's pods: the backends' replies to it would go to that host, not this one", at, a, rt.at, rt.prefix)
+			}
+		}
+		sourceVIP = a
+		if !l.sourceVIPs[a] {
+			l.sourceVIPs[a] = true // (Update shares the map: written only when new)
+		}
+		l.pool(a)
+	}
+	var frontends []netip.Addr
+	for j, s := range c.FrontendVIPs {
+		fat := fmt.Sprintf("%s.FrontendVIPs[%d]", at, j)
+		a, err := vfp.ParseAddr(fat, s)
+		if err != nil {
+			return err
+		}
+		if err := checkFamily(fat, a); err != nil {
+			return err
+		}
+		if !a.IsGlobalUnicast() {
+			return fmt.Errorf("%s: %s is not a unicast address", fat, a)
+		}
+		if err := l.checkNATAddr(fat, a); err != nil {
+			return err
+		}
+		if o := l.remoteOwner(a); o != "" {
+			return fmt.Errorf("%s: %s is the address of %s, a remote endpoint", fat, a, o)
+		}
+		if slices.Contains(frontends, a) {
+			return fmt.Errorf("%s: %s is listed twice", fat, a)
+		}
+		frontends = append(frontends, a)
+	}
+	nodePort := len(frontends) == 0
+	if nodePort {
+		a, ok := l.hostIPs[v4]
+		if !ok {
+			return fmt.Errorf("%s.FrontendVIPs: none given, so the Service is on the host's %s address (a NodePort), but Uplink.IpAddresses has none", at, fam)
+		}
+		frontends = []netip.Addr{a}
+	}
+	backends, err := l.lbBackends(at, c, v4)
+	if err != nil {
+		return err
+	}
+	if len(c.PortMappings) == 0 {
+		return fmt.Errorf("%s.PortMappings: a load balancer needs at least one port mapping", at)
+	}
+	for j := range c.PortMappings {
+		pm := &c.PortMappings[j]
+		pat := fmt.Sprintf("%s.PortMappings[%d]", at, j)
+		if pm.Protocol != dataplane.ProtoTCP && pm.Protocol != dataplane.ProtoUDP {
+			return fmt.Errorf("%s.Protocol: %d is not 6 (TCP) or 17 (UDP)", pat, pm.Protocol)
+		}
+		proto := vfp.Proto(pm.Protocol)
+		if pm.ExternalPort == 0 {
+			return fmt.Errorf("%s.ExternalPort: a port mapping needs the Service's port", pat)
+		}
+		if pm.InternalPort == 0 {
+			return fmt.Errorf("%s.InternalPort: a port mapping needs the backends' port", pat)
+		}
+		if pm.Flags&^(LBPortILB|LBPortLocalRoutedVIP|LBPortUseMux|LBPortPreserveDIP|LBPortVipExternalIP) != 0 {
+			return fmt.Errorf("%s.Flags: %d has bits ufp does not know (1 ILB, 2 LocalRoutedVIP, 4 UseMux, 8 PreserveDIP, 16 VipExternalIP)", pat, pm.Flags)
+		}
+		if pm.DistributionType > 2 {
+			return fmt.Errorf("%s.DistributionType: %d is not 0 (per connection), 1 (client IP and protocol) or 2 (client IP)", pat, pm.DistributionType)
+		}
+		if pm.AffinityTimeoutSeconds > 0 && pm.DistributionType == 0 {
+			return fmt.Errorf("%s.AffinityTimeoutSeconds: affinity is by client: set DistributionType 2 (client IP) or 1", pat)
+		}
+		for _, f := range frontends {
+			// The uplink decapsulates whatever arrives on the VXLAN
+			// port: a frontend reached from the network (not ILB:
+			// the host's, or one the switch answers ARP and
+			// neighbour discovery for) cannot use it.
+			host := f == l.hostIPs[f.Is4()]
+			if vx := cmp.Or(l.vxlanPort, dataplane.VXLANPort); proto == vfp.UDP && pm.ExternalPort == vx &&
+				pm.Flags&LBPortILB == 0 && (host || pm.Flags&LBPortVipExternalIP != 0) {
+				where := "the host"
+				if !host {
+					where = f.String() + " (VipExternalIP)"
+				}
+				return fmt.Errorf("%s.ExternalPort: udp/%d on %s is the VXLAN port: the uplink decapsulates what arrives there", pat, vx, where)
+			}
+			k := fkey{f, proto, pm.ExternalPort}
+			if o, dup := taken[k]; dup {
+				return fmt.Errorf("%s.ExternalPort: %s/%d on %s is taken by %s", pat, proto, pm.ExternalPort, f, o)
+			}
+			taken[k] = pat
+			if nodePort || pm.Flags&LBPortVipExternalIP != 0 || host {
+				// The host's port: source NAT must never hand it out.
+				p := l.pool(f)
+				p.reserved = append(p.reserved, vfp.Reservation{Proto: proto, Port: pm.ExternalPort})
+			}
+		}
+		dist := [...]vfp.Distribution{vfp.PerConnection, vfp.SourceIPProtocol, vfp.SourceIP}[pm.DistributionType]
+		cfg := vfp.BalancerConfig{
+			Name:         fmt.Sprintf("%s/%s/%d", c.Name, proto, pm.ExternalPort),
+			Backends:     backends,
+			TargetPort:   pm.InternalPort,
+			PreserveDst:  pm.Flags&LBPortPreserveDIP != 0,
+			Distribution: dist,
+			DSR:          c.Flags&LBFlagDSR != 0,
+			SourceVIP:    sourceVIP,
+		}
+		if pm.AffinityTimeoutSeconds > 0 {
+			cfg.AffinityTimeout = vfp.Duration(time.Duration(pm.AffinityTimeoutSeconds) * time.Second)
+		}
+		if err := checkRemoteVIP(at, c, pm, backends, sourceVIP); err != nil {
+			return err
+		}
+		l.lbs = append(l.lbs, &lbPlan{at: pat, name: cfg.Name, proto: proto, external: pm.ExternalPort,
+			flags: pm.Flags, frontends: frontends, nodePort: nodePort, cfg: cfg, sourceVIP: sourceVIP, lbAt: at, lb: c})
 	}
 	return nil
 }
@@ -580,13 +604,9 @@ func (l *lowering) lbGroup(site lbSite) *vfp.GroupConfig {
 // reaches.
 func (l *lowering) lbSharedGroup(site lbSite) vfp.GroupConfig {
 	g := vfp.GroupConfig{Name: lbSiteNames[site], Match: &vfp.MatchConfig{Direction: vfp.Out}}
-	uplink := site == lbUplink
 	for _, b := range l.lbs {
-		switch {
-		case uplink && b.flags&LBPortILB != 0:
-			continue // internal only
-		case !uplink && b.nodePort && b.flags&LBPortLocalRoutedVIP == 0:
-			continue // the host's port, from the network only
+		if !b.onSite(site) {
+			continue
 		}
 		route := site != lbPods || b.cfg.PreserveDst
 		for _, f := range b.frontends {
@@ -594,6 +614,16 @@ func (l *lowering) lbSharedGroup(site lbSite) vfp.GroupConfig {
 		}
 	}
 	return g
+}
+
+// onSite reports whether the load-balancers group of site has b's rules:
+// an internal (ILB) one is not the uplink's, a node port (the host's port,
+// from the network only) not the pods'.
+func (b *lbPlan) onSite(site lbSite) bool {
+	if site == lbUplink {
+		return b.flags&LBPortILB == 0
+	}
+	return !b.nodePort || b.flags&LBPortLocalRoutedVIP != 0
 }
 
 // rule is the load-balancers group's rule sending b's connections to

@@ -29,6 +29,7 @@ type Lowered struct {
 	Doc *vfp.Document
 	src Document // the document lowered (its slices read, never written)
 	l   *lowering
+	svc *ServiceChange // load balancers added or removed by Update (services.go)
 }
 
 // LowerKept is Lower, keeping what lowering learnt for Update. c's slices
@@ -46,21 +47,26 @@ func LowerKept(c *Document) (*Lowered, error) {
 // 1): added, removed or replaced, and moved between HostComputeEndpoints
 // and DrainingEndpoints. It returns the lowered change and the
 // indices in its Doc.Switch.LoadBalancers of the load balancers whose
-// backends changed; every other part of Doc is x's. ok is false if c
-// changes anything else, or anything Update does not check alone: c must
-// then be lowered whole (LowerKept), which says what is wrong with it.
+// backends changed; every other part of Doc is x's. A change that adds or
+// removes load balancers too is lowered so where it can be (services.go):
+// next.Services says what else changed. ok is false if c changes anything
+// else, or anything Update does not check alone: c must then be lowered
+// whole (LowerKept), which says what is wrong with it.
 // x is left as it was.
 func (x *Lowered) Update(c *Document) (next *Lowered, changed []int, ok bool) {
 	o := &x.src
 	if !reflect.DeepEqual(c.Switch, o.Switch) || !reflect.DeepEqual(c.Uplink, o.Uplink) ||
-		!reflect.DeepEqual(c.Networks, o.Networks) || len(c.LoadBalancers) != len(o.LoadBalancers) {
+		!reflect.DeepEqual(c.Networks, o.Networks) {
 		return nil, nil, false
+	}
+	if len(c.LoadBalancers) != len(o.LoadBalancers) {
+		return x.updateServices(c) // load balancers added or removed (services.go)
 	}
 	var lbs []int // LoadBalancers whose backends changed
 	for i := range c.LoadBalancers {
 		a, b := &c.LoadBalancers[i], &o.LoadBalancers[i]
 		if !sameLBSettings(a, b) {
-			return nil, nil, false
+			return x.updateServices(c)
 		}
 		if !slices.Equal(a.HostComputeEndpoints, b.HostComputeEndpoints) || !slices.Equal(a.DrainingEndpoints, b.DrainingEndpoints) {
 			lbs = append(lbs, i)

@@ -280,6 +280,51 @@ func (rt *Runtime) CommitChanges(cs []*Change) {
 	}
 }
 
+// PrepareAdded gives load balancers bs, to be added to the installed ones
+// (CommitServices), their backend tables, shared among them by healthy
+// backends (a Service's ports). It changes nothing of the installed
+// policy.
+func (rt *Runtime) PrepareAdded(bs []*Balancer) error {
+	tables := map[string]Table{}
+	for _, b := range bs {
+		s := b.set.Load()
+		k := tableKey(s.healthyIPs)
+		if err := s.prepare(tables[k]); err != nil {
+			return fmt.Errorf("load balancer %s: %w", b.name, err)
+		}
+		tables[k] = s.table
+	}
+	return nil
+}
+
+// CommitServices makes bs the installed load balancers, as Commit does,
+// for a change that adds load balancers (added, prepared by PrepareAdded)
+// to the installed ones and removes others (by name) alone: bs holds the
+// installed ones that stay, and added. An added one takes the affinity
+// table of an installed one of its name removed, as Commit would;
+// removed ones' affinity is forgotten.
+func (rt *Runtime) CommitServices(bs map[string]*Balancer, added []*Balancer, removed []string) {
+	next := maps.Clone(rt.affinity)
+	for _, name := range removed {
+		delete(next, name)
+	}
+	for _, b := range added {
+		if b.affTimeout <= 0 {
+			continue
+		}
+		a := rt.affinity[b.name]
+		if a == nil || a.Timeout() != b.affTimeout {
+			a = NewAffinity(b.affTimeout, 0)
+		}
+		if ob := rt.current[b.name]; ob != nil {
+			b.set.Load().forget(a, ob.set.Load())
+		}
+		b.aff = a
+		next[b.name] = a
+	}
+	rt.affinity, rt.current = next, bs
+}
+
 // Affinity returns the installed load balancer's affinity table by name,
 // or nil.
 func (rt *Runtime) Affinity(name string) *Affinity { return rt.affinity[name] }

@@ -417,6 +417,47 @@ func (l *Layer) Compile() error {
 	return nil
 }
 
+// WithShared returns a copy of l, compiled, whose groups that have shared
+// group old have sh instead, and whether l has old. The copy keeps l's
+// other groups (their rules, counters and classifiers) and starts with an
+// empty verdict cache; l is left as it was. It is what a change of a
+// shared group alone (load balancers added or removed) makes of the
+// layers that have it, without compiling their other groups again.
+func (l *Layer) WithShared(old, sh *Shared) (*Layer, bool) {
+	n := *l
+	n.Groups, n.classifiers = slices.Clone(l.Groups), slices.Clone(l.classifiers)
+	found := false
+	for gi := range n.Groups {
+		if g := &n.Groups[gi]; g.Shared == old {
+			g.Shared, g.Match, g.Rules = sh, sh.group.Match, sh.group.Rules
+			n.classifiers[gi] = sh.cls
+			found = true
+		}
+	}
+	if !found {
+		return l, false
+	}
+	n.cache, n.uses = nil, 0
+	for gi := range n.Groups {
+		g := &n.Groups[gi]
+		if g.Shared != nil {
+			n.uses |= g.Shared.uses
+			continue
+		}
+		n.uses.add(&g.Match)
+		for ri := range g.Rules {
+			n.uses.add(&g.Rules[ri].Match)
+		}
+	}
+	for gi := range n.classifiers {
+		if n.classifiers[gi].tuples && n.uses&usesOther == 0 {
+			n.cache = new([2]verdictCache)
+			break
+		}
+	}
+	return &n, true
+}
+
 // checkGroup validates g's match and rules; an error names the field
 // below the group.
 func checkGroup(g *Group) error {

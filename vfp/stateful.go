@@ -53,23 +53,9 @@ type sharedKey struct {
 // its NAT pools (sw.CompilePools) and returns what makes the document's
 // stateful actions, and the load balancers by name.
 func (e *Env) Stateful(sw *SwitchConfig, pools []nat.PoolConfig) (*Stateful, map[string]*lb.Balancer, error) {
-	st := &Stateful{env: e, pools: map[netip.Addr]bool{}, lbs: make(map[string]*lb.Balancer, len(sw.LoadBalancers)),
-		groups: sw.SharedGroups, byName: make(map[string]int, len(sw.SharedGroups)), shared: map[sharedKey]*rules.Shared{}}
-	for i := range sw.SharedGroups {
-		at := fmt.Sprintf("switch.sharedGroups[%d]", i)
-		gc := &sw.SharedGroups[i]
-		switch j, dup := st.byName[gc.Name]; {
-		case gc.Name == "":
-			return nil, nil, fmt.Errorf("%s.name: a shared group needs a name", at)
-		case dup:
-			return nil, nil, fmt.Errorf("%s.name: %q is also the name of sharedGroups[%d]", at, gc.Name, j)
-		case gc.Shared != "":
-			return nil, nil, fmt.Errorf("%s.shared: a shared group cannot name another", at)
-		}
-		st.byName[gc.Name] = i
-	}
-	for _, pc := range pools {
-		st.pools[pc.IP] = true
+	st, err := e.newStateful(sw, pools, make(map[string]*lb.Balancer, len(sw.LoadBalancers)))
+	if err != nil {
+		return nil, nil, err
 	}
 	for i := range sw.LoadBalancers {
 		at := fmt.Sprintf("switch.loadBalancers[%d]", i)
@@ -83,6 +69,54 @@ func (e *Env) Stateful(sw *SwitchConfig, pools []nat.PoolConfig) (*Stateful, map
 		st.lbs[c.Name] = e.LB.New(c)
 	}
 	return st, st.lbs, nil
+}
+
+// StatefulOf is Stateful for a change of a document the switch runs that
+// adds or removes load balancers alone: lbs are sw's load balancers,
+// compiled already (those kept, the running policy's, and those added:
+// Balancer), which it takes.
+func (e *Env) StatefulOf(sw *SwitchConfig, pools []nat.PoolConfig, lbs map[string]*lb.Balancer) (*Stateful, error) {
+	return e.newStateful(sw, pools, lbs)
+}
+
+// Balancer compiles load balancer c, at path at, of a document whose NAT
+// pools are pools: one added to a document the switch runs (StatefulOf).
+func (e *Env) Balancer(at string, c *BalancerConfig, pools map[netip.Addr]bool) (*lb.Balancer, error) {
+	lc, err := c.compile(at, pools)
+	if err != nil {
+		return nil, err
+	}
+	return e.LB.New(lc), nil
+}
+
+// SharedGroup returns sw.sharedGroups' group name compiled for the uplink
+// if uplink, else for the other ports: once per Stateful.
+func (st *Stateful) SharedGroup(name string, uplink bool) (*rules.Shared, error) {
+	return st.sharedGroup("switch.sharedGroups", name, uplink)
+}
+
+// newStateful returns the Stateful of sw with NAT pools pools and load
+// balancers lbs, checking its shared groups' names.
+func (e *Env) newStateful(sw *SwitchConfig, pools []nat.PoolConfig, lbs map[string]*lb.Balancer) (*Stateful, error) {
+	st := &Stateful{env: e, pools: map[netip.Addr]bool{}, lbs: lbs,
+		groups: sw.SharedGroups, byName: make(map[string]int, len(sw.SharedGroups)), shared: map[sharedKey]*rules.Shared{}}
+	for i := range sw.SharedGroups {
+		at := fmt.Sprintf("switch.sharedGroups[%d]", i)
+		gc := &sw.SharedGroups[i]
+		switch j, dup := st.byName[gc.Name]; {
+		case gc.Name == "":
+			return nil, fmt.Errorf("%s.name: a shared group needs a name", at)
+		case dup:
+			return nil, fmt.Errorf("%s.name: %q is also the name of sharedGroups[%d]", at, gc.Name, j)
+		case gc.Shared != "":
+			return nil, fmt.Errorf("%s.shared: a shared group cannot name another", at)
+		}
+		st.byName[gc.Name] = i
+	}
+	for _, pc := range pools {
+		st.pools[pc.IP] = true
+	}
+	return st, nil
 }
 
 // Rebalance compiles c, at path at, a change of the backends alone of b,

@@ -152,6 +152,10 @@ type compiled struct {
 	// load balancers' new backends.
 	incremental bool
 	changes     []*lb.Change
+	// services: the update adds or removes load balancers too
+	// (services.go); its ports are then copies of the running policy's
+	// where their layers changed, with the same IDs.
+	services *servicesChange
 }
 
 // gateway is a router identity of the switch.
@@ -258,6 +262,9 @@ func (c *Config) update(cur *compiled, env *vfp.Env) (*compiled, bool) {
 	x, changed, ok := cur.lowered.Update(c.hns())
 	if !ok {
 		return nil, false
+	}
+	if x.Services() != nil {
+		return c.updateServices(cur, env, x, changed)
 	}
 	pools := make(map[netip.Addr]bool, len(cur.pools))
 	for _, pc := range cur.pools {

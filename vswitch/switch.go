@@ -43,6 +43,9 @@ type Switch struct {
 	devFailures atomic.Uint64
 	txNoDevice  atomic.Uint64
 	log         atomic.Pointer[slog.Logger]
+	// noIncremental compiles every change whole (tests compare the
+	// incremental paths with it).
+	noIncremental bool
 }
 
 var _ dataplane.SlowPath = (*Switch)(nil)
@@ -99,7 +102,10 @@ func (p *Prepared) Ports() []*Port { return p.pol.ports }
 // Incremental reports whether the policy was compiled as a change of the
 // running policy's load balancers' backends and remote endpoints alone:
 // the ports, their layers and the other load balancers are the running
-// policy's (docs/ARCHITECTURE.md, "Changes of backends").
+// policy's (docs/ARCHITECTURE.md, "Changes of backends"); or as such a
+// change that adds or removes load balancers too, whose ports are the
+// running policy's but for the layers with a load-balancers group and
+// the host's vNIC ("Services added and removed").
 func (p *Prepared) Incremental() bool { return p.pol.incremental }
 
 // Prepare validates cfg and compiles it against the switch, for Install;
@@ -109,7 +115,7 @@ func (p *Prepared) Incremental() bool { return p.pol.incremental }
 // compiled again.
 func (s *Switch) Prepare(cfg *Config) (*Prepared, error) {
 	cur := s.pol.Load()
-	if pol, ok := cfg.update(cur, s.env); ok {
+	if pol, ok := cfg.update(cur, s.env); ok && !s.noIncremental {
 		return &Prepared{pol: pol, base: cur}, nil
 	}
 	pol, err := cfg.compile(s.env)
@@ -153,7 +159,20 @@ func (s *Switch) install(pol, base *compiled) error {
 		}
 		cur := s.pol.Load()
 		pol.byID = cur.byID
+		if svc := pol.services; svc != nil {
+			if err := s.env.LB.PrepareAdded(svc.added); err != nil {
+				return err
+			}
+			// The ports keep their IDs; some are new values.
+			pol.byID = slices.Clone(cur.byID)
+			for _, p := range pol.ports {
+				pol.byID[p.ID] = p
+			}
+		}
 		s.env.LB.CommitChanges(pol.changes)
+		if svc := pol.services; svc != nil {
+			s.env.LB.CommitServices(pol.lbs, svc.added, svc.removed)
+		}
 		s.gen++
 		pol.gen = s.gen
 		s.pol.Store(pol)

@@ -140,3 +140,108 @@ func (s Shape) Service(i, shift int) hns.LoadBalancerConfig {
 	}
 	return lb
 }
+
+// mixedDoc is Mixed's node: dual-stack, with the host's vNIC on the
+// switch, two pods and two remote endpoints on an overlay, and three
+// Services (an IPv4 and an IPv6 ClusterIP, a NodePort).
+const mixedDoc = `{
+  "Uplink": {"MacAddress": "02:00:00:00:00:fe", "IpAddresses": ["192.168.50.1/24", "fd00:50::1/64"], "HostPort": "host",
+    "DefaultGateway": "192.168.50.254",
+    "Neighbors": [{"IpAddress": "192.168.50.254", "MacAddress": "02:00:00:00:00:99"},
+      {"IpAddress": "192.168.50.2", "MacAddress": "02:00:00:00:01:fe"}]},
+  "Networks": [{"Name": "ovl", "Type": "Overlay",
+    "Ipams": [{"Subnets": [
+      {"IpAddressPrefix": "10.244.1.0/24", "Routes": [{"NextHop": "10.244.1.1", "DestinationPrefix": "0.0.0.0/0"}],
+        "Policies": [{"Type": "VSID", "Settings": {"IsolationId": 4096}}]},
+      {"IpAddressPrefix": "fd00:244:1::/64", "Routes": [{"NextHop": "fd00:244:1::1", "DestinationPrefix": "::/0"}],
+        "Policies": [{"Type": "VSID", "Settings": {"IsolationId": 4096}}]}]}],
+    "Policies": [
+      {"Type": "ProviderAddress", "Settings": {"ProviderAddress": "192.168.50.1"}},
+      {"Type": "RemoteSubnetRoute", "Settings": {"DestinationPrefix": "10.244.2.0/24", "IsolationId": 4096,
+        "ProviderAddress": "192.168.50.2", "DistributedRouterMacAddress": "02:00:00:00:02:01"}},
+      {"Type": "RemoteSubnetRoute", "Settings": {"DestinationPrefix": "fd00:244:2::/64", "IsolationId": 4096,
+        "ProviderAddress": "192.168.50.2", "DistributedRouterMacAddress": "02:00:00:00:02:01"}},
+      {"Type": "DrMacAddress", "Settings": {"Address": "02:00:00:00:01:01"}},
+      {"Type": "HostRoute", "Settings": {}}]}],
+  "Endpoints": [
+    {"Name": "pod-a", "HostComputeNetwork": "ovl", "MacAddress": "02:00:00:00:01:0a",
+      "IpConfigurations": [{"IpAddress": "10.244.1.10"}, {"IpAddress": "fd00:244:1::10"}],
+      "Policies": [{"Type": "OutBoundNAT", "Settings": {"Exceptions": ["10.244.0.0/16", "10.96.0.0/12"]}}]},
+    {"Name": "pod-b", "HostComputeNetwork": "ovl", "MacAddress": "02:00:00:00:01:0b",
+      "IpConfigurations": [{"IpAddress": "10.244.1.11"}, {"IpAddress": "fd00:244:1::11"}]},
+    {"Name": "remote.a", "HostComputeNetwork": "ovl", "Flags": 1,
+      "IpConfigurations": [{"IpAddress": "10.244.2.5"}, {"IpAddress": "fd00:244:2::5"}]},
+    {"Name": "remote.b", "HostComputeNetwork": "ovl", "Flags": 1,
+      "IpConfigurations": [{"IpAddress": "10.244.2.6"}, {"IpAddress": "fd00:244:2::6"}]}],
+  "LoadBalancers": [
+    {"Name": "web", "HostComputeEndpoints": ["pod-a", "remote.a"], "SourceVIP": "10.244.1.250",
+      "FrontendVIPs": ["10.96.0.10"], "PortMappings": [{"Protocol": 6, "InternalPort": 8080, "ExternalPort": 80}]},
+    {"Name": "web6", "HostComputeEndpoints": ["pod-a", "remote.a"], "SourceVIP": "fd00:244:1::250", "Flags": 2,
+      "FrontendVIPs": ["fd00:96::10"], "PortMappings": [{"Protocol": 6, "InternalPort": 8080, "ExternalPort": 80}]},
+    {"Name": "nodeport", "HostComputeEndpoints": ["pod-b"], "SourceVIP": "10.244.1.250",
+      "PortMappings": [{"Protocol": 6, "InternalPort": 8080, "ExternalPort": 30080}]}]
+}`
+
+// mixedKinds are the load balancers Mixed offers to add: the kinds
+// Lowered.Update adds alone, those it leaves to Lower, and invalid ones.
+const mixedKinds = `[
+  {"Name": "dsr", "HostComputeEndpoints": ["remote.b"], "Flags": 1,
+    "FrontendVIPs": ["10.96.0.20"], "PortMappings": [{"Protocol": 6, "InternalPort": 8080, "ExternalPort": 80, "Flags": 1}]},
+  {"Name": "ilb", "HostComputeEndpoints": ["pod-b", "remote.b"], "SourceVIP": "10.244.1.250",
+    "FrontendVIPs": ["10.96.0.21"], "PortMappings": [{"Protocol": 17, "InternalPort": 53, "ExternalPort": 53, "Flags": 1}]},
+  {"Name": "v6", "HostComputeEndpoints": ["pod-b", "remote.b"], "SourceVIP": "fd00:244:1::250", "Flags": 2,
+    "FrontendVIPs": ["fd00:96::21"], "PortMappings": [{"Protocol": 6, "InternalPort": 8443, "ExternalPort": 443}]},
+  {"Name": "affinity", "HostComputeEndpoints": ["pod-a", "pod-b", "remote.a"], "SourceVIP": "10.244.1.250",
+    "FrontendVIPs": ["10.96.0.22"], "PortMappings": [{"Protocol": 6, "InternalPort": 8080, "ExternalPort": 80,
+      "DistributionType": 2, "AffinityTimeoutSeconds": 30}]},
+  {"Name": "two-ports.80", "HostComputeEndpoints": ["pod-a", "remote.b"], "SourceVIP": "10.244.1.250",
+    "FrontendVIPs": ["10.96.0.23"], "PortMappings": [{"Protocol": 6, "InternalPort": 8080, "ExternalPort": 80}]},
+  {"Name": "two-ports.443", "HostComputeEndpoints": ["pod-b", "remote.a"], "SourceVIP": "10.244.1.250",
+    "FrontendVIPs": ["10.96.0.23"], "PortMappings": [{"Protocol": 6, "InternalPort": 8443, "ExternalPort": 443}]},
+  {"Name": "web.udp", "HostComputeEndpoints": ["pod-b"], "SourceVIP": "10.244.1.250",
+    "FrontendVIPs": ["10.96.0.10"], "PortMappings": [{"Protocol": 17, "InternalPort": 8080, "ExternalPort": 80}]},
+  {"Name": "multi", "HostComputeEndpoints": ["pod-a", "remote.a", "remote.b"], "SourceVIP": "10.244.1.250",
+    "FrontendVIPs": ["10.96.0.24", "10.96.0.25"], "PortMappings": [{"Protocol": 6, "InternalPort": 8080, "ExternalPort": 80},
+      {"Protocol": 17, "InternalPort": 8080, "ExternalPort": 80}]},
+  {"Name": "local", "HostComputeEndpoints": ["pod-b"], "FrontendVIPs": ["10.96.0.26"],
+    "PortMappings": [{"Protocol": 6, "InternalPort": 8080, "ExternalPort": 80}]},
+  {"Name": "empty", "HostComputeEndpoints": [], "SourceVIP": "10.244.1.250", "FrontendVIPs": ["10.96.0.27"],
+    "PortMappings": [{"Protocol": 6, "InternalPort": 8080, "ExternalPort": 80}]},
+  {"Name": "nodeport.2", "HostComputeEndpoints": ["pod-a"], "SourceVIP": "10.244.1.250",
+    "PortMappings": [{"Protocol": 6, "InternalPort": 8080, "ExternalPort": 30081}]},
+  {"Name": "external", "HostComputeEndpoints": ["pod-a"], "SourceVIP": "10.244.1.250",
+    "FrontendVIPs": ["192.168.50.30"], "PortMappings": [{"Protocol": 6, "InternalPort": 8080, "ExternalPort": 80, "Flags": 16}]},
+  {"Name": "new-sourcevip", "HostComputeEndpoints": ["remote.a"], "SourceVIP": "10.244.1.251",
+    "FrontendVIPs": ["10.96.0.28"], "PortMappings": [{"Protocol": 6, "InternalPort": 8080, "ExternalPort": 80}]},
+  {"Name": "taken", "HostComputeEndpoints": ["pod-a"], "SourceVIP": "10.244.1.250",
+    "FrontendVIPs": ["10.96.0.10"], "PortMappings": [{"Protocol": 6, "InternalPort": 9090, "ExternalPort": 80}]},
+  {"Name": "web", "HostComputeEndpoints": ["pod-a"], "SourceVIP": "10.244.1.250",
+    "FrontendVIPs": ["10.96.0.29"], "PortMappings": [{"Protocol": 6, "InternalPort": 8080, "ExternalPort": 80}]},
+  {"Name": "at-a-pod", "HostComputeEndpoints": ["pod-a"], "SourceVIP": "10.244.1.250",
+    "FrontendVIPs": ["10.244.1.11"], "PortMappings": [{"Protocol": 6, "InternalPort": 8080, "ExternalPort": 80}]},
+  {"Name": "at-the-sourcevip", "HostComputeEndpoints": ["pod-a"],
+    "FrontendVIPs": ["10.244.1.250"], "PortMappings": [{"Protocol": 6, "InternalPort": 8080, "ExternalPort": 80}]},
+  {"Name": "remote-no-sourcevip", "HostComputeEndpoints": ["remote.a"],
+    "FrontendVIPs": ["10.96.0.30"], "PortMappings": [{"Protocol": 6, "InternalPort": 8080, "ExternalPort": 80}]},
+  {"Name": "unknown-backend", "HostComputeEndpoints": ["remote.z"], "SourceVIP": "10.244.1.250",
+    "FrontendVIPs": ["10.96.0.31"], "PortMappings": [{"Protocol": 6, "InternalPort": 8080, "ExternalPort": 80}]}
+]`
+
+// Mixed returns a small node with load balancers of every kind (mixedDoc),
+// and load balancers to add to it, of every kind too (mixedKinds): some
+// valid, some that change the NAT pools (a node port, an external VIP, a
+// new SourceVIP), some invalid (a frontend taken, a name taken, a pod's
+// address or a SourceVIP as a frontend, remote backends without a
+// SourceVIP, an unknown backend). Each call returns new values.
+func Mixed() (*hns.Document, []hns.LoadBalancerConfig) {
+	var d hns.Document
+	var kinds []hns.LoadBalancerConfig
+	if err := json.Unmarshal([]byte(mixedDoc), &d); err != nil {
+		panic(err)
+	}
+	if err := json.Unmarshal([]byte(mixedKinds), &kinds); err != nil {
+		panic(err)
+	}
+	d.CompactSettings()
+	return &d, kinds
+}
