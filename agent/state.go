@@ -110,20 +110,31 @@ func (s *state) keys() []string {
 
 // listed replaces what ufpd holds of ours with a fresh listing (objects
 // of other owners are dropped here) and marks every name for the next
-// diff.
+// diff. An object listed as it is desired is kept as the desired one
+// (sharing its lists and strings), so that the listing's copies go.
 func (s *state) listed(lbs []api.LoadBalancer, eps []api.Endpoint) {
 	clear(s.actualLB)
 	clear(s.actualEP)
 	for _, lb := range lbs {
-		if lb.Owner == s.owner {
-			s.actualLB[lb.Name] = lb
+		if lb.Owner != s.owner {
+			continue
 		}
+		if d, ok := s.desiredLB[lb.Name]; ok && equalLB(&d, &lb) {
+			d.Owner = lb.Owner
+			lb = d
+		}
+		s.actualLB[lb.Name] = lb
 	}
 	for _, ep := range eps {
-		if ep.Owner == s.owner {
-			ep.Status, ep.Device = nil, nil
-			s.actualEP[ep.Name] = ep
+		if ep.Owner != s.owner {
+			continue
 		}
+		ep.Status, ep.Device = nil, nil
+		if d := s.desiredEP[ep.Name]; d != nil && equalEP(&d.ep, &ep) {
+			ep = d.ep
+			ep.Owner = s.owner
+		}
+		s.actualEP[ep.Name] = ep
 	}
 	s.touchAll()
 }
