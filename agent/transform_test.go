@@ -125,7 +125,6 @@ func transformCases() []struct {
 	}
 }
 
-
 // TestTransformKeepsWhatProxyReads checks that the informers' transform
 // keeps every field the translation reads: each Service translates the
 // same before and after it, with the node as the agent makes it from
