@@ -230,19 +230,25 @@ func freePort() (string, error) {
 }
 
 // traceUpdates reads the agent's per-sync trace from its log and gives
-// each update the sync that served it.
+// each update the sync that served it. The agent writes a sync's line
+// after ufpd answered, which the harness may have seen first: the log
+// is read again for a while until the last update has its line.
 func (p *proc) traceUpdates(ups []update) error {
-	f, err := os.Open(p.log)
-	if err != nil {
-		return err
+	for try := 0; ; try++ {
+		b, err := os.ReadFile(p.log)
+		if err != nil {
+			return err
+		}
+		lines, err := parseTrace(bytes.NewReader(b))
+		if err != nil {
+			return err
+		}
+		match(ups, lines)
+		if len(ups) == 0 || ups[len(ups)-1].traced || try == 20 {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	defer f.Close()
-	lines, err := parseTrace(f)
-	if err != nil {
-		return err
-	}
-	match(ups, lines)
-	return nil
 }
 
 // saveProfile writes the Go heap profile of the program serving
