@@ -71,6 +71,7 @@ type Agent struct {
 
 	mu          sync.Mutex
 	dirty       map[string]struct{} // Services to look at in the next sync
+	queuedAt    time.Time           // the handler's time of the oldest change in dirty (zero: none)
 	node        proxy.Node          // as the informer last saw it
 	nodeChanged bool
 
@@ -141,9 +142,10 @@ func New(c Config) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ProxyName: %w", err)
 	}
-	a.factory = informers.NewSharedInformerFactoryWithOptions(c.Kube, 0,
+	trim := newTrimmer()
+	a.factory = informers.NewSharedInformerFactoryWithOptions(c.Kube, 0, informers.WithTransform(trim.transform),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = sel }))
-	a.nodeFactory = informers.NewSharedInformerFactoryWithOptions(c.Kube, 0,
+	a.nodeFactory = informers.NewSharedInformerFactoryWithOptions(c.Kube, 0, informers.WithTransform(trim.transform),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + c.NodeName }))
 	svcInf := a.factory.Core().V1().Services()
 	sliceInf := a.factory.Discovery().V1().EndpointSlices()
@@ -245,6 +247,9 @@ func (a *Agent) queue(key string) {
 	now := time.Now()
 	a.mu.Lock()
 	a.dirty[key] = struct{}{}
+	if a.queuedAt.IsZero() {
+		a.queuedAt = now
+	}
 	a.mu.Unlock()
 	a.queueSeq.Add(1)
 	a.lastQueued.CompareAndSwap(0, now.UnixNano())
@@ -273,6 +278,29 @@ func (a *Agent) onNode(obj any) {
 	if !ok {
 		return
 	}
+	pn := a.proxyNode(n)
+	now := time.Now()
+	a.mu.Lock()
+	changed := pn.Zone != a.node.Zone || !slices.Equal(pn.Addresses, a.node.Addresses)
+	if changed {
+		a.node = pn
+		a.nodeChanged = true
+		if a.queuedAt.IsZero() {
+			a.queuedAt = now
+		}
+	}
+	a.mu.Unlock()
+	if changed {
+		a.log.Info("node changed", "zone", pn.Zone, "addresses", pn.Addresses)
+		a.queueSeq.Add(1)
+		a.lastQueued.CompareAndSwap(0, now.UnixNano())
+		a.runner.Trigger()
+	}
+}
+
+// proxyNode is what the translation needs of the agent's Node n: its
+// zone and, unless NodeIPs gives them, its addresses.
+func (a *Agent) proxyNode(n *corev1.Node) proxy.Node {
 	pn := proxy.Node{Name: a.cfg.NodeName, Zone: n.Labels[corev1.LabelTopologyZone], Addresses: slices.Clone(a.cfg.NodeIPs)}
 	if len(pn.Addresses) == 0 {
 		for _, na := range n.Status.Addresses {
@@ -284,19 +312,7 @@ func (a *Agent) onNode(obj any) {
 			}
 		}
 	}
-	a.mu.Lock()
-	changed := pn.Zone != a.node.Zone || !slices.Equal(pn.Addresses, a.node.Addresses)
-	if changed {
-		a.node = pn
-		a.nodeChanged = true
-	}
-	a.mu.Unlock()
-	if changed {
-		a.log.Info("node changed", "zone", pn.Zone, "addresses", pn.Addresses)
-		a.queueSeq.Add(1)
-		a.lastQueued.CompareAndSwap(0, time.Now().UnixNano())
-		a.runner.Trigger()
-	}
+	return pn
 }
 
 // sync is one level-triggered pass: ufpd listed if need be, the
@@ -305,6 +321,8 @@ func (a *Agent) onNode(obj any) {
 // Services ufpd refused and looks at every Service.
 func (a *Agent) sync(ctx context.Context, full bool) error {
 	start := time.Now()
+	tr := &syncTrace{start: start, full: full}
+	lap := start
 	seq := a.queueSeq.Load()
 	if full {
 		a.relist.Store(true)
@@ -318,9 +336,11 @@ func (a *Agent) sync(ctx context.Context, full bool) error {
 	if err != nil {
 		return err
 	}
+	tr.list = since(&lap)
 	a.mu.Lock()
 	dirty := a.dirty
 	a.dirty = map[string]struct{}{}
+	tr.queued, a.queuedAt = a.queuedAt, time.Time{}
 	if a.nodeChanged {
 		a.syncNode, a.nodeChanged = a.node, false
 		a.nodeGen++
@@ -335,12 +355,21 @@ func (a *Agent) sync(ctx context.Context, full bool) error {
 	for key := range dirty {
 		a.refresh(key)
 	}
-	if err := a.apply(ctx); err != nil {
+	tr.services = len(dirty)
+	tr.translate = since(&lap)
+	if err := a.apply(ctx, tr); err != nil {
 		// What was dirty stays in the state's touched names; the
-		// triggers wait for the next success.
+		// triggers wait for the next success, and so does the trace's
+		// oldest change.
+		a.mu.Lock()
+		if !tr.queued.IsZero() && (a.queuedAt.IsZero() || tr.queued.Before(a.queuedAt)) {
+			a.queuedAt = tr.queued
+		}
+		a.mu.Unlock()
 		return err
 	}
 	a.finish(start)
+	a.observe(tr)
 	// The changes queued before the sync began are served; one queued
 	// since waits for the next sync, as if queued at the start of this
 	// one (which may only make /healthz stricter).
@@ -491,9 +520,13 @@ func (a *Agent) report(svc *corev1.Service, ss *svcState) {
 // apply sends the difference between the desired state and ufpd's. A
 // batch refused because of one object drops the Services of that
 // object (they keep what ufpd has) and is sent again without them.
-func (a *Agent) apply(ctx context.Context) error {
+// tr receives the time of the diffs and the calls, and the batch's
+// counts.
+func (a *Agent) apply(ctx context.Context, tr *syncTrace) error {
 	for range maxRefusals {
+		lap := time.Now()
 		b := a.st.diff()
+		tr.diff += since(&lap)
 		if emptyBatch(b) {
 			a.st.applied(b)
 			return nil
@@ -501,10 +534,13 @@ func (a *Agent) apply(ctx context.Context) error {
 		c, cancel := context.WithTimeout(ctx, ufpdTimeout)
 		res, err := a.cfg.UFPD.Apply(c, b)
 		cancel()
+		tr.apply += since(&lap)
+		tr.batches++
 		if err == nil {
 			a.up(true)
 			a.st.applied(b)
 			a.knownRev.Store(res.Revision)
+			tr.lbs, tr.eps, tr.delLBs, tr.delEPs = len(b.LoadBalancers), len(b.Endpoints), len(b.DeleteLoadBalancers), len(b.DeleteEndpoints)
 			a.m.counted(len(b.LoadBalancers), len(b.Endpoints), len(b.DeleteLoadBalancers), len(b.DeleteEndpoints))
 			a.log.Debug("batch applied", "revision", res.Revision, "created", res.Created, "replaced", res.Replaced,
 				"deleted", res.Deleted, "unchanged", res.Unchanged)

@@ -10,6 +10,7 @@ type metrics struct {
 	reg *prometheus.Registry
 
 	syncDuration      prometheus.Histogram
+	stage             *prometheus.HistogramVec
 	lastSync          prometheus.Gauge
 	lastQueued        prometheus.Gauge
 	programming       prometheus.Histogram
@@ -38,6 +39,12 @@ func newMetrics() *metrics {
 		Help:    "How long a sync took: computing the desired state, the diff and applying it to ufpd.",
 		Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
 	})
+	m.stage = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: ns, Name: "sync_stage_duration_seconds",
+		Help: "Where successful syncs' time went, by stage: wait (from the handler of the oldest change served to the sync's start), " +
+			"list (listing ufpd's objects, when needed), translate (the changed Services), diff (the batch), apply (sending it to ufpd until it answered).",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 20),
+	}, []string{"stage"})
 	m.lastSync = prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: ns, Name: "sync_proxy_rules_last_timestamp_seconds",
 		Help: "When the last successful sync ended (Unix seconds).",
@@ -83,11 +90,14 @@ func newMetrics() *metrics {
 		Namespace: ns, Name: "local_endpoint_listings_total",
 		Help: "Listings of ufpd's local endpoints (at start and when someone else changed ufpd).",
 	})
-	m.reg.MustRegister(m.syncDuration, m.lastSync, m.lastQueued, m.programming, m.services, m.endpoints,
+	m.reg.MustRegister(m.syncDuration, m.stage, m.lastSync, m.lastQueued, m.programming, m.services, m.endpoints,
 		m.syncErrors, m.serviceProblems, m.ufpdUp, m.batchObjects, m.ufpdRestarts, m.localEndpointsLst,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	for _, k := range []string{errUnreachable, errRefused, errList} {
 		m.syncErrors.WithLabelValues(k)
+	}
+	for _, st := range stages {
+		m.stage.WithLabelValues(st)
 	}
 	for _, op := range []string{"write_loadbalancer", "write_endpoint", "delete_loadbalancer", "delete_endpoint"} {
 		m.batchObjects.WithLabelValues(op)

@@ -19,7 +19,7 @@ type objects struct {
 
 // epEntry is a desired remote endpoint and how many Services use it.
 type epEntry struct {
-	ep    api.Endpoint
+	ep    *api.Endpoint // in a contribution's remotes
 	users int
 }
 
@@ -27,17 +27,22 @@ type epEntry struct {
 // each Service's contribution, beside what ufpd holds of the agent's
 // own (the last listing, plus every batch applied since). The names
 // touched since the last successful apply are the only ones a diff
-// needs to look at. Not safe for concurrent use.
+// needs to look at.
+//
+// The maps hold pointers into the contributions' lists (read-only once
+// set), and what ufpd holds points at the desired object wherever the
+// two are equal: 100,000 remote endpoints are kept once, not once per
+// map. Not safe for concurrent use.
 type state struct {
 	owner string
 
 	contrib   map[string]objects // by Service key (namespace/name)
-	desiredLB map[string]api.LoadBalancer
+	desiredLB map[string]*api.LoadBalancer
 	lbService map[string]string // desired load balancer -> Service key
 	desiredEP map[string]*epEntry
 
-	actualLB map[string]api.LoadBalancer
-	actualEP map[string]api.Endpoint
+	actualLB map[string]*api.LoadBalancer
+	actualEP map[string]*api.Endpoint
 
 	touchedLB map[string]struct{}
 	touchedEP map[string]struct{}
@@ -47,18 +52,19 @@ func newState(owner string) *state {
 	return &state{
 		owner:     owner,
 		contrib:   map[string]objects{},
-		desiredLB: map[string]api.LoadBalancer{},
+		desiredLB: map[string]*api.LoadBalancer{},
 		lbService: map[string]string{},
 		desiredEP: map[string]*epEntry{},
-		actualLB:  map[string]api.LoadBalancer{},
-		actualEP:  map[string]api.Endpoint{},
+		actualLB:  map[string]*api.LoadBalancer{},
+		actualEP:  map[string]*api.Endpoint{},
 		touchedLB: map[string]struct{}{},
 		touchedEP: map[string]struct{}{},
 	}
 }
 
 // set replaces Service key's contribution with o (empty: the Service
-// contributes nothing, as when it is deleted or ignored).
+// contributes nothing, as when it is deleted or ignored). o's lists are
+// the state's from then on: read-only.
 func (s *state) set(key string, o objects) {
 	old, had := s.contrib[key]
 	for _, lb := range old.lbs {
@@ -83,12 +89,14 @@ func (s *state) set(key string, o objects) {
 		return
 	}
 	s.contrib[key] = o
-	for _, lb := range o.lbs {
+	for i := range o.lbs {
+		lb := &o.lbs[i]
 		s.desiredLB[lb.Name] = lb
 		s.lbService[lb.Name] = key
 		s.touchedLB[lb.Name] = struct{}{}
 	}
-	for _, ep := range o.remotes {
+	for i := range o.remotes {
+		ep := &o.remotes[i]
 		if e := s.desiredEP[ep.Name]; e != nil {
 			e.users++
 			e.ep = ep // equal by name => equal content
@@ -110,22 +118,43 @@ func (s *state) keys() []string {
 
 // listed replaces what ufpd holds of ours with a fresh listing (objects
 // of other owners are dropped here) and marks every name for the next
-// diff.
+// diff. An object listed as it is desired is kept as the desired one
+// (sharing its lists and strings), so that the listing's copies go.
 func (s *state) listed(lbs []api.LoadBalancer, eps []api.Endpoint) {
 	clear(s.actualLB)
 	clear(s.actualEP)
-	for _, lb := range lbs {
-		if lb.Owner == s.owner {
-			s.actualLB[lb.Name] = lb
+	for i := range lbs {
+		if lbs[i].Owner == s.owner {
+			s.actualLB[lbs[i].Name] = s.sharedLB(&lbs[i])
 		}
 	}
-	for _, ep := range eps {
-		if ep.Owner == s.owner {
-			ep.Status, ep.Device = nil, nil
-			s.actualEP[ep.Name] = ep
+	for i := range eps {
+		if eps[i].Owner == s.owner {
+			s.actualEP[eps[i].Name] = s.sharedEP(&eps[i])
 		}
 	}
 	s.touchAll()
+}
+
+// sharedLB returns the desired load balancer if lb (ufpd's) is equal to
+// it, else a copy of lb of its own (not holding on to lb's list).
+func (s *state) sharedLB(lb *api.LoadBalancer) *api.LoadBalancer {
+	if d := s.desiredLB[lb.Name]; d != nil && equalLB(d, lb) {
+		return d
+	}
+	c := *lb
+	return &c
+}
+
+// sharedEP is sharedLB for endpoints; ufpd's Status and Device are
+// dropped.
+func (s *state) sharedEP(ep *api.Endpoint) *api.Endpoint {
+	if d := s.desiredEP[ep.Name]; d != nil && equalEP(d.ep, ep) {
+		return d.ep
+	}
+	c := *ep
+	c.Status, c.Device = nil, nil
+	return &c
 }
 
 // touchAll marks every desired and actual name for the next diff.
@@ -156,11 +185,11 @@ func (s *state) frozen(key string) objects {
 		if !strings.HasPrefix(name, prefix) {
 			continue
 		}
-		o.lbs = append(o.lbs, lb)
+		o.lbs = append(o.lbs, *lb)
 		for _, b := range slices.Concat(lb.HostComputeEndpoints, lb.DrainingEndpoints) {
 			if ep, ok := s.actualEP[b]; ok && !seen[b] {
 				seen[b] = true
-				o.remotes = append(o.remotes, ep)
+				o.remotes = append(o.remotes, *ep)
 			}
 		}
 	}
@@ -214,26 +243,41 @@ func (s *state) usersOfEP(name string) []string {
 // equal batches.
 func (s *state) diff() *api.Batch {
 	b := &api.Batch{Owner: s.owner}
+	var nLB, nEP int
 	for name := range s.touchedLB {
-		d, want := s.desiredLB[name]
-		a, have := s.actualLB[name]
+		if d, a := s.desiredLB[name], s.actualLB[name]; d != nil && (a == nil || !equalLB(d, a)) {
+			nLB++
+		}
+	}
+	for name := range s.touchedEP {
+		if d, a := s.desiredEP[name], s.actualEP[name]; d != nil && (a == nil || !equalEP(d.ep, a)) {
+			nEP++
+		}
+	}
+	// Sized once: a first sync's batch is 100,000 endpoints.
+	if nLB > 0 {
+		b.LoadBalancers = make([]api.LoadBalancer, 0, nLB)
+	}
+	if nEP > 0 {
+		b.Endpoints = make([]api.Endpoint, 0, nEP)
+	}
+	for name := range s.touchedLB {
+		d, a := s.desiredLB[name], s.actualLB[name]
 		switch {
-		case want && (!have || !equalLB(&d, &a)):
-			d.Owner = s.owner
-			b.LoadBalancers = append(b.LoadBalancers, d)
-		case !want && have:
+		case d != nil && (a == nil || !equalLB(d, a)):
+			b.LoadBalancers = append(b.LoadBalancers, *d)
+			b.LoadBalancers[len(b.LoadBalancers)-1].Owner = s.owner
+		case d == nil && a != nil:
 			b.DeleteLoadBalancers = append(b.DeleteLoadBalancers, name)
 		}
 	}
 	for name := range s.touchedEP {
-		d, want := s.desiredEP[name]
-		a, have := s.actualEP[name]
+		d, a := s.desiredEP[name], s.actualEP[name]
 		switch {
-		case want && (!have || !equalEP(&d.ep, &a)):
-			ep := d.ep
-			ep.Owner = s.owner
-			b.Endpoints = append(b.Endpoints, ep)
-		case !want && have:
+		case d != nil && (a == nil || !equalEP(d.ep, a)):
+			b.Endpoints = append(b.Endpoints, *d.ep)
+			b.Endpoints[len(b.Endpoints)-1].Owner = s.owner
+		case d == nil && a != nil:
 			b.DeleteEndpoints = append(b.DeleteEndpoints, name)
 		}
 	}
@@ -245,13 +289,14 @@ func (s *state) diff() *api.Batch {
 }
 
 // applied records that ufpd accepted batch b: what it holds of ours is
-// now the desired state for every touched name.
+// now the desired state for every touched name, and points at the
+// desired objects (the batch's copies can go).
 func (s *state) applied(b *api.Batch) {
-	for _, lb := range b.LoadBalancers {
-		s.actualLB[lb.Name] = lb
+	for i := range b.LoadBalancers {
+		s.actualLB[b.LoadBalancers[i].Name] = s.sharedLB(&b.LoadBalancers[i])
 	}
-	for _, ep := range b.Endpoints {
-		s.actualEP[ep.Name] = ep
+	for i := range b.Endpoints {
+		s.actualEP[b.Endpoints[i].Name] = s.sharedEP(&b.Endpoints[i])
 	}
 	for _, n := range b.DeleteLoadBalancers {
 		delete(s.actualLB, n)

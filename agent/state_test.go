@@ -214,3 +214,44 @@ func TestServiceOfLB(t *testing.T) {
 		t.Errorf("lbPrefix = %q", p)
 	}
 }
+
+// TestListedShares checks that a listing's objects that are as desired
+// are kept as the desired ones (the listing's copies free to go), that
+// those that differ are kept as listed, that the next diff sends
+// nothing for the first and the desired state for the second, and
+// that once applied what ufpd holds is the desired object itself.
+func TestListedShares(t *testing.T) {
+	s := newState(testOwner)
+	s.set("default/web", objects{
+		lbs:     []api.LoadBalancer{lb("default.web.a", "remote.10.0.2.7"), lb("default.web.b", "remote.10.0.2.8")},
+		remotes: []api.Endpoint{remote("10.0.2.7"), remote("10.0.2.8")},
+	})
+	s.applied(&api.Batch{}) // clears the touched names
+	listed := owned(testOwner, lb("default.web.a", "remote.10.0.2.7"), lb("default.web.b", "remote.10.0.2.9"))
+	eps := owned(testOwner, remote("10.0.2.7"), remote("10.0.2.8"))
+	s.listed(listed, eps)
+	if a, d := s.actualLB["default.web.a"], s.desiredLB["default.web.a"]; a != d {
+		t.Errorf("load balancer as desired: not shared (%+v, desired %+v)", a, d)
+	}
+	if a := s.actualLB["default.web.b"]; a == &listed[1] || !reflect.DeepEqual(*a, listed[1]) {
+		t.Errorf("load balancer that differs: %+v, listed %+v (want an equal copy)", a, listed[1])
+	}
+	if a, d := s.actualEP["remote.10.0.2.7"], s.desiredEP["remote.10.0.2.7"]; a != d.ep {
+		t.Errorf("endpoint as desired: not shared (%+v)", a)
+	}
+	b := s.diff()
+	if len(b.LoadBalancers) != 1 || b.LoadBalancers[0].Name != "default.web.b" || len(b.Endpoints) != 0 ||
+		len(b.DeleteLoadBalancers) != 0 || len(b.DeleteEndpoints) != 0 {
+		t.Errorf("diff after the listing = %+v, want default.web.b written only", b)
+	}
+	if b.LoadBalancers[0].Owner != testOwner {
+		t.Errorf("written with owner %q", b.LoadBalancers[0].Owner)
+	}
+	s.applied(b)
+	if a, d := s.actualLB["default.web.b"], s.desiredLB["default.web.b"]; a != d {
+		t.Errorf("applied load balancer: not shared (%+v, desired %+v)", a, d)
+	}
+	if b := s.diff(); !emptyBatch(b) {
+		t.Errorf("diff after applying = %+v, want nothing", b)
+	}
+}

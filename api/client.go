@@ -58,17 +58,17 @@ func (c *Client) Do(ctx context.Context, method, p string, in, out any) error {
 }
 
 func (c *Client) send(ctx context.Context, method, p string, in any, hdr http.Header) (*http.Response, error) {
-	var body io.Reader
+	req, err := http.NewRequestWithContext(ctx, method, "http://ufpd"+p, nil)
+	if err != nil {
+		return nil, err
+	}
 	if in != nil {
-		b, err := json.Marshal(in)
+		b, err := encodeBody(in)
 		if err != nil {
 			return nil, err
 		}
-		body = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://ufpd"+p, body)
-	if err != nil {
-		return nil, err
+		req.Body, req.ContentLength = b.reader(), b.n
+		req.GetBody = func() (io.ReadCloser, error) { return b.reader(), nil }
 	}
 	for k, v := range hdr {
 		req.Header[k] = v

@@ -30,6 +30,7 @@ type options struct {
 	timeout     time.Duration
 	syncTimeout time.Duration
 	md          string
+	profiles    string
 	agentBin    string
 	verbose     bool
 }
@@ -51,6 +52,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fl.DurationVar(&o.syncTimeout, "sync-timeout", 10*time.Minute, "bound of the full sync")
 	fl.StringVar(&o.agentBin, "agent", "", "run this ufp-agent `binary` rather than one built from the tree")
 	fl.StringVar(&o.md, "md", "", "also write the results as Markdown to `file`")
+	fl.StringVar(&o.profiles, "profiles", "", "save the agent's Go heap profiles after the full sync and at the end into `dir`")
 	fl.BoolVar(&o.verbose, "v", false, "pass the agent's and ufpd's logs through")
 	if err := fl.Parse(args); err != nil {
 		return o, err
@@ -140,7 +142,13 @@ func bench(ctx context.Context, o options, logw io.Writer) (res *results, err er
 	client := api.NewClient(sock)
 
 	say("starting the agent")
-	agent, err := startAgent(bins.agent, dir, cluster.Kubeconfig, sock, o.verbose, logw)
+	metrics := ""
+	if o.profiles != "" {
+		if metrics, err = freePort(); err != nil {
+			return res, err
+		}
+	}
+	agent, err := startAgent(bins.agent, dir, cluster.Kubeconfig, sock, metrics, o.verbose, logw)
 	if err != nil {
 		return res, err
 	}
@@ -154,6 +162,11 @@ func bench(ctx context.Context, o options, logw io.Writer) (res *results, err er
 	if res.memSync, err = readMemories(agent, ufpd, cluster); err != nil {
 		return res, err
 	}
+	if o.profiles != "" {
+		if err := saveProfile(ctx, metrics, filepath.Join(o.profiles, "agent-heap-sync.pb.gz")); err != nil {
+			return res, err
+		}
+	}
 
 	if o.Updates > 0 {
 		say("timing %d EndpointSlice updates", o.Updates)
@@ -161,9 +174,17 @@ func bench(ctx context.Context, o options, logw io.Writer) (res *results, err er
 		if err != nil {
 			return res, fmt.Errorf("updates: %w", err)
 		}
+		if err := agent.traceUpdates(res.updates); err != nil {
+			return res, err
+		}
 	}
 	if res.mem, err = readMemories(agent, ufpd, cluster); err != nil {
 		return res, err
+	}
+	if o.profiles != "" {
+		if err := saveProfile(ctx, metrics, filepath.Join(o.profiles, "agent-heap-end.pb.gz")); err != nil {
+			return res, err
+		}
 	}
 
 	// ufpd's share of an update: the agent stopped, the same kind of

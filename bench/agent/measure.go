@@ -153,10 +153,10 @@ func lbDiffers(lb *api.LoadBalancer, vip string, want map[string]bool) string {
 // replacing one remote backend of a Service (chosen with a fixed seed)
 // by a new address, and returns the time from each update call to
 // ufpd's load balancer having exactly the new backends.
-func (h *harness) timeUpdates(ctx context.Context) ([]time.Duration, error) {
+func (h *harness) timeUpdates(ctx context.Context) ([]update, error) {
 	s, o := h.s, h.o
 	rng := rand.New(rand.NewPCG(22, uint64(s.Services)))
-	lat := make([]time.Duration, 0, s.Updates)
+	lat := make([]update, 0, s.Updates)
 	for u := range s.Updates {
 		i := rng.IntN(s.Services)
 		lo := 0
@@ -181,12 +181,13 @@ func (h *harness) timeUpdates(ctx context.Context) ([]time.Duration, error) {
 		if err != nil {
 			return lat, fmt.Errorf("update %d of %s: %w", u, es.Name, err)
 		}
+		written := time.Now()
 		o.slices[i] = up
 		d, err := h.waitLB(ctx, lbName(i), o.clusterIP[i], want)
 		if err != nil {
 			return lat, fmt.Errorf("update %d of %s: %w", u, es.Name, err)
 		}
-		lat = append(lat, d.Sub(t0))
+		lat = append(lat, update{start: t0, written: written, seen: d})
 		if h.verbose {
 			h.say("update %d: %s endpoint %d to %s: %v", u, es.Name, j, a, d.Sub(t0))
 		}

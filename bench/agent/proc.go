@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -197,19 +199,80 @@ func startUFPD(ctx context.Context, bin, dir, sock string, s shape, verbose bool
 }
 
 // startAgent runs the agent as node-1 against kubeconfig and ufpd's
-// socket.
-func startAgent(bin, dir, kubeconfig, sock string, verbose bool, logw io.Writer) (*proc, error) {
-	return start(dir, "ufp-agent", verbose, logw, bin,
-		"--kubeconfig="+kubeconfig,
-		"--hostname-override="+nodeName,
-		"--node-ip="+nodeIP.String(),
-		"--cluster-cidr="+localNet.String()+","+remoteNet.String(),
-		"--source-vip="+sourceVIP.String(),
-		"--network="+network,
-		"--ufpd-socket="+sock,
-		"--metrics-bind-address=",
+// socket, its logs at debug (the per-update trace) and, if metrics is
+// not empty, its metrics and profiles on that loopback address.
+func startAgent(bin, dir, kubeconfig, sock, metrics string, verbose bool, logw io.Writer) (*proc, error) {
+	args := []string{"--metrics-bind-address="}
+	if metrics != "" {
+		args = []string{"--metrics-bind-address=" + metrics, "--profiling"}
+	}
+	return start(dir, "ufp-agent", verbose, logw, append([]string{bin,
+		"--kubeconfig=" + kubeconfig,
+		"--hostname-override=" + nodeName,
+		"--node-ip=" + nodeIP.String(),
+		"--cluster-cidr=" + localNet.String() + "," + remoteNet.String(),
+		"--source-vip=" + sourceVIP.String(),
+		"--network=" + network,
+		"--ufpd-socket=" + sock,
 		"--healthz-bind-address=",
-	)
+		"--log-level=debug",
+	}, args...)...)
+}
+
+// freePort returns a loopback address with a port free a moment ago.
+func freePort() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// traceUpdates reads the agent's per-sync trace from its log and gives
+// each update the sync that served it. The agent writes a sync's line
+// after ufpd answered, which the harness may have seen first: the log
+// is read again for a while until the last update has its line.
+func (p *proc) traceUpdates(ups []update) error {
+	for try := 0; ; try++ {
+		b, err := os.ReadFile(p.log)
+		if err != nil {
+			return err
+		}
+		lines, err := parseTrace(bytes.NewReader(b))
+		if err != nil {
+			return err
+		}
+		match(ups, lines)
+		if len(ups) == 0 || ups[len(ups)-1].traced || try == 20 {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// saveProfile writes the Go heap profile of the program serving
+// profiles at addr to file.
+func saveProfile(ctx context.Context, addr, file string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/debug/pprof/heap?gc=1", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("heap profile: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("heap profile: %s", resp.Status)
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("heap profile: %w", err)
+	}
+	return os.WriteFile(file, b, 0o644)
 }
 
 // memory is a process's resident set: now and at its peak, in bytes.

@@ -34,6 +34,7 @@ type options struct {
 	SyncPeriod         duration `json:"syncPeriod,omitempty"`
 	MetricsBindAddress string   `json:"metricsBindAddress,omitempty"`
 	HealthzBindAddress string   `json:"healthzBindAddress,omitempty"`
+	EnableProfiling    bool     `json:"enableProfiling,omitempty"`
 	LogLevel           string   `json:"logLevel,omitempty"`
 }
 
@@ -91,6 +92,7 @@ func settings(o *options) []setting {
 		{flag: "sync-period", field: "syncPeriod", dur: &o.SyncPeriod, usage: "`time` between full resyncs"},
 		{flag: "metrics-bind-address", field: "metricsBindAddress", str: &o.MetricsBindAddress, usage: "`address` of /metrics (empty: not served)"},
 		{flag: "healthz-bind-address", field: "healthzBindAddress", str: &o.HealthzBindAddress, usage: "`address` of /healthz and /readyz (empty: not served)"},
+		{flag: "profiling", field: "enableProfiling", boolean: &o.EnableProfiling, usage: "serve Go's profiles (net/http/pprof) under /debug/pprof/ on the metrics address"},
 		{flag: "log-level", field: "logLevel", str: &o.LogLevel, usage: "`level` of the logs: debug, info, warn or error"},
 	}
 }
@@ -321,6 +323,9 @@ func check(o *options, given map[string]bool, hostname func() (string, error)) (
 		if _, err := netip.ParseAddrPort(b.v); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %q is not an address and port such as 127.0.0.1:10249", name(b.flag, b.field), b.v))
 		}
+	}
+	if o.EnableProfiling && o.MetricsBindAddress == "" {
+		errs = append(errs, fmt.Errorf("%s: the profiles are served on the metrics address, which is empty", name("profiling", "enableProfiling")))
 	}
 	if err := c.logLevel.UnmarshalText([]byte(o.LogLevel)); err != nil {
 		errs = append(errs, fmt.Errorf("%s: %q is not debug, info, warn or error", name("log-level", "logLevel"), o.LogLevel))

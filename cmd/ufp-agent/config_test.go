@@ -94,6 +94,12 @@ func TestConfig(t *testing.T) {
 		{name: "duration flag", args: []string{"--network", "x", "--sync-period", "soon"}, wantErr: `invalid value "soon" for flag -sync-period`},
 		{name: "bind address", args: []string{"--network", "x", "--metrics-bind-address", "localhost"}, wantErr: `--metrics-bind-address: "localhost" is not an address and port`},
 		{name: "log level", args: []string{"--network", "x", "--log-level", "loud"}, wantErr: `--log-level: "loud" is not debug`},
+		{name: "profiling without metrics", args: []string{"--network", "x", "--profiling", "--metrics-bind-address", ""}, wantErr: "--profiling: the profiles are served on the metrics address, which is empty"},
+		{name: "profiling", args: []string{"--network", "x", "--profiling"}, want: func(o *options, _ *checked) {
+			if !o.EnableProfiling || o.MetricsBindAddress != "127.0.0.1:10249" {
+				t.Errorf("options %+v", o)
+			}
+		}},
 		{name: "missing file", args: []string{"--config", filepath.Join(dir, "nope")}, wantErr: "--config: open"},
 		{name: "argument", args: []string{"--network", "x", "extra"}, wantErr: `unexpected argument "extra"`},
 		{name: "unknown flag", args: []string{"--nodeip", "1.2.3.4"}, wantErr: "flag provided but not defined: -nodeip"},

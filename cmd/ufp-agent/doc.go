@@ -7,7 +7,8 @@
 //	          [--hostname-override NAME] [--node-ip IP[,IP]] [--cluster-cidr CIDR[,CIDR]]
 //	          [--source-vip IP[,IP]] [--enable-dsr] [--ufpd-socket PATH] [--proxy-name NAME]
 //	          [--min-sync-period D] [--sync-period D]
-//	          [--metrics-bind-address ADDR] [--healthz-bind-address ADDR] [--log-level LEVEL]
+//	          [--metrics-bind-address ADDR] [--healthz-bind-address ADDR] [--profiling]
+//	          [--log-level LEVEL]
 //
 // Invalid flags or configuration exit with status 2 and a message
 // naming the flag or the field. SIGTERM or SIGINT stops it; ufpd keeps

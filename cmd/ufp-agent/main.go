@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"syscall"
@@ -81,7 +82,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, getenv func(strin
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stopServers, err := serve(ctx, a, o.MetricsBindAddress, o.HealthzBindAddress, log)
+	stopServers, err := serve(ctx, a, o, log)
 	if err != nil {
 		log.Error("cannot serve", "err", err)
 		return 1
@@ -126,8 +127,10 @@ func restConfig(kubeconfig string, getenv func(string) string) (*rest.Config, er
 }
 
 // serve starts the metrics and health servers (an empty address: not
-// served; the same address: one server for both).
-func serve(ctx context.Context, a *agent.Agent, metricsAddr, healthzAddr string, log *slog.Logger) (stop func(), err error) {
+// served; the same address: one server for both), and the profiles on
+// the metrics server if o enables them.
+func serve(ctx context.Context, a *agent.Agent, o *options, log *slog.Logger) (stop func(), err error) {
+	metricsAddr, healthzAddr := o.MetricsBindAddress, o.HealthzBindAddress
 	muxes := map[string]*http.ServeMux{}
 	mux := func(addr string) *http.ServeMux {
 		if muxes[addr] == nil {
@@ -137,6 +140,14 @@ func serve(ctx context.Context, a *agent.Agent, metricsAddr, healthzAddr string,
 	}
 	if metricsAddr != "" {
 		mux(metricsAddr).Handle("GET /metrics", a.Metrics())
+		if o.EnableProfiling {
+			m := mux(metricsAddr)
+			m.HandleFunc("/debug/pprof/", pprof.Index)
+			m.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+			m.HandleFunc("/debug/pprof/profile", pprof.Profile)
+			m.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+			m.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		}
 	}
 	if healthzAddr != "" {
 		mux(healthzAddr).Handle("GET /healthz", a.Healthz())
