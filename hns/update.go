@@ -66,11 +66,22 @@ func (x *Lowered) Update(c *Document) (next *Lowered, changed []int, ok bool) {
 			lbs = append(lbs, i)
 		}
 	}
-	l := x.l
-	nl := *l
+	nl := *x.l
 	nl.c = c
-	fresh, gone, ok := nl.diffEndpoints(l)
-	if !ok || !nl.addRemotes(fresh) {
+	fresh, gone, ok := nl.diffEndpoints(x.l)
+	if !ok {
+		return nil, nil, false
+	}
+	return x.updated(&nl, lbs, fresh, gone)
+}
+
+// updated finishes Update's nl, a lowering of c (nl.c) from x's: the
+// load balancers at indices lbs changed their backends, the remote
+// endpoints at indices fresh of c are new or changed, and those of x
+// gone are gone.
+func (x *Lowered) updated(nl *lowering, lbs, fresh []int, gone []*remoteEP) (next *Lowered, changed []int, ok bool) {
+	l, c, o := x.l, nl.c, &x.src
+	if !nl.addRemotes(fresh) {
 		return nil, nil, false
 	}
 	if len(lbs) > 0 {
@@ -102,7 +113,7 @@ func (x *Lowered) Update(c *Document) (next *Lowered, changed []int, ok bool) {
 			changed = append(changed, first+j)
 		}
 	}
-	return &Lowered{Doc: &doc, src: *c, l: &nl}, changed, true
+	return &Lowered{Doc: &doc, src: *c, l: nl}, changed, true
 }
 
 // diffEndpoints compares nl.c's endpoints with l's: the local endpoints
@@ -172,6 +183,16 @@ func (nl *lowering) diffEndpoints(l *lowering) (fresh []int, gone []*remoteEP, o
 			left = append(left, k)
 		}
 	}
+	return nl.settle(l, left, fresh)
+}
+
+// settle gives nl the remote endpoints of l but those at indices left of
+// l's document, and returns those of nl's document at indices fresh
+// (new, or changed) and those of l gone: an endpoint of left that fresh
+// has the same (moved) is kept.
+func (nl *lowering) settle(l *lowering, left, fresh []int) ([]int, []*remoteEP, bool) {
+	old, cur := l.c.Endpoints, nl.c.Endpoints
+	var gone []*remoteEP
 	if len(left) == 0 && len(fresh) == 0 {
 		return nil, nil, true // the same remote endpoints: share l's
 	}

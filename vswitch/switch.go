@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/hns"
 	"github.com/ufp-dev/ufp/nat"
 	"github.com/ufp-dev/ufp/rules"
 	"github.com/ufp-dev/ufp/vfp"
@@ -107,9 +108,18 @@ func (p *Prepared) Incremental() bool { return p.pol.incremental }
 // backends and remote endpoints alone (what a node agent sends most) is
 // compiled incrementally: only the changed load balancers are lowered and
 // compiled again.
-func (s *Switch) Prepare(cfg *Config) (*Prepared, error) {
+func (s *Switch) Prepare(cfg *Config) (*Prepared, error) { return s.PrepareEdits(cfg, nil, nil) }
+
+// PrepareEdits is Prepare for cfg made from base by ed (hns.Edits): if
+// base is the running policy's document, the incremental compile compares
+// only the objects ed names (hns.Lowered.UpdateEdits); else, or with ed
+// nil, it is Prepare.
+func (s *Switch) PrepareEdits(cfg, base *Config, ed *hns.Edits) (*Prepared, error) {
 	cur := s.pol.Load()
-	if pol, ok := cfg.update(cur, s.env); ok {
+	if base == nil || cur.cfg != base {
+		ed = nil
+	}
+	if pol, ok := cfg.update(cur, s.env, ed); ok {
 		return &Prepared{pol: pol, base: cur}, nil
 	}
 	pol, err := cfg.compile(s.env)

@@ -31,7 +31,7 @@ func (d *daemon) postBatch(w http.ResponseWriter, r *http.Request) (any, error) 
 		return nil, err
 	}
 	var res api.BatchResult
-	rev, err := d.change("batch", ifMatch(r), func(dr *draft) error {
+	rev, err := d.trackedChange("batch", ifMatch(r), func(dr *draft) error {
 		res = api.BatchResult{Revision: d.rev} // change holds d.mu
 		if err := hnsLevel(dr); err != nil {
 			return err
@@ -162,7 +162,13 @@ func ownedBy(kind, name, list string, i int, owner *string, batchOwner string) e
 // as a backend.
 func applyBatch(dr *draft, b *api.Batch, res *api.BatchResult) error {
 	doc := dr.doc
-	lbs, err := merge(lbKind, doc.LoadBalancers, b.LoadBalancers, b.DeleteLoadBalancers, b.Owner, res, nil)
+	lbl := batchList[hns.LoadBalancerConfig]{list: doc.LoadBalancers, spare: dr.lbSpare}
+	epl := batchList[hns.EndpointConfig]{list: doc.Endpoints, spare: dr.epSpare}
+	if dr.tracked {
+		lbl.index, lbl.edits = dr.names.lbs, &dr.lbs
+		epl.index, epl.edits = dr.names.eps, &dr.eps
+	}
+	lbs, err := merge(lbKind, lbl, b.LoadBalancers, b.DeleteLoadBalancers, b.Owner, res, nil)
 	if err != nil {
 		return err
 	}
@@ -182,7 +188,7 @@ func applyBatch(dr *draft, b *api.Batch, res *api.BatchResult) error {
 		return endpointEqual(run, w) && deviceEqual(devs, w.Name, byName[w.Name])
 	}
 	var deleted map[string]bool
-	eps, err := merge(epKind, doc.Endpoints, cfgs, b.DeleteEndpoints, b.Owner, res, func(name string, deletes bool) {
+	eps, err := merge(epKind, epl, cfgs, b.DeleteEndpoints, b.Owner, res, func(name string, deletes bool) {
 		if deletes {
 			if deleted == nil {
 				deleted = map[string]bool{}
@@ -238,16 +244,90 @@ var endpointKind = batchKind[hns.EndpointConfig]{
 	equal: endpointEqual,
 }
 
-// merge deletes the objects named by deletes from list and creates or
-// replaces those of writes, all of owner's (each name once across
-// writes and deletes), and returns the list. Objects keep their place;
-// new ones go last, in the batch's order. changed, if not nil, is called
-// with the name of each object created, replaced or deleted.
-func merge[T any](k batchKind[T], list, writes []T, deletes []string, owner string, res *api.BatchResult,
+// batchList is a list of a draft that a batch merges into.
+type batchList[T any] struct {
+	list  []T
+	index map[string]int // where list's objects are, by name (nil: found by a walk)
+	spare *spare[T]      // where list may grow in place (nil: nowhere)
+	edits *listEdits     // what the merge did, filled in (nil: not recorded)
+}
+
+// merge deletes the objects named by deletes from bl's list and creates
+// or replaces those of writes, all of owner's (each name once across
+// writes and deletes), and returns the new list; bl's list is not
+// written (edited). Objects keep their place; new ones go last, in the
+// batch's order. changed, if not nil, is called with the name of each
+// object created, replaced or deleted.
+func merge[T any](k batchKind[T], bl batchList[T], writes []T, deletes []string, owner string, res *api.BatchResult,
 	changed func(name string, deleted bool)) ([]T, error) {
-	// Where the objects the batch names are in list (-1: not there),
-	// found in one pass: a small batch costs a lookup per running object
-	// in a small map, not a map of every running object.
+	list := bl.list
+	at := func(name string) int { return find(bl.index, list, k.name, name) }
+	if bl.index == nil {
+		at = k.walk(list, writes, deletes)
+	}
+	var gone []bool
+	var del []int
+	for _, name := range deletes {
+		i := at(name)
+		if i < 0 {
+			res.Absent++
+			continue
+		}
+		if err := k.owns(&list[i], owner); err != nil {
+			return nil, err
+		}
+		if gone == nil {
+			gone = make([]bool, len(list))
+		}
+		gone[i] = true
+		del = append(del, i)
+		res.Deleted++
+		if changed != nil {
+			changed(name, true)
+		}
+	}
+	type replacement struct {
+		i int
+		v *T
+	}
+	var reps []replacement
+	var adds []T
+	for j := range writes {
+		w := &writes[j]
+		i := at(k.name(w))
+		switch {
+		case i < 0:
+			adds = append(adds, *w)
+			res.Created++
+		case k.owns(&list[i], owner) != nil:
+			return nil, k.owns(&list[i], owner)
+		case k.equal(&list[i], w):
+			res.Unchanged++
+			continue
+		default:
+			reps = append(reps, replacement{i, w})
+			res.Replaced++
+		}
+		if changed != nil {
+			changed(k.name(w), false)
+		}
+	}
+	slices.SortFunc(reps, func(a, b replacement) int { return a.i - b.i })
+	slices.Sort(del)
+	repl, vals := make([]int, len(reps)), make([]T, len(reps))
+	for j, r := range reps {
+		repl[j], vals[j] = r.i, *r.v
+	}
+	if bl.edits != nil {
+		*bl.edits = listEdits{replaced: repl, deleted: del, added: len(adds)}
+	}
+	return edited(bl.spare, list, repl, vals, gone, adds), nil
+}
+
+// walk returns where the objects that writes and deletes name are in
+// list (-1: not there), found in one pass: a small batch costs a lookup
+// per running object in a small map, not a map of every running object.
+func (k batchKind[T]) walk(list, writes []T, deletes []string) func(name string) int {
 	at := make(map[string]int, len(writes)+len(deletes))
 	for j := range writes {
 		at[k.name(&writes[j])] = -1
@@ -260,56 +340,7 @@ func merge[T any](k batchKind[T], list, writes []T, deletes []string, owner stri
 			at[k.name(&list[i])] = i
 		}
 	}
-	var gone []bool
-	for _, name := range deletes {
-		i := at[name]
-		if i < 0 {
-			res.Absent++
-			continue
-		}
-		if err := k.owns(&list[i], owner); err != nil {
-			return nil, err
-		}
-		if gone == nil {
-			gone = make([]bool, len(list))
-		}
-		gone[i] = true
-		res.Deleted++
-		if changed != nil {
-			changed(name, true)
-		}
-	}
-	for j := range writes {
-		w := &writes[j]
-		i := at[k.name(w)]
-		switch {
-		case i < 0:
-			list = append(list, *w)
-			res.Created++
-		case k.owns(&list[i], owner) != nil:
-			return nil, k.owns(&list[i], owner)
-		case k.equal(&list[i], w):
-			res.Unchanged++
-			continue
-		default:
-			list[i] = *w
-			res.Replaced++
-		}
-		if changed != nil {
-			changed(k.name(w), false)
-		}
-	}
-	if gone == nil {
-		return list, nil
-	}
-	kept := list[:0]
-	for i := range list {
-		if i >= len(gone) || !gone[i] {
-			kept = append(kept, list[i])
-		}
-	}
-	clear(list[len(kept):])
-	return kept, nil
+	return func(name string) int { return at[name] }
 }
 
 // owns refuses a batch of owner an object of another's.
