@@ -13,8 +13,8 @@ import (
 	"sync/atomic"
 
 	"github.com/ufp-dev/ufp/api"
-	"github.com/ufp-dev/ufp/hns"
 	"github.com/ufp-dev/ufp/device"
+	"github.com/ufp-dev/ufp/hns"
 	"github.com/ufp-dev/ufp/vswitch"
 )
 
