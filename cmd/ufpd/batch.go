@@ -30,13 +30,19 @@ func (d *daemon) postBatch(w http.ResponseWriter, r *http.Request) (any, error) 
 	if err := checkBatch(&b); err != nil {
 		return nil, err
 	}
+	return d.batch(&b, ifMatch(r), d.trackedChange)
+}
+
+// batch applies checked batch b with change (d.trackedChange; d.change
+// does the same, copying the running lists).
+func (d *daemon) batch(b *api.Batch, ifMatch string, change func(object, ifMatch string, fn func(dr *draft) error) (uint64, error)) (*api.BatchResult, error) {
 	var res api.BatchResult
-	rev, err := d.trackedChange("batch", ifMatch(r), func(dr *draft) error {
+	rev, err := change("batch", ifMatch, func(dr *draft) error {
 		res = api.BatchResult{Revision: d.rev} // change holds d.mu
 		if err := hnsLevel(dr); err != nil {
 			return err
 		}
-		if err := applyBatch(dr, &b, &res); err != nil {
+		if err := applyBatch(dr, b, &res); err != nil {
 			return err
 		}
 		if res.Created+res.Replaced+res.Deleted == 0 {
@@ -165,8 +171,8 @@ func applyBatch(dr *draft, b *api.Batch, res *api.BatchResult) error {
 	lbl := batchList[hns.LoadBalancerConfig]{list: doc.LoadBalancers, spare: dr.lbSpare}
 	epl := batchList[hns.EndpointConfig]{list: doc.Endpoints, spare: dr.epSpare}
 	if dr.tracked {
-		lbl.index, lbl.edits = dr.names.lbs, &dr.lbs
-		epl.index, epl.edits = dr.names.eps, &dr.eps
+		lbl.index, lbl.edits = &dr.names.lbs, &dr.lbs
+		epl.index, epl.edits = &dr.names.eps, &dr.eps
 	}
 	lbs, err := merge(lbKind, lbl, b.LoadBalancers, b.DeleteLoadBalancers, b.Owner, res, nil)
 	if err != nil {
@@ -247,9 +253,9 @@ var endpointKind = batchKind[hns.EndpointConfig]{
 // batchList is a list of a draft that a batch merges into.
 type batchList[T any] struct {
 	list  []T
-	index map[string]int // where list's objects are, by name (nil: found by a walk)
-	spare *spare[T]      // where list may grow in place (nil: nowhere)
-	edits *listEdits     // what the merge did, filled in (nil: not recorded)
+	index *listIndex // where list's objects are, by name (nil: found by a walk)
+	spare *spare[T]  // where list may grow in place (nil: nowhere)
+	edits *listEdits // what the merge did, filled in (nil: not recorded)
 }
 
 // merge deletes the objects named by deletes from bl's list and creates

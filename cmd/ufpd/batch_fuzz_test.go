@@ -115,7 +115,7 @@ func FuzzBatchMerge(f *testing.F) {
 		var ed listEdits
 		var sp spare[hns.LoadBalancerConfig]
 		var res2 api.BatchResult
-		got2, err2 := merge(lbKind, batchList[hns.LoadBalancerConfig]{list: run, index: indexNames(run, lbName), spare: &sp, edits: &ed},
+		got2, err2 := merge(lbKind, batchList[hns.LoadBalancerConfig]{list: run, index: &listIndex{at: indexNames(run, lbName)}, spare: &sp, edits: &ed},
 			writes, deletes, owner, &res2, nil)
 		if fmt.Sprint(err2) != fmt.Sprint(err) || res2 != res {
 			t.Fatalf("indexed: %+v %v, walked: %+v %v", res2, err2, res, err)

@@ -157,19 +157,34 @@ func (sp *spare[T]) abort() {
 	sp.pendFirst, sp.pendN = nil, 0
 }
 
-// nameIndex finds the objects of a running policy by name: where each
-// endpoint and load balancer is in its lists.
+// nameIndex finds the objects of a running policy by name. Each list's
+// index holds every object's name with where it was put; objects only
+// move towards the start (deletions before them), by at most the
+// deletions since the index was built (shift), so an object is looked
+// for from there back that far. Past maxShift deletions the index is
+// built again: a deletion costs the index a few lookups, not a walk of
+// the list.
 type nameIndex struct {
 	policy   *vswitch.Config // the policy indexed (nil: none)
-	eps, lbs map[string]int
+	eps, lbs listIndex
+}
+
+// maxShift is how many deletions a list's index follows before it is
+// built again.
+const maxShift = 64
+
+// listIndex indexes one list (nameIndex).
+type listIndex struct {
+	at    map[string]int
+	shift int
 }
 
 // of returns the index of policy p, built if it indexes another.
 func (x *nameIndex) of(p *vswitch.Config) *nameIndex {
 	if x.policy != p {
 		x.policy = p
-		x.eps = indexNames(p.Endpoints, endpointName)
-		x.lbs = indexNames(p.LoadBalancers, lbName)
+		x.eps = listIndex{at: indexNames(p.Endpoints, endpointName)}
+		x.lbs = listIndex{at: indexNames(p.LoadBalancers, lbName)}
 	}
 	return x
 }
@@ -190,34 +205,41 @@ func (x *nameIndex) follow(run, next *vswitch.Config, eps, lbs *listEdits) {
 		x.policy = nil
 		return
 	}
-	reindex(x.eps, eps.deleted, run.Endpoints, next.Endpoints, eps.added, endpointName)
-	reindex(x.lbs, lbs.deleted, run.LoadBalancers, next.LoadBalancers, lbs.added, lbName)
+	followIndex(&x.eps, eps, run.Endpoints, next.Endpoints, endpointName)
+	followIndex(&x.lbs, lbs, run.LoadBalancers, next.LoadBalancers, lbName)
 	x.policy = next
 }
 
-// reindex makes m, the index of run, the index of next: run without the
-// objects at indices deleted, those replaced in their place, added
-// appended. Objects after the first deleted move.
-func reindex[T any](m map[string]int, deleted []int, run, next []T, added int, name func(*T) string) {
-	from := len(next) - added
-	for _, k := range deleted {
-		delete(m, name(&run[k]))
+// followIndex makes x, the index of run, the index of next: run changed
+// by e.
+func followIndex[T any](x *listIndex, e *listEdits, run, next []T, name func(*T) string) {
+	if x.shift+len(e.deleted) > maxShift {
+		*x = listIndex{at: indexNames(next, name)}
+		return
 	}
-	if len(deleted) > 0 {
-		from = deleted[0]
+	for _, k := range e.deleted {
+		delete(x.at, name(&run[k]))
 	}
-	for i := from; i < len(next); i++ {
-		m[name(&next[i])] = i
+	x.shift += len(e.deleted)
+	for i := len(next) - e.added; i < len(next); i++ {
+		x.at[name(&next[i])] = i
 	}
 }
 
-// find returns where the object named name is in list (indexed by m),
-// or -1.
-func find[T any](m map[string]int, list []T, name func(*T) string, n string) int {
-	if i, ok := m[n]; ok && i < len(list) && name(&list[i]) == n {
-		return i
+// find returns where the object named n is in list (indexed by x), or
+// -1.
+func find[T any](x *listIndex, list []T, name func(*T) string, n string) int {
+	i, ok := x.at[n]
+	if !ok {
+		return -1
 	}
-	return -1
+	for j := min(i, len(list)-1); j >= 0 && j >= i-x.shift; j-- {
+		if name(&list[j]) == n {
+			return j
+		}
+	}
+	// Not where the index says: it does not index list. Walked.
+	return slices.IndexFunc(list, func(v T) bool { return name(&v) == n })
 }
 
 // hnsEdits returns what eps and lbs did as hns.Edits, or nil if the load
