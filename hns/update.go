@@ -3,7 +3,6 @@ package hns
 import (
 	"bytes"
 	"fmt"
-	"maps"
 	"reflect"
 	"slices"
 
@@ -85,7 +84,7 @@ func (x *Lowered) updated(nl *lowering, lbs, fresh []int, gone []*remoteEP) (nex
 		return nil, nil, false
 	}
 	if len(lbs) > 0 {
-		nl.refs = maps.Clone(l.refs)
+		nl.refs = l.refs.fork()
 		nl.lbs = slices.Clone(l.lbs)
 		for _, i := range lbs {
 			nl.countRefs(o.LoadBalancers[i].HostComputeEndpoints, -1)
@@ -95,7 +94,7 @@ func (x *Lowered) updated(nl *lowering, lbs, fresh []int, gone []*remoteEP) (nex
 		}
 	}
 	for _, r := range gone {
-		if nl.refs[r.cfg.Name] > 0 {
+		if n, _ := nl.refs.get(r.cfg.Name); n > 0 {
 			return nil, nil, false // a load balancer still lists it
 		}
 	}
@@ -215,16 +214,16 @@ func (nl *lowering) settle(l *lowering, left, fresh []int) ([]int, []*remoteEP, 
 	if len(left) == 0 && len(fresh) == 0 {
 		return nil, nil, true
 	}
-	nl.remotes, nl.remoteIPs = maps.Clone(l.remotes), maps.Clone(l.remoteIPs)
+	nl.remotes, nl.remoteIPs = l.remotes.fork(), l.remoteIPs.fork()
 	for _, k := range left {
-		r := l.remotes[old[k].Name]
+		r, _ := l.remotes.get(old[k].Name)
 		if r == nil {
 			return nil, nil, false
 		}
 		gone = append(gone, r)
-		delete(nl.remotes, r.cfg.Name)
+		nl.remotes.del(r.cfg.Name)
 		for _, a := range r.ips {
-			delete(nl.remoteIPs, a)
+			nl.remoteIPs.del(a)
 		}
 	}
 	return fresh, gone, true
@@ -241,7 +240,10 @@ func (nl *lowering) addRemotes(fresh []int) bool {
 		// CloneEndpoints) would keep the whole document alive.
 		ec := &CloneEndpoints(nl.c.Endpoints[i : i+1])[0]
 		n := nl.byName[ec.HostComputeNetwork]
-		if ec.Name == "" || ec.Flags != EndpointFlagRemote || nl.portNames[ec.Name] || nl.remotes[ec.Name] != nil || n == nil {
+		if ec.Name == "" || ec.Flags != EndpointFlagRemote || nl.portNames[ec.Name] || n == nil {
+			return false
+		}
+		if _, dup := nl.remotes.get(ec.Name); dup {
 			return false
 		}
 		r, err := nl.remoteEndpoint(ec, fmt.Sprintf("Endpoints[%d] %q", i, ec.Name), n, nl.ownIPs)
@@ -249,7 +251,10 @@ func (nl *lowering) addRemotes(fresh []int) bool {
 			return false
 		}
 		for _, a := range r.ips {
-			if _, front := nl.frontOf[a]; front || nl.remoteIPs[a] != nil || nl.sourceVIPs[a] {
+			if _, front := nl.frontOf[a]; front || nl.sourceVIPs[a] {
+				return false
+			}
+			if other, _ := nl.remoteIPs.get(a); other != nil {
 				return false
 			}
 		}
@@ -261,9 +266,7 @@ func (nl *lowering) addRemotes(fresh []int) bool {
 // countRefs adds d to the count of each of names.
 func (nl *lowering) countRefs(names []string, d int32) {
 	for _, name := range names {
-		if nl.refs[name] += d; nl.refs[name] == 0 {
-			delete(nl.refs, name)
-		}
+		nl.countRef(name, d)
 	}
 }
 
