@@ -84,3 +84,10 @@ func (nl *lowering) editEndpoints(l *lowering, ed *Edits) (fresh []int, gone []*
 	}
 	return nl.settle(l, left, fresh)
 }
+
+// Listed returns how many times x's load balancers list endpoint name
+// (HostComputeEndpoints and DrainingEndpoints).
+func (x *Lowered) Listed(name string) int {
+	n, _ := x.l.refs.get(name)
+	return int(n)
+}

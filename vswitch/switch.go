@@ -138,6 +138,17 @@ func (s *Switch) PrepareEdits(cfg, base *Config, ed *hns.Edits) (*Prepared, erro
 	return &Prepared{pol: pol, base: cur}, nil
 }
 
+// Listed returns how many times the running policy's load balancers list
+// endpoint name, if base is the running policy's HNS-level document (ok
+// false: it is not, or not lowered by the switch).
+func (s *Switch) Listed(base *Config, name string) (n int, ok bool) {
+	cur := s.pol.Load()
+	if cur.cfg != base || cur.lowered == nil {
+		return 0, false
+	}
+	return cur.lowered.Listed(name), true
+}
+
 // ErrPolicyChanged is Install's error when the running policy changed
 // after Prepare: prepare again.
 var ErrPolicyChanged = errors.New("the running policy changed since the change was prepared")

@@ -207,7 +207,7 @@ func applyBatch(dr *draft, b *api.Batch, res *api.BatchResult) error {
 		return err
 	}
 	doc.Endpoints = eps
-	if len(deleted) == 0 {
+	if len(deleted) == 0 || !stillListed(dr, deleted) {
 		return nil
 	}
 	for i := range doc.LoadBalancers {
@@ -224,6 +224,51 @@ func applyBatch(dr *draft, b *api.Batch, res *api.BatchResult) error {
 		}
 	}
 	return nil
+}
+
+// stillListed reports whether a load balancer of tracked draft dr may
+// list an endpoint of deleted: the running load balancers' references to
+// each, less those of the ones dr replaced or deleted, plus those of
+// their replacements and of the ones dr added. True if it cannot say (an
+// untracked draft, or a switch that cannot count the running ones).
+func stillListed(dr *draft, deleted map[string]bool) bool {
+	if !dr.tracked || dr.listed == nil {
+		return true
+	}
+	run, cur := dr.base.LoadBalancers, dr.doc.LoadBalancers
+	refs := func(lb *hns.LoadBalancerConfig, name string) int {
+		n := 0
+		for _, s := range lb.HostComputeEndpoints {
+			if s == name {
+				n++
+			}
+		}
+		for _, s := range lb.DrainingEndpoints {
+			if s == name {
+				n++
+			}
+		}
+		return n
+	}
+	for name := range deleted {
+		n, ok := dr.listed(name)
+		if !ok {
+			return true
+		}
+		for _, k := range slices.Concat(dr.lbs.replaced, dr.lbs.deleted) {
+			n -= refs(&run[k], name)
+		}
+		for _, k := range dr.lbs.replaced {
+			n += refs(&cur[dr.lbs.newIndex(k)], name)
+		}
+		for i := len(cur) - dr.lbs.added; i < len(cur); i++ {
+			n += refs(&cur[i], name)
+		}
+		if n != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // batchKind is how a batch handles one kind of object.

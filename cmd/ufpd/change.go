@@ -64,8 +64,11 @@ type draft struct {
 	base     *vswitch.Config // the running policy the draft was made from
 	eps, lbs listEdits
 	names    *nameIndex // base's (tracked drafts)
-	epSpare  *spare[hns.EndpointConfig]
-	lbSpare  *spare[hns.LoadBalancerConfig]
+	// listed says how many times base's load balancers list an
+	// endpoint (ok false: it cannot say).
+	listed  func(name string) (n int, ok bool)
+	epSpare *spare[hns.EndpointConfig]
+	lbSpare *spare[hns.LoadBalancerConfig]
 }
 
 // device returns the index of port's device in the draft, or -1.
@@ -132,6 +135,7 @@ func (d *daemon) changeDraft(object, ifMatch string, tracked bool, fn func(dr *d
 		doc := *cur.policy
 		dr.doc, dr.tracked, dr.names = &doc, true, d.names.of(cur.policy)
 		dr.epSpare, dr.lbSpare = &d.epSpare, &d.lbSpare
+		dr.listed = func(name string) (int, bool) { return d.sw.Listed(cur.policy, name) }
 		defer d.epSpare.abort() // after commit, nothing to forget
 		defer d.lbSpare.abort()
 	} else {
