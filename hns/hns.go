@@ -314,10 +314,10 @@ type lowering struct {
 	hostNets   map[bool]netip.Prefix // their underlay prefixes, when given
 	defaultGW  map[bool]netip.Addr   // Uplink.DefaultGateway(V6) by is-IPv4
 	nat        natPlan
-	remotes    map[string]*remoteEP     // remote endpoints by name
-	remoteIPs  map[netip.Addr]*remoteEP // and by address
-	nextRemote int                      // the next remote endpoint's id
-	eps        []*epPlan                // the local endpoints, in order
+	remotes    layered[string, *remoteEP]     // remote endpoints by name
+	remoteIPs  layered[netip.Addr, *remoteEP] // and by address
+	nextRemote int                            // the next remote endpoint's id
+	eps        []*epPlan                      // the local endpoints, in order
 	// frontOf is the first port mapping that has each
 	// frontend address (set once every load balancer is lowered).
 	frontOf map[netip.Addr]*lbPlan
@@ -332,7 +332,7 @@ type lowering struct {
 	locals     map[string]*epPlan
 	sourceVIPs map[netip.Addr]bool
 	lbFirst    []int
-	refs       map[string]int32
+	refs       layered[string, int32]
 	nRemote    int // RemoteSubnetRoutes of every network
 	lbs        []*lbPlan
 	lbShared   lbShared // the load-balancers groups ports share
@@ -371,7 +371,7 @@ func lower(c *Document) (*lowering, *vfp.Document, error) {
 		return nil, nil, err
 	}
 	l := &lowering{c: c, byName: map[string]*netPlan{}, neighbors: map[netip.Addr]dataplane.MAC{},
-		hostIPs: map[bool]netip.Addr{}, hostNets: map[bool]netip.Prefix{}, defaultGW: map[bool]netip.Addr{}, remotes: map[string]*remoteEP{}, remoteIPs: map[netip.Addr]*remoteEP{}}
+		hostIPs: map[bool]netip.Addr{}, hostNets: map[bool]netip.Prefix{}, defaultGW: map[bool]netip.Addr{}, remotes: newLayered[string, *remoteEP](), remoteIPs: newLayered[netip.Addr, *remoteEP]()}
 	if err := l.uplinkConfig(); err != nil {
 		return nil, nil, err
 	}
@@ -856,7 +856,7 @@ func (l *lowering) endpoints() (_ []*epPlan, err error) {
 	}
 	defer func() {
 		for a, at := range ips {
-			if l.remoteIPs[a] == nil {
+			if r, _ := l.remoteIPs.get(a); r == nil {
 				l.ownIPs[a] = at
 			}
 		}

@@ -179,9 +179,9 @@ func (l *lowering) remoteEndpoint(ec *EndpointConfig, at string, n *netPlan, ips
 func (l *lowering) addRemote(r *remoteEP) {
 	r.id = l.nextRemote
 	l.nextRemote++
-	l.remotes[r.cfg.Name] = r
+	l.remotes.set(r.cfg.Name, r)
 	for _, a := range r.ips {
-		l.remoteIPs[a] = r
+		l.remoteIPs.set(a, r)
 	}
 }
 
@@ -211,7 +211,7 @@ func (l *lowering) loadBalancers(eps []*epPlan) (err error) {
 		local[ep.cfg.Name] = ep
 	}
 	l.locals, l.sourceVIPs = local, map[netip.Addr]bool{}
-	l.lbFirst, l.refs = make([]int, len(l.c.LoadBalancers)), map[string]int32{}
+	l.lbFirst, l.refs = make([]int, len(l.c.LoadBalancers)), newLayered[string, int32]()
 	names := map[string]int{}
 	taken := l.mappingsTaken()
 	for i := range l.c.LoadBalancers {
@@ -282,10 +282,10 @@ func (l *lowering) loadBalancer(i int, c *LoadBalancerConfig, names map[string]i
 	names[c.Name] = i
 	l.lbFirst[i] = len(l.lbs)
 	for _, name := range c.HostComputeEndpoints {
-		l.refs[name]++
+		l.countRef(name, +1)
 	}
 	for _, name := range c.DrainingEndpoints {
-		l.refs[name]++
+		l.countRef(name, +1)
 	}
 	if c.Flags&^(LBFlagDSR|LBFlagIPv6) != 0 {
 		return fmt.Errorf("%s.Flags: %d has bits ufp does not know (1 DSR, 2 IPv6)", at, c.Flags)
@@ -452,7 +452,7 @@ func checkRemoteVIP(at string, c *LoadBalancerConfig, pm *LoadBalancerPortMappin
 // remoteOwner returns the path of the remote endpoint that has address a,
 // or "".
 func (l *lowering) remoteOwner(a netip.Addr) string {
-	if r := l.remoteIPs[a]; r != nil {
+	if r, _ := l.remoteIPs.get(a); r != nil {
 		return r.at
 	}
 	return ""
@@ -517,7 +517,7 @@ func (l *lowering) backend(name string, ep *epPlan, v4 bool) (vfp.BackendConfig,
 		mod := &vfp.ModifyConfig{DstMAC: ep.mac, SrcMAC: l.routerMAC(ep.net)}
 		return vfp.BackendConfig{IP: ip, Unhealthy: ep.cfg.Unhealthy, Modify: mod}, nil
 	}
-	r := l.remotes[name]
+	r, _ := l.remotes.get(name)
 	if r == nil {
 		return vfp.BackendConfig{}, fmt.Errorf("no endpoint is named %q", name)
 	}

@@ -1,7 +1,6 @@
 package hns
 
 import (
-	"maps"
 	"net/netip"
 	"slices"
 
@@ -83,7 +82,7 @@ func (x *Lowered) updateServices(c *Document) (next *Lowered, changed []int, ok 
 	if !ok {
 		return nil, nil, false
 	}
-	nl.refs = maps.Clone(l.refs)
+	nl.refs = l.refs.fork()
 	for _, k := range m.gone {
 		nl.countRefs(old[k].HostComputeEndpoints, -1)
 		nl.countRefs(old[k].DrainingEndpoints, -1)
@@ -116,7 +115,7 @@ func (x *Lowered) updateServices(c *Document) (next *Lowered, changed []int, ok 
 		}
 	}
 	for _, r := range goneEPs {
-		if nl.refs[r.cfg.Name] > 0 {
+		if n, _ := nl.refs.get(r.cfg.Name); n > 0 {
 			return nil, nil, false // a load balancer still lists it
 		}
 	}

@@ -3,7 +3,6 @@ package hns
 import (
 	"bytes"
 	"fmt"
-	"maps"
 	"reflect"
 	"slices"
 
@@ -72,15 +71,26 @@ func (x *Lowered) Update(c *Document) (next *Lowered, changed []int, ok bool) {
 			lbs = append(lbs, i)
 		}
 	}
-	l := x.l
-	nl := *l
+	nl := *x.l
 	nl.c = c
-	fresh, gone, ok := nl.diffEndpoints(l)
-	if !ok || !nl.addRemotes(fresh) {
+	fresh, gone, ok := nl.diffEndpoints(x.l)
+	if !ok {
+		return nil, nil, false
+	}
+	return x.updated(&nl, lbs, fresh, gone)
+}
+
+// updated finishes Update's nl, a lowering of c (nl.c) from x's: the
+// load balancers at indices lbs changed their backends, the remote
+// endpoints at indices fresh of c are new or changed, and those of x
+// gone are gone.
+func (x *Lowered) updated(nl *lowering, lbs, fresh []int, gone []*remoteEP) (next *Lowered, changed []int, ok bool) {
+	l, c, o := x.l, nl.c, &x.src
+	if !nl.addRemotes(fresh) {
 		return nil, nil, false
 	}
 	if len(lbs) > 0 {
-		nl.refs = maps.Clone(l.refs)
+		nl.refs = l.refs.fork()
 		nl.lbs = slices.Clone(l.lbs)
 		for _, i := range lbs {
 			nl.countRefs(o.LoadBalancers[i].HostComputeEndpoints, -1)
@@ -90,7 +100,7 @@ func (x *Lowered) Update(c *Document) (next *Lowered, changed []int, ok bool) {
 		}
 	}
 	for _, r := range gone {
-		if nl.refs[r.cfg.Name] > 0 {
+		if n, _ := nl.refs.get(r.cfg.Name); n > 0 {
 			return nil, nil, false // a load balancer still lists it
 		}
 	}
@@ -108,7 +118,7 @@ func (x *Lowered) Update(c *Document) (next *Lowered, changed []int, ok bool) {
 			changed = append(changed, first+j)
 		}
 	}
-	return &Lowered{Doc: &doc, src: *c, l: &nl}, changed, true
+	return &Lowered{Doc: &doc, src: *c, l: nl}, changed, true
 }
 
 // diffEndpoints compares nl.c's endpoints with l's: the local endpoints
@@ -178,6 +188,16 @@ func (nl *lowering) diffEndpoints(l *lowering) (fresh []int, gone []*remoteEP, o
 			left = append(left, k)
 		}
 	}
+	return nl.settle(l, left, fresh)
+}
+
+// settle gives nl the remote endpoints of l but those at indices left of
+// l's document, and returns those of nl's document at indices fresh
+// (new, or changed) and those of l gone: an endpoint of left that fresh
+// has the same (moved) is kept.
+func (nl *lowering) settle(l *lowering, left, fresh []int) ([]int, []*remoteEP, bool) {
+	old, cur := l.c.Endpoints, nl.c.Endpoints
+	var gone []*remoteEP
 	if len(left) == 0 && len(fresh) == 0 {
 		return nil, nil, true // the same remote endpoints: share l's
 	}
@@ -200,16 +220,16 @@ func (nl *lowering) diffEndpoints(l *lowering) (fresh []int, gone []*remoteEP, o
 	if len(left) == 0 && len(fresh) == 0 {
 		return nil, nil, true
 	}
-	nl.remotes, nl.remoteIPs = maps.Clone(l.remotes), maps.Clone(l.remoteIPs)
+	nl.remotes, nl.remoteIPs = l.remotes.fork(), l.remoteIPs.fork()
 	for _, k := range left {
-		r := l.remotes[old[k].Name]
+		r, _ := l.remotes.get(old[k].Name)
 		if r == nil {
 			return nil, nil, false
 		}
 		gone = append(gone, r)
-		delete(nl.remotes, r.cfg.Name)
+		nl.remotes.del(r.cfg.Name)
 		for _, a := range r.ips {
-			delete(nl.remoteIPs, a)
+			nl.remoteIPs.del(a)
 		}
 	}
 	return fresh, gone, true
@@ -226,7 +246,10 @@ func (nl *lowering) addRemotes(fresh []int) bool {
 		// CloneEndpoints) would keep the whole document alive.
 		ec := &CloneEndpoints(nl.c.Endpoints[i : i+1])[0]
 		n := nl.byName[ec.HostComputeNetwork]
-		if ec.Name == "" || ec.Flags != EndpointFlagRemote || nl.portNames[ec.Name] || nl.remotes[ec.Name] != nil || n == nil {
+		if ec.Name == "" || ec.Flags != EndpointFlagRemote || nl.portNames[ec.Name] || n == nil {
+			return false
+		}
+		if _, dup := nl.remotes.get(ec.Name); dup {
 			return false
 		}
 		r, err := nl.remoteEndpoint(ec, fmt.Sprintf("Endpoints[%d] %q", i, ec.Name), n, nl.ownIPs)
@@ -234,7 +257,10 @@ func (nl *lowering) addRemotes(fresh []int) bool {
 			return false
 		}
 		for _, a := range r.ips {
-			if _, front := nl.frontOf[a]; front || nl.remoteIPs[a] != nil || nl.sourceVIPs[a] {
+			if _, front := nl.frontOf[a]; front || nl.sourceVIPs[a] {
+				return false
+			}
+			if other, _ := nl.remoteIPs.get(a); other != nil {
 				return false
 			}
 		}
@@ -246,9 +272,7 @@ func (nl *lowering) addRemotes(fresh []int) bool {
 // countRefs adds d to the count of each of names.
 func (nl *lowering) countRefs(names []string, d int32) {
 	for _, name := range names {
-		if nl.refs[name] += d; nl.refs[name] == 0 {
-			delete(nl.refs, name)
-		}
+		nl.countRef(name, d)
 	}
 }
 

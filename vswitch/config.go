@@ -255,11 +255,22 @@ func (c *Config) compile(env *vfp.Env) (*compiled, error) {
 // changed load balancers their new backends when it is installed. It
 // reports false if c changes more, or what it changes is not valid: c must
 // then be compiled whole, which says what is wrong.
-func (c *Config) update(cur *compiled, env *vfp.Env) (*compiled, bool) {
+// With ed (not nil) c is cur's document changed by ed.
+func (c *Config) update(cur *compiled, env *vfp.Env, ed *hns.Edits) (*compiled, bool) {
 	if cur.lowered == nil || cur.env != env || !c.IsHNS() || len(c.Ports) > 0 {
 		return nil, false
 	}
-	x, changed, ok := cur.lowered.Update(c.hns())
+	var x *hns.Lowered
+	var changed []int
+	var ok bool
+	if ed != nil {
+		x, changed, ok = cur.lowered.UpdateEdits(c.hns(), ed)
+	}
+	if !ok {
+		// Without edits, or a change they do not cover (load balancers
+		// added, removed or resettled: Services): compared whole.
+		x, changed, ok = cur.lowered.Update(c.hns())
+	}
 	if !ok {
 		return nil, false
 	}

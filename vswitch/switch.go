@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ufp-dev/ufp/dataplane"
+	"github.com/ufp-dev/ufp/hns"
 	"github.com/ufp-dev/ufp/nat"
 	"github.com/ufp-dev/ufp/rules"
 	"github.com/ufp-dev/ufp/vfp"
@@ -113,9 +114,18 @@ func (p *Prepared) Incremental() bool { return p.pol.incremental }
 // backends and remote endpoints alone (what a node agent sends most) is
 // compiled incrementally: only the changed load balancers are lowered and
 // compiled again.
-func (s *Switch) Prepare(cfg *Config) (*Prepared, error) {
+func (s *Switch) Prepare(cfg *Config) (*Prepared, error) { return s.PrepareEdits(cfg, nil, nil) }
+
+// PrepareEdits is Prepare for cfg made from base by ed (hns.Edits): if
+// base is the running policy's document, the incremental compile compares
+// only the objects ed names (hns.Lowered.UpdateEdits); else, or with ed
+// nil, it is Prepare.
+func (s *Switch) PrepareEdits(cfg, base *Config, ed *hns.Edits) (*Prepared, error) {
 	cur := s.pol.Load()
-	if pol, ok := cfg.update(cur, s.env); ok && !s.noIncremental {
+	if base == nil || cur.cfg != base {
+		ed = nil
+	}
+	if pol, ok := cfg.update(cur, s.env, ed); ok && !s.noIncremental {
 		return &Prepared{pol: pol, base: cur}, nil
 	}
 	pol, err := cfg.compile(s.env)
@@ -132,6 +142,17 @@ func (s *Switch) Prepare(cfg *Config) (*Prepared, error) {
 		return nil, fmt.Errorf("switch.vxlanZeroUDPChecksum6: %w", ErrRestartNeeded)
 	}
 	return &Prepared{pol: pol, base: cur}, nil
+}
+
+// Listed returns how many times the running policy's load balancers list
+// endpoint name, if base is the running policy's HNS-level document (ok
+// false: it is not, or not lowered by the switch).
+func (s *Switch) Listed(base *Config, name string) (n int, ok bool) {
+	cur := s.pol.Load()
+	if cur.cfg != base || cur.lowered == nil {
+		return 0, false
+	}
+	return cur.lowered.Listed(name), true
 }
 
 // ErrPolicyChanged is Install's error when the running policy changed

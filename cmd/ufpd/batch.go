@@ -30,13 +30,19 @@ func (d *daemon) postBatch(w http.ResponseWriter, r *http.Request) (any, error) 
 	if err := checkBatch(&b); err != nil {
 		return nil, err
 	}
+	return d.batch(&b, ifMatch(r), d.trackedChange)
+}
+
+// batch applies checked batch b with change (d.trackedChange; d.change
+// does the same, copying the running lists).
+func (d *daemon) batch(b *api.Batch, ifMatch string, change func(object, ifMatch string, fn func(dr *draft) error) (uint64, error)) (*api.BatchResult, error) {
 	var res api.BatchResult
-	rev, err := d.change("batch", ifMatch(r), func(dr *draft) error {
+	rev, err := change("batch", ifMatch, func(dr *draft) error {
 		res = api.BatchResult{Revision: d.rev} // change holds d.mu
 		if err := hnsLevel(dr); err != nil {
 			return err
 		}
-		if err := applyBatch(dr, &b, &res); err != nil {
+		if err := applyBatch(dr, b, &res); err != nil {
 			return err
 		}
 		if res.Created+res.Replaced+res.Deleted == 0 {
@@ -162,7 +168,13 @@ func ownedBy(kind, name, list string, i int, owner *string, batchOwner string) e
 // as a backend.
 func applyBatch(dr *draft, b *api.Batch, res *api.BatchResult) error {
 	doc := dr.doc
-	lbs, err := merge(lbKind, doc.LoadBalancers, b.LoadBalancers, b.DeleteLoadBalancers, b.Owner, res, nil)
+	lbl := batchList[hns.LoadBalancerConfig]{list: doc.LoadBalancers, spare: dr.lbSpare}
+	epl := batchList[hns.EndpointConfig]{list: doc.Endpoints, spare: dr.epSpare}
+	if dr.tracked {
+		lbl.index, lbl.edits = &dr.names.lbs, &dr.lbs
+		epl.index, epl.edits = &dr.names.eps, &dr.eps
+	}
+	lbs, err := merge(lbKind, lbl, b.LoadBalancers, b.DeleteLoadBalancers, b.Owner, res, nil)
 	if err != nil {
 		return err
 	}
@@ -182,7 +194,7 @@ func applyBatch(dr *draft, b *api.Batch, res *api.BatchResult) error {
 		return endpointEqual(run, w) && deviceEqual(devs, w.Name, byName[w.Name])
 	}
 	var deleted map[string]bool
-	eps, err := merge(epKind, doc.Endpoints, cfgs, b.DeleteEndpoints, b.Owner, res, func(name string, deletes bool) {
+	eps, err := merge(epKind, epl, cfgs, b.DeleteEndpoints, b.Owner, res, func(name string, deletes bool) {
 		if deletes {
 			if deleted == nil {
 				deleted = map[string]bool{}
@@ -195,7 +207,7 @@ func applyBatch(dr *draft, b *api.Batch, res *api.BatchResult) error {
 		return err
 	}
 	doc.Endpoints = eps
-	if len(deleted) == 0 {
+	if len(deleted) == 0 || !stillListed(dr, deleted) {
 		return nil
 	}
 	for i := range doc.LoadBalancers {
@@ -212,6 +224,51 @@ func applyBatch(dr *draft, b *api.Batch, res *api.BatchResult) error {
 		}
 	}
 	return nil
+}
+
+// stillListed reports whether a load balancer of tracked draft dr may
+// list an endpoint of deleted: the running load balancers' references to
+// each, less those of the ones dr replaced or deleted, plus those of
+// their replacements and of the ones dr added. True if it cannot say (an
+// untracked draft, or a switch that cannot count the running ones).
+func stillListed(dr *draft, deleted map[string]bool) bool {
+	if !dr.tracked || dr.listed == nil {
+		return true
+	}
+	run, cur := dr.base.LoadBalancers, dr.doc.LoadBalancers
+	refs := func(lb *hns.LoadBalancerConfig, name string) int {
+		n := 0
+		for _, s := range lb.HostComputeEndpoints {
+			if s == name {
+				n++
+			}
+		}
+		for _, s := range lb.DrainingEndpoints {
+			if s == name {
+				n++
+			}
+		}
+		return n
+	}
+	for name := range deleted {
+		n, ok := dr.listed(name)
+		if !ok {
+			return true
+		}
+		for _, k := range slices.Concat(dr.lbs.replaced, dr.lbs.deleted) {
+			n -= refs(&run[k], name)
+		}
+		for _, k := range dr.lbs.replaced {
+			n += refs(&cur[dr.lbs.newIndex(k)], name)
+		}
+		for i := len(cur) - dr.lbs.added; i < len(cur); i++ {
+			n += refs(&cur[i], name)
+		}
+		if n != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // batchKind is how a batch handles one kind of object.
@@ -238,16 +295,90 @@ var endpointKind = batchKind[hns.EndpointConfig]{
 	equal: endpointEqual,
 }
 
-// merge deletes the objects named by deletes from list and creates or
-// replaces those of writes, all of owner's (each name once across
-// writes and deletes), and returns the list. Objects keep their place;
-// new ones go last, in the batch's order. changed, if not nil, is called
-// with the name of each object created, replaced or deleted.
-func merge[T any](k batchKind[T], list, writes []T, deletes []string, owner string, res *api.BatchResult,
+// batchList is a list of a draft that a batch merges into.
+type batchList[T any] struct {
+	list  []T
+	index *listIndex // where list's objects are, by name (nil: found by a walk)
+	spare *spare[T]  // where list may grow in place (nil: nowhere)
+	edits *listEdits // what the merge did, filled in (nil: not recorded)
+}
+
+// merge deletes the objects named by deletes from bl's list and creates
+// or replaces those of writes, all of owner's (each name once across
+// writes and deletes), and returns the new list; bl's list is not
+// written (edited). Objects keep their place; new ones go last, in the
+// batch's order. changed, if not nil, is called with the name of each
+// object created, replaced or deleted.
+func merge[T any](k batchKind[T], bl batchList[T], writes []T, deletes []string, owner string, res *api.BatchResult,
 	changed func(name string, deleted bool)) ([]T, error) {
-	// Where the objects the batch names are in list (-1: not there),
-	// found in one pass: a small batch costs a lookup per running object
-	// in a small map, not a map of every running object.
+	list := bl.list
+	at := func(name string) int { return find(bl.index, list, k.name, name) }
+	if bl.index == nil {
+		at = k.walk(list, writes, deletes)
+	}
+	var gone []bool
+	var del []int
+	for _, name := range deletes {
+		i := at(name)
+		if i < 0 {
+			res.Absent++
+			continue
+		}
+		if err := k.owns(&list[i], owner); err != nil {
+			return nil, err
+		}
+		if gone == nil {
+			gone = make([]bool, len(list))
+		}
+		gone[i] = true
+		del = append(del, i)
+		res.Deleted++
+		if changed != nil {
+			changed(name, true)
+		}
+	}
+	type replacement struct {
+		i int
+		v *T
+	}
+	var reps []replacement
+	var adds []T
+	for j := range writes {
+		w := &writes[j]
+		i := at(k.name(w))
+		switch {
+		case i < 0:
+			adds = append(adds, *w)
+			res.Created++
+		case k.owns(&list[i], owner) != nil:
+			return nil, k.owns(&list[i], owner)
+		case k.equal(&list[i], w):
+			res.Unchanged++
+			continue
+		default:
+			reps = append(reps, replacement{i, w})
+			res.Replaced++
+		}
+		if changed != nil {
+			changed(k.name(w), false)
+		}
+	}
+	slices.SortFunc(reps, func(a, b replacement) int { return a.i - b.i })
+	slices.Sort(del)
+	repl, vals := make([]int, len(reps)), make([]T, len(reps))
+	for j, r := range reps {
+		repl[j], vals[j] = r.i, *r.v
+	}
+	if bl.edits != nil {
+		*bl.edits = listEdits{replaced: repl, deleted: del, added: len(adds)}
+	}
+	return edited(bl.spare, list, repl, vals, gone, adds), nil
+}
+
+// walk returns where the objects that writes and deletes name are in
+// list (-1: not there), found in one pass: a small batch costs a lookup
+// per running object in a small map, not a map of every running object.
+func (k batchKind[T]) walk(list, writes []T, deletes []string) func(name string) int {
 	at := make(map[string]int, len(writes)+len(deletes))
 	for j := range writes {
 		at[k.name(&writes[j])] = -1
@@ -260,56 +391,7 @@ func merge[T any](k batchKind[T], list, writes []T, deletes []string, owner stri
 			at[k.name(&list[i])] = i
 		}
 	}
-	var gone []bool
-	for _, name := range deletes {
-		i := at[name]
-		if i < 0 {
-			res.Absent++
-			continue
-		}
-		if err := k.owns(&list[i], owner); err != nil {
-			return nil, err
-		}
-		if gone == nil {
-			gone = make([]bool, len(list))
-		}
-		gone[i] = true
-		res.Deleted++
-		if changed != nil {
-			changed(name, true)
-		}
-	}
-	for j := range writes {
-		w := &writes[j]
-		i := at[k.name(w)]
-		switch {
-		case i < 0:
-			list = append(list, *w)
-			res.Created++
-		case k.owns(&list[i], owner) != nil:
-			return nil, k.owns(&list[i], owner)
-		case k.equal(&list[i], w):
-			res.Unchanged++
-			continue
-		default:
-			list[i] = *w
-			res.Replaced++
-		}
-		if changed != nil {
-			changed(k.name(w), false)
-		}
-	}
-	if gone == nil {
-		return list, nil
-	}
-	kept := list[:0]
-	for i := range list {
-		if i >= len(gone) || !gone[i] {
-			kept = append(kept, list[i])
-		}
-	}
-	clear(list[len(kept):])
-	return kept, nil
+	return func(name string) int { return at[name] }
 }
 
 // owns refuses a batch of owner an object of another's.

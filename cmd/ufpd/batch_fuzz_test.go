@@ -106,9 +106,33 @@ func FuzzBatchMerge(f *testing.F) {
 
 		var res api.BatchResult
 		var changed []string
-		got, err := merge(lbKind, slices.Clone(list), writes, deletes, owner, &res, func(name string, deleted bool) {
+		got, err := merge(lbKind, batchList[hns.LoadBalancerConfig]{list: slices.Clone(list)}, writes, deletes, owner, &res, func(name string, deleted bool) {
 			changed = append(changed, name)
 		})
+		// As a tracked draft merges: found through an index, the
+		// running list left as it was, the edits recorded.
+		run := slices.Clone(list)
+		var ed listEdits
+		var sp spare[hns.LoadBalancerConfig]
+		var res2 api.BatchResult
+		got2, err2 := merge(lbKind, batchList[hns.LoadBalancerConfig]{list: run, index: &listIndex{at: indexNames(run, lbName)}, spare: &sp, edits: &ed},
+			writes, deletes, owner, &res2, nil)
+		if fmt.Sprint(err2) != fmt.Sprint(err) || res2 != res {
+			t.Fatalf("indexed: %+v %v, walked: %+v %v", res2, err2, res, err)
+		}
+		if !slices.EqualFunc(run, list, func(a, b hns.LoadBalancerConfig) bool { return lbEqual(&a, &b) }) {
+			t.Fatalf("the running list was written")
+		}
+		if err == nil {
+			if !slices.EqualFunc(got2, got, func(a, b hns.LoadBalancerConfig) bool { return lbEqual(&a, &b) }) {
+				t.Fatalf("indexed list\n%+v\nwalked\n%+v", got2, got)
+			}
+			// The edits, replayed as the journal does, make the list.
+			re := replay(slices.Clone(run), editWrites(&ed, run, got2, hns.SameLoadBalancer), editDeletes(&ed, run, lbName), lbName)
+			if !slices.EqualFunc(re, got2, func(a, b hns.LoadBalancerConfig) bool { return lbEqual(&a, &b) }) {
+				t.Fatalf("edits %+v replayed\n%+v\nwant\n%+v", ed, re, got2)
+			}
+		}
 		if len(conflict) > 0 {
 			var ae *apiError
 			if !errors.As(err, &ae) || ae.status != 409 || !conflict[ae.object] {

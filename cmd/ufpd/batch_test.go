@@ -547,7 +547,8 @@ func TestBatchSizeBound(t *testing.T) {
 // backends each: into an empty configuration (everything created), and
 // again onto itself (everything unchanged); and for one Service's update
 // (its load balancer's backends moved to 10 new remote endpoints) onto
-// that configuration.
+// that configuration. The draft is a daemon's tracked one: the running
+// lists shared, found by the daemon's index, appended to in place.
 func BenchmarkBatchMerge10kServices(b *testing.B) {
 	sync := func() *api.Batch {
 		bt := &api.Batch{Owner: agent}
@@ -598,10 +599,21 @@ func BenchmarkBatchMerge10kServices(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			running := tc.onto()
 			bt := tc.batch()
+			// As a daemon's tracked draft has it: the running lists
+			// shared, indexed, and grown in place.
+			var names nameIndex
+			names.of(running)
+			var epSpare spare[hns.EndpointConfig]
+			var lbSpare spare[hns.LoadBalancerConfig]
+			epSpare.made(running.Endpoints)
+			epSpare.commit()
+			lbSpare.made(running.LoadBalancers)
+			lbSpare.commit()
 			b.ReportAllocs()
 			for b.Loop() {
 				b.StopTimer()
-				dr := &draft{doc: &vswitch.Config{LoadBalancers: slices.Clone(running.LoadBalancers), Endpoints: slices.Clone(running.Endpoints)}}
+				doc := *running
+				dr := &draft{doc: &doc, tracked: true, base: running, names: &names, epSpare: &epSpare, lbSpare: &lbSpare}
 				b.StartTimer()
 				var res api.BatchResult
 				if err := checkBatch(bt); err != nil {

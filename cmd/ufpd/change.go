@@ -48,11 +48,27 @@ func errorf(status int, object, format string, args ...any) error {
 // Policies, HostComputeEndpoints) are the running configuration's, read
 // concurrently: a change replaces them, never writes into them
 // (ownEndpoint).
+//
+// A tracked draft (trackedChange) copies nothing of the running policy:
+// its document shares the running one's switch settings, ports, uplink,
+// networks and lists of endpoints and load balancers, which the change
+// does not write; it replaces the lists by edited (batch.go's merge),
+// recording what it did in eps and lbs (edits.go).
 type draft struct {
 	doc  *vswitch.Config
 	devs []deviceConfig
 	// replaces: the change replaces the whole configuration.
 	replaces bool
+
+	tracked  bool
+	base     *vswitch.Config // the running policy the draft was made from
+	eps, lbs listEdits
+	names    *nameIndex // base's (tracked drafts)
+	// listed says how many times base's load balancers list an
+	// endpoint (ok false: it cannot say).
+	listed  func(name string) (n int, ok bool)
+	epSpare *spare[hns.EndpointConfig]
+	lbSpare *spare[hns.LoadBalancerConfig]
 }
 
 // device returns the index of port's device in the draft, or -1.
@@ -87,6 +103,17 @@ func (dr *draft) setDevice(port string, dev *api.Device) {
 // the revision the change was made against: another change since is a
 // conflict. It returns the new revision.
 func (d *daemon) change(object, ifMatch string, fn func(dr *draft) error) (uint64, error) {
+	return d.changeDraft(object, ifMatch, false, fn)
+}
+
+// trackedChange is change with a tracked draft: fn changes the lists of
+// endpoints and load balancers through merge only.
+func (d *daemon) trackedChange(object, ifMatch string, fn func(dr *draft) error) (uint64, error) {
+	return d.changeDraft(object, ifMatch, true, fn)
+}
+
+// changeDraft is change, its draft tracked or not.
+func (d *daemon) changeDraft(object, ifMatch string, tracked bool, fn func(dr *draft) error) (uint64, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.stopped || d.handedOver.Load() {
@@ -103,11 +130,21 @@ func (d *daemon) change(object, ifMatch string, fn func(dr *draft) error) (uint6
 		}
 	}
 	cur := d.cfg
-	doc, err := draftPolicy(cur.policy)
-	if err != nil {
-		return 0, err
+	dr := &draft{devs: slices.Clone(cur.devices), base: cur.policy}
+	if tracked {
+		doc := *cur.policy
+		dr.doc, dr.tracked, dr.names = &doc, true, d.names.of(cur.policy)
+		dr.epSpare, dr.lbSpare = &d.epSpare, &d.lbSpare
+		dr.listed = func(name string) (int, bool) { return d.sw.Listed(cur.policy, name) }
+		defer d.epSpare.abort() // after commit, nothing to forget
+		defer d.lbSpare.abort()
+	} else {
+		doc, err := draftPolicy(cur.policy)
+		if err != nil {
+			return 0, err
+		}
+		dr.doc = doc
 	}
-	dr := &draft{doc: doc, devs: slices.Clone(cur.devices)}
 	if err := fn(dr); err != nil {
 		return 0, err
 	}
@@ -123,10 +160,15 @@ func (d *daemon) change(object, ifMatch string, fn func(dr *draft) error) (uint6
 		return 0, errorf(http.StatusBadRequest, object, "%v; the change was undone", err)
 	}
 	if c.state != "" {
-		if err := d.jr.persist(c, d.rev+1); err != nil {
+		if err := d.jr.persistDraft(c, d.rev+1, dr); err != nil {
 			d.rollback(cur)
 			return 0, errorf(http.StatusInternalServerError, object, "persisting to %s: %v; the change was undone", c.state, err)
 		}
+	}
+	if tracked {
+		d.epSpare.commit()
+		d.lbSpare.commit()
+		d.names.follow(cur.policy, c.policy, &dr.eps, &dr.lbs)
 	}
 	d.rev++
 	if dr.replaces {
@@ -166,8 +208,21 @@ func (dr *draft) ownEndpoint(i int) *hns.EndpointConfig {
 func (d *daemon) validate(dr *draft) (*config, *vswitch.Prepared, error) {
 	cur := d.cfg
 	c := &config{policy: dr.doc, devices: dr.devs, log: cur.log, api: cur.api, state: cur.state, metrics: cur.metrics, holder: cur.holder}
-	c.policy.CompactSettings()
-	prep, err := d.sw.Prepare(c.policy)
+	var ed *hns.Edits
+	if dr.tracked {
+		// The running policy's settings are compact; the change's own
+		// are compacted (their arrays are the change's).
+		eps := c.policy.Endpoints
+		for _, k := range dr.eps.replaced {
+			i := dr.eps.newIndex(k)
+			(&vswitch.Config{Endpoints: eps[i : i+1]}).CompactSettings()
+		}
+		(&vswitch.Config{Endpoints: eps[len(eps)-dr.eps.added:]}).CompactSettings()
+		ed = hnsEdits(&dr.eps, &dr.lbs, len(eps))
+	} else {
+		c.policy.CompactSettings()
+	}
+	prep, err := d.sw.PrepareEdits(c.policy, dr.base, ed)
 	if err != nil {
 		return nil, nil, fmt.Errorf("policy: %w", err)
 	}

@@ -7,12 +7,14 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/ufp-dev/ufp/api"
 	"github.com/ufp-dev/ufp/internal/scaledoc"
 	"github.com/ufp-dev/ufp/vswitch"
 )
 
-// BenchmarkChangeServices measures one API change of a node agent's kind
-// (one Service's backends: one removed, or put back) on a ufpd running
+// BenchmarkChangeServices measures one batch of a node agent's kind (one
+// Service's backends: one removed, or put back; as POST /v1/batch
+// applies it, but for the HTTP handler) on a ufpd running
 // many Services (internal/scaledoc: 10 remote backends each, 50 pods),
 // persisted to a state file (its journal) or not. heap-MB is the live
 // heap after the run.
@@ -45,12 +47,13 @@ func BenchmarkChangeServices(b *testing.B) {
 					if i%2 == 0 {
 						lb.HostComputeEndpoints = lb.HostComputeEndpoints[1:]
 					}
-					rev, err := dm.change("load balancer "+lb.Name, "", func(dr *draft) error {
-						dr.doc.LoadBalancers[k] = lb
-						return nil
-					})
-					if err != nil || rev != uint64(i+1) {
-						b.Fatalf("change %d: revision %d, %v", i, rev, err)
+					bt := &api.Batch{Owner: scaledoc.Owner, LoadBalancers: []api.LoadBalancer{lb}}
+					if err := checkBatch(bt); err != nil {
+						b.Fatal(err)
+					}
+					res, err := dm.batch(bt, "", dm.trackedChange)
+					if err != nil || res.Revision != uint64(i+1) {
+						b.Fatalf("change %d: %+v, %v", i, res, err)
 					}
 					i++
 				}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ufp-dev/ufp/api"
 	"github.com/ufp-dev/ufp/device"
+	"github.com/ufp-dev/ufp/hns"
 	"github.com/ufp-dev/ufp/vswitch"
 )
 
@@ -33,6 +34,11 @@ type daemon struct {
 	// rev counts the accepted configuration changes (persisted with the
 	// state).
 	rev uint64
+	// names indexes the running policy's objects by name, and the
+	// spares are where changes append to its lists (edits.go) (d.mu).
+	names   nameIndex
+	epSpare spare[hns.EndpointConfig]
+	lbSpare spare[hns.LoadBalancerConfig]
 	// replaced counts the accepted changes and reloads that replaced the
 	// whole configuration (api.Status.Replaced).
 	replaced uint64

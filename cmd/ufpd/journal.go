@@ -334,11 +334,20 @@ func (j *journal) resume(c *config, base baseInfo, scan journalScan) {
 // append to, the record is large or the journal long. On error the state
 // on disk is what it was (or, for a compaction, whole: the old or the
 // new) and j can be used again.
-func (j *journal) persist(c *config, rev uint64) error {
+func (j *journal) persist(c *config, rev uint64) error { return j.persistDraft(c, rev, nil) }
+
+// persistDraft is persist for c made by draft dr (nil: unknown): if dr
+// is tracked and made from the persisted policy, the record holds the
+// objects dr wrote and deleted, found from its edits, not by comparing
+// the lists.
+func (j *journal) persistDraft(c *config, rev uint64, dr *draft) error {
 	if j.persisted == nil || j.end == 0 || j.state != c.state || j.base.Revision >= rev {
 		return j.compact(c, rev)
 	}
-	rec, head, err := j.record(c, rev)
+	if dr != nil && (!dr.tracked || dr.base != j.persisted.policy) {
+		dr = nil
+	}
+	rec, head, err := j.record(c, rev, dr)
 	if err != nil {
 		return err
 	}
@@ -362,11 +371,12 @@ func (j *journal) persist(c *config, rev uint64) error {
 // record returns the frame of c's change at revision rev since
 // j.persisted, and c's head encoded; no frame if the change writes or
 // deletes more than a quarter of the objects.
-func (j *journal) record(c *config, rev uint64) (frame, head []byte, err error) {
+func (j *journal) record(c *config, rev uint64, dr *draft) (frame, head []byte, err error) {
 	prev := j.persisted
 	r := journalRecord{Revision: rev}
-	head, err = encodeHead(c.policy)
-	if err != nil {
+	if dr != nil {
+		head = j.head // a tracked draft shares the head (change)
+	} else if head, err = encodeHead(c.policy); err != nil {
 		return nil, nil, err
 	}
 	if !bytes.Equal(head, j.head) {
@@ -379,8 +389,15 @@ func (j *journal) record(c *config, rev uint64) (frame, head []byte, err error) 
 		}
 		r.Devices = &devs
 	}
-	r.Endpoints, r.DeleteEndpoints = diffList(prev.policy.Endpoints, c.policy.Endpoints, endpointName, hns.SameEndpoint)
-	r.LoadBalancers, r.DeleteLoadBalancers = diffList(prev.policy.LoadBalancers, c.policy.LoadBalancers, lbName, hns.SameLoadBalancer)
+	if dr != nil {
+		r.Endpoints = editWrites(&dr.eps, prev.policy.Endpoints, c.policy.Endpoints, hns.SameEndpoint)
+		r.DeleteEndpoints = editDeletes(&dr.eps, prev.policy.Endpoints, endpointName)
+		r.LoadBalancers = editWrites(&dr.lbs, prev.policy.LoadBalancers, c.policy.LoadBalancers, hns.SameLoadBalancer)
+		r.DeleteLoadBalancers = editDeletes(&dr.lbs, prev.policy.LoadBalancers, lbName)
+	} else {
+		r.Endpoints, r.DeleteEndpoints = diffList(prev.policy.Endpoints, c.policy.Endpoints, endpointName, hns.SameEndpoint)
+		r.LoadBalancers, r.DeleteLoadBalancers = diffList(prev.policy.LoadBalancers, c.policy.LoadBalancers, lbName, hns.SameLoadBalancer)
+	}
 	n := len(r.Endpoints) + len(r.DeleteEndpoints) + len(r.LoadBalancers) + len(r.DeleteLoadBalancers)
 	if n > 64 && n > (len(c.policy.Endpoints)+len(c.policy.LoadBalancers))/4 {
 		return nil, head, nil // a first sync, say: not worth a record
