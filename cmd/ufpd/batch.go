@@ -30,13 +30,24 @@ func (d *daemon) postBatch(w http.ResponseWriter, r *http.Request) (any, error) 
 	if err := checkBatch(&b); err != nil {
 		return nil, err
 	}
+	return d.batch(&b, ifMatch(r))
+}
+
+// batch applies checked batch b as one change (made against revision
+// ifMatch, if not empty). It takes b: once merged into the draft, b's
+// lists are dropped, so that a first sync's (tens of megabytes) do not
+// live through the validation, the compile and the persisting beside the
+// draft that holds their objects.
+func (d *daemon) batch(b *api.Batch, ifMatch string) (*api.BatchResult, error) {
 	var res api.BatchResult
-	rev, err := d.change("batch", ifMatch(r), func(dr *draft) error {
+	rev, err := d.change("batch", ifMatch, func(dr *draft) error {
 		res = api.BatchResult{Revision: d.rev} // change holds d.mu
 		if err := hnsLevel(dr); err != nil {
 			return err
 		}
-		if err := applyBatch(dr, &b, &res); err != nil {
+		err := applyBatch(dr, b, &res)
+		*b = api.Batch{}
+		if err != nil {
 			return err
 		}
 		if res.Created+res.Replaced+res.Deleted == 0 {
