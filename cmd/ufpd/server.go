@@ -224,7 +224,7 @@ func decodeLimit(r *http.Request, object string, v any, limit int) error {
 		return errorf(http.StatusBadRequest, object, "reading the body: %v", body.err)
 	case body.n > int64(limit):
 		return errorf(http.StatusRequestEntityTooLarge, object, "the body is larger than %d bytes", limit)
-	case errors.Is(err, io.EOF) && body.nonSpace == 0:
+	case errors.Is(err, io.EOF) && !body.nonSpace:
 		return errorf(http.StatusBadRequest, object, "the request needs a JSON body")
 	case errors.Is(err, errTrailing):
 		return errorf(http.StatusBadRequest, object, "unexpected data after the JSON document")
@@ -270,20 +270,21 @@ func decodeError(object string, err error) error {
 	return errorf(http.StatusBadRequest, object, "%v", err)
 }
 
-// bodyReader counts the bytes read through it and the non-space ones,
-// and keeps the error of a read that failed (not io.EOF).
+// bodyReader counts the bytes read through it, notes whether any was
+// not white space, and keeps the error of a read that failed (not
+// io.EOF).
 type bodyReader struct {
 	r        io.Reader
 	n        int64
-	nonSpace int64
+	nonSpace bool
 	err      error
 }
 
 func (b *bodyReader) Read(p []byte) (int, error) {
 	n, err := b.r.Read(p)
 	b.n += int64(n)
-	if b.nonSpace == 0 && len(bytes.TrimSpace(p[:n])) > 0 {
-		b.nonSpace = 1
+	if !b.nonSpace && len(bytes.TrimSpace(p[:n])) > 0 {
+		b.nonSpace = true
 	}
 	if err != nil && err != io.EOF && b.err == nil {
 		b.err = err
