@@ -124,7 +124,7 @@ func (b *Balancer) backendOf(s *backendSet, d *dataplane.Decision) (be *backend,
 	case prior != nil:
 		old := &prior.pick
 		if old.lb == b.name {
-			be = s.backends[old.backend]
+			be = s.backend(old.backend)
 		}
 		if be == nil {
 			if tr.On() {
@@ -208,7 +208,7 @@ func (b *Balancer) choose(s *backendSet, v *dataplane.View, dry bool, tr *datapl
 	how := "hash"
 	if b.aff != nil {
 		if ip, ok := b.aff.Lookup(v.Src, d.Now); ok {
-			if c := s.backends[ip]; c != nil && !c.unhealthy {
+			if c := s.backend(ip); c != nil && !c.unhealthy {
 				be, how = c, "affinity"
 			}
 		}

@@ -72,11 +72,14 @@ type Balancer struct {
 // backendSet is a load balancer's backends. Immutable once its Balancer
 // is installed; a change of backends installs another.
 type backendSet struct {
-	remote     bool                    // has a remote backend
-	backends   map[netip.Addr]*backend // all of them, healthy or not
-	healthyIPs []netip.Addr            // sorted
-	table      Table                   // over the healthy ones, set by Prepare
-	healthy    []*backend              // in table order
+	remote bool // has a remote backend
+	// backends are all of them, healthy or not, sorted by address: one
+	// array, not a map of backends allocated one by one (a node's
+	// 10,000 Services have 100,000 backends).
+	backends   []backend
+	healthyIPs []netip.Addr // sorted
+	table      Table        // over the healthy ones, set by Prepare
+	healthy    []*backend   // in table order
 }
 
 type backend struct {
@@ -96,16 +99,32 @@ func (rt *Runtime) New(c Config) *Balancer {
 }
 
 func newBackendSet(bcs []BackendConfig) *backendSet {
-	s := &backendSet{backends: make(map[netip.Addr]*backend, len(bcs))}
+	s := &backendSet{backends: make([]backend, 0, len(bcs))}
+	healthy := 0
 	for _, bc := range bcs {
-		s.backends[bc.IP] = &backend{ip: bc.IP, remote: bc.Remote, unhealthy: bc.Unhealthy, route: bc.Route}
+		s.backends = append(s.backends, backend{ip: bc.IP, remote: bc.Remote, unhealthy: bc.Unhealthy, route: bc.Route})
 		s.remote = s.remote || bc.Remote
 		if !bc.Unhealthy {
-			s.healthyIPs = append(s.healthyIPs, bc.IP)
+			healthy++
 		}
 	}
-	slices.SortFunc(s.healthyIPs, netip.Addr.Compare)
+	slices.SortFunc(s.backends, func(a, b backend) int { return a.ip.Compare(b.ip) })
+	s.healthyIPs = make([]netip.Addr, 0, healthy)
+	for i := range s.backends {
+		if !s.backends[i].unhealthy {
+			s.healthyIPs = append(s.healthyIPs, s.backends[i].ip)
+		}
+	}
 	return s
+}
+
+// backend returns the backend at ip, or nil.
+func (s *backendSet) backend(ip netip.Addr) *backend {
+	i, ok := slices.BinarySearchFunc(s.backends, ip, func(b backend, ip netip.Addr) int { return b.ip.Compare(ip) })
+	if !ok {
+		return nil
+	}
+	return &s.backends[i]
 }
 
 // prepare gives s its backend table: t if not nil (the same healthy
@@ -120,7 +139,7 @@ func (s *backendSet) prepare(t Table) error {
 	s.table = t
 	s.healthy = make([]*backend, 0, t.Len())
 	for _, a := range t.Backends() {
-		s.healthy = append(s.healthy, s.backends[a])
+		s.healthy = append(s.healthy, s.backend(a))
 	}
 	return nil
 }
@@ -128,9 +147,10 @@ func (s *backendSet) prepare(t Table) error {
 // forget removes from a the clients of backends healthy in old and gone
 // or unhealthy in s.
 func (s *backendSet) forget(a *Affinity, old *backendSet) {
-	for ip, obe := range old.backends {
-		if nbe := s.backends[ip]; (nbe == nil || nbe.unhealthy) && !obe.unhealthy {
-			a.Forget(ip)
+	for i := range old.backends {
+		obe := &old.backends[i]
+		if nbe := s.backend(obe.ip); (nbe == nil || nbe.unhealthy) && !obe.unhealthy {
+			a.Forget(obe.ip)
 		}
 	}
 }
@@ -155,7 +175,12 @@ func (b *Balancer) SourceVIP() netip.Addr { return b.sourceVIP }
 // Backends returns the addresses of the load balancer's backends, healthy
 // or not, in order.
 func (b *Balancer) Backends() []netip.Addr {
-	return slices.SortedFunc(maps.Keys(b.set.Load().backends), netip.Addr.Compare)
+	s := b.set.Load()
+	ips := make([]netip.Addr, len(s.backends))
+	for i := range s.backends {
+		ips[i] = s.backends[i].ip
+	}
+	return ips
 }
 
 // DSR reports whether remote backends reply straight to the client.

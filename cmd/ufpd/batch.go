@@ -33,8 +33,12 @@ func (d *daemon) postBatch(w http.ResponseWriter, r *http.Request) (any, error) 
 	return d.batch(&b, ifMatch(r), d.trackedChange)
 }
 
-// batch applies checked batch b with change (d.trackedChange; d.change
-// does the same, copying the running lists).
+// batch applies checked batch b as one change (made against revision
+// ifMatch, if not empty) with change (d.trackedChange; d.change does the
+// same, copying the running lists). It takes b: once merged into the
+// draft, b's lists are dropped, so that a first sync's (tens of
+// megabytes) do not live through the validation, the compile and the
+// persisting beside the draft that holds their objects.
 func (d *daemon) batch(b *api.Batch, ifMatch string, change func(object, ifMatch string, fn func(dr *draft) error) (uint64, error)) (*api.BatchResult, error) {
 	var res api.BatchResult
 	rev, err := change("batch", ifMatch, func(dr *draft) error {
@@ -42,7 +46,9 @@ func (d *daemon) batch(b *api.Batch, ifMatch string, change func(object, ifMatch
 		if err := hnsLevel(dr); err != nil {
 			return err
 		}
-		if err := applyBatch(dr, b, &res); err != nil {
+		err := applyBatch(dr, b, &res)
+		*b = api.Batch{}
+		if err != nil {
 			return err
 		}
 		if res.Created+res.Replaced+res.Deleted == 0 {

@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
+	"testing/iotest"
 
 	"github.com/ufp-dev/ufp/api"
 	"github.com/ufp-dev/ufp/hns"
@@ -641,6 +643,11 @@ func TestBodyLimit(t *testing.T) {
 		{"batch announced too large", "/v1/batch", maxBatchBody + 1, `{}`, "batch: the body is larger than 134217728 bytes"},
 		{"object announced too large", "/v1/loadbalancers", maxBody + 1, `{}`, "load balancer: the body is larger than 4194304 bytes"},
 		{"object found too large", "/v1/loadbalancers", -1, `{"Name": "` + strings.Repeat("x", maxBody) + `"}`, "load balancer: the body is larger than 4194304 bytes"},
+		// Decoded as it is read, a body is still refused for its size
+		// whatever its first bytes hold.
+		{"object found too large after its value", "/v1/loadbalancers", -1, `{"Name": "x"}` + strings.Repeat(" ", maxBody), "load balancer: the body is larger than 4194304 bytes"},
+		{"object found too large with data after", "/v1/loadbalancers", -1, `{"Name": "x"} {` + strings.Repeat(" ", maxBody), "load balancer: the body is larger than 4194304 bytes"},
+		{"object found too large and malformed", "/v1/loadbalancers", -1, `{"Name": x` + strings.Repeat(" ", maxBody), "load balancer: the body is larger than 4194304 bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req := httptest.NewRequest("POST", "http://ufpd"+tc.path, strings.NewReader(tc.body))
@@ -652,6 +659,25 @@ func TestBodyLimit(t *testing.T) {
 				t.Errorf("%d %q (%v), want 413 %q", rec.Code, e.Message, err, tc.want)
 			}
 		})
+	}
+	// A body of whitespace alone is no body; one that fails to be read
+	// says so.
+	for _, tc := range []struct {
+		name string
+		body io.Reader
+		want string
+	}{
+		{"whitespace", strings.NewReader(" \n\t "), "load balancer: the request needs a JSON body"},
+		{"read fails", io.MultiReader(strings.NewReader(`{"Name": "x"`), iotest.ErrReader(errors.New("connection reset"))), "load balancer: reading the body: connection reset"},
+		{"within the bound, data after", strings.NewReader(`{"Name": "x"} {}`), "load balancer: unexpected data after the JSON document"},
+	} {
+		req := httptest.NewRequest("POST", "http://ufpd/v1/loadbalancers", tc.body)
+		rec := httptest.NewRecorder()
+		d.handler().ServeHTTP(rec, req)
+		var e api.Error
+		if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || rec.Code != 400 || e.Message != tc.want {
+			t.Errorf("%s: %d %q (%v), want 400 %q", tc.name, rec.Code, e.Message, err, tc.want)
+		}
 	}
 	// Within the bound, a batch's body is read (and refused for what it
 	// says).

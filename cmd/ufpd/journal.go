@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -450,14 +451,10 @@ func (j *journal) append(frame []byte) error {
 // following it. A crash between the two leaves the new base with the old
 // journal, which does not follow it and is ignored.
 func (j *journal) compact(c *config, rev uint64) error {
-	b, err := marshalState(c, rev, nil)
+	base, err := writeBase(c, rev)
 	if err != nil {
 		return err
 	}
-	if err := writeFileAtomic(c.state, b); err != nil {
-		return err
-	}
-	base := baseOf(b, rev)
 	head, err := encodeHead(c.policy)
 	if err != nil {
 		return err
@@ -480,6 +477,37 @@ func (j *journal) compact(c *config, rev uint64) error {
 	return nil
 }
 
+// writeBase writes c at revision rev as the state file, whole, streamed
+// to it (writeStateTo), and returns it named as a base.
+func writeBase(c *config, rev uint64) (baseInfo, error) {
+	base := baseInfo{Revision: rev}
+	f, err := createAtomicWith(c.state, func(w io.Writer) error {
+		h := crc32.New(journalCRC)
+		cw := &countWriter{w: io.MultiWriter(w, h)}
+		if err := writeStateTo(cw, c, rev); err != nil {
+			return err
+		}
+		base.Length, base.CRC = cw.n, h.Sum32()
+		return nil
+	})
+	if err != nil {
+		return baseInfo{}, err
+	}
+	return base, f.Close()
+}
+
+// countWriter counts the bytes written through it.
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
 // close closes the journal's file, if open.
 func (j *journal) close() {
 	if j.f != nil {
@@ -492,6 +520,15 @@ func (j *journal) close() {
 // renames it over path and syncs the directory. It returns the file, open
 // for writing.
 func createAtomic(path string, b []byte) (*os.File, error) {
+	return createAtomicWith(path, func(w io.Writer) error {
+		_, err := w.Write(b)
+		return err
+	})
+}
+
+// createAtomicWith is createAtomic with the file's content written by
+// write.
+func createAtomicWith(path string, write func(w io.Writer) error) (*os.File, error) {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
@@ -503,7 +540,7 @@ func createAtomic(path string, b []byte) (*os.File, error) {
 	tmp := f.Name()
 	err = f.Chmod(0o600)
 	if err == nil {
-		_, err = f.Write(b)
+		err = write(f)
 	}
 	if err == nil {
 		err = f.Sync()

@@ -204,51 +204,92 @@ func decode(r *http.Request, object string, v any) error {
 	return decodeLimit(r, object, v, maxBody)
 }
 
-// decodeLimit is decode with a bound of limit bytes. A body whose length
-// is known is read into a buffer of that size (a batch of tens of MB is
-// not copied as the buffer grows), and one known to be too large is not
-// read at all.
+// decodeLimit is decode with a bound of limit bytes. The body is decoded
+// as it is read, not read whole first: a batch of tens of megabytes is
+// held once (in the decoder's buffer), not twice. A body known to be too
+// large is not read at all; one found too large is read to its end (at
+// most limit+1 bytes) and refused whatever it holds, as a body read whole
+// first would be.
 func decodeLimit(r *http.Request, object string, v any, limit int) error {
 	if r.ContentLength > int64(limit) {
 		return errorf(http.StatusRequestEntityTooLarge, object, "the body is larger than %d bytes", limit)
 	}
-	var buf bytes.Buffer
-	if r.ContentLength > 0 {
-		buf.Grow(int(r.ContentLength) + bytes.MinRead)
+	body := &bodyReader{r: io.LimitReader(r.Body, int64(limit)+1)}
+	err := decodeBody(body, v)
+	if _, rerr := io.Copy(io.Discard, body); rerr != nil && body.err == nil {
+		body.err = rerr
 	}
-	if _, err := buf.ReadFrom(io.LimitReader(r.Body, int64(limit)+1)); err != nil {
-		return errorf(http.StatusBadRequest, object, "reading the body: %v", err)
-	}
-	b := buf.Bytes()
-	if len(b) > limit {
+	switch {
+	case body.err != nil:
+		return errorf(http.StatusBadRequest, object, "reading the body: %v", body.err)
+	case body.n > int64(limit):
 		return errorf(http.StatusRequestEntityTooLarge, object, "the body is larger than %d bytes", limit)
-	}
-	if len(bytes.TrimSpace(b)) == 0 {
+	case errors.Is(err, io.EOF) && !body.nonSpace:
 		return errorf(http.StatusBadRequest, object, "the request needs a JSON body")
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		var se *json.SyntaxError
-		var te *json.UnmarshalTypeError
-		switch {
-		case errors.As(err, &se):
-			return errorf(http.StatusBadRequest, object, "malformed JSON at byte %d: %v", se.Offset, err)
-		case errors.Is(err, io.ErrUnexpectedEOF):
-			return errorf(http.StatusBadRequest, object, "malformed JSON: the document ends early")
-		case errors.As(err, &te):
-			field := te.Field
-			if field == "" {
-				field = "body"
-			}
-			return errorf(http.StatusBadRequest, object, "%s: %v", field, err)
-		}
-		return errorf(http.StatusBadRequest, object, "%v", err)
-	}
-	if dec.More() {
+	case errors.Is(err, errTrailing):
 		return errorf(http.StatusBadRequest, object, "unexpected data after the JSON document")
+	case err != nil:
+		return decodeError(object, err)
 	}
 	return nil
+}
+
+// errTrailing is decodeBody's error for data after the JSON value.
+var errTrailing = errors.New("data after the JSON document")
+
+// decodeBody decodes the one JSON value r holds into v strictly (unknown
+// fields are errors).
+func decodeBody(r io.Reader, v any) error {
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errTrailing
+	}
+	return nil
+}
+
+// decodeError is the API's error for err, the decoding of a body.
+func decodeError(object string, err error) error {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		return errorf(http.StatusBadRequest, object, "malformed JSON at byte %d: %v", se.Offset, err)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return errorf(http.StatusBadRequest, object, "malformed JSON: the document ends early")
+	case errors.As(err, &te):
+		field := te.Field
+		if field == "" {
+			field = "body"
+		}
+		return errorf(http.StatusBadRequest, object, "%s: %v", field, err)
+	}
+	return errorf(http.StatusBadRequest, object, "%v", err)
+}
+
+// bodyReader counts the bytes read through it, notes whether any was
+// not white space, and keeps the error of a read that failed (not
+// io.EOF).
+type bodyReader struct {
+	r        io.Reader
+	n        int64
+	nonSpace bool
+	err      error
+}
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	b.n += int64(n)
+	if !b.nonSpace && len(bytes.TrimSpace(p[:n])) > 0 {
+		b.nonSpace = true
+	}
+	if err != nil && err != io.EOF && b.err == nil {
+		b.err = err
+	}
+	return n, err
 }
 
 // ifMatch returns the revision a write was made against, if it says.

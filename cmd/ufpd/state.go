@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -50,6 +51,61 @@ func marshalState(c *config, rev uint64, enc *stateEncoder) ([]byte, error) {
 	b.Write(db)
 	b.WriteString("\n}\n")
 	return b.Bytes(), nil
+}
+
+// writeStateTo writes c's policy and devices to w as a state file of
+// revision rev, the bytes marshalState makes, an object at a time: a
+// compaction streams the state to its file rather than holding the
+// encoding of a node's whole document (tens of megabytes at 10,000
+// Services) in memory beside the configuration it encodes.
+func writeStateTo(w io.Writer, c *config, rev uint64) error {
+	bw := bufio.NewWriterSize(w, 64<<10)
+	p := c.policy
+	head, err := json.Marshal(&vswitch.Config{Switch: p.Switch, Ports: p.Ports, Uplink: p.Uplink, Networks: p.Networks})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(bw, "{\n  \"revision\": %d,\n  \"policy\": ", rev)
+	// Endpoints and LoadBalancers are Config's last fields.
+	bw.Write(head[:len(head)-1])
+	if err := writeList(bw, "Endpoints", p.Endpoints); err != nil {
+		return err
+	}
+	if err := writeList(bw, "LoadBalancers", p.LoadBalancers); err != nil {
+		return err
+	}
+	devs := c.devices
+	if devs == nil {
+		devs = []deviceConfig{}
+	}
+	db, err := json.MarshalIndent(devs, "  ", "  ")
+	if err != nil {
+		return err
+	}
+	bw.WriteString("},\n  \"devices\": ")
+	bw.Write(db)
+	bw.WriteString("\n}\n")
+	return bw.Flush()
+}
+
+// writeList writes field name with list's elements encoded one by one,
+// as appendList appends them.
+func writeList[T any](w *bufio.Writer, name string, list []T) error {
+	if len(list) == 0 {
+		return nil
+	}
+	w.WriteString(`,"` + name + `":[`)
+	for i := range list {
+		if i > 0 {
+			w.WriteByte(',')
+		}
+		b, err := json.Marshal(&list[i])
+		if err != nil {
+			return err
+		}
+		w.Write(b)
+	}
+	return w.WriteByte(']')
 }
 
 // stateEncoder encodes policies for the state file. It keeps the

@@ -70,3 +70,36 @@ func TestStateEncoder(t *testing.T) {
 		c = next
 	}
 }
+
+// TestWriteStateTo checks that the state streamed to its file (a
+// compaction's) is the state file marshalState makes, byte for byte:
+// with and without endpoints, load balancers and devices.
+func TestWriteStateTo(t *testing.T) {
+	s := scaledoc.Shape{Services: 30, Backends: 3, Locals: 4, Nodes: 3}
+	d := s.Document()
+	full := &vswitch.Config{Switch: d.Switch, Uplink: d.Uplink, Networks: d.Networks, Endpoints: d.Endpoints, LoadBalancers: d.LoadBalancers}
+	devs := []deviceConfig{{Port: d.Endpoints[0].Name, Type: "tap", Name: "tap0"}}
+	for _, tc := range []struct {
+		name string
+		c    *config
+	}{
+		{"whole", &config{policy: full, devices: devs}},
+		{"no devices", &config{policy: full}},
+		{"no load balancers", &config{policy: &vswitch.Config{Switch: d.Switch, Uplink: d.Uplink, Networks: d.Networks, Endpoints: d.Endpoints}}},
+		{"networks alone", &config{policy: &vswitch.Config{Switch: d.Switch, Uplink: d.Uplink, Networks: d.Networks}, devices: devs}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want, err := marshalState(tc.c, 42, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got bytes.Buffer
+			if err := writeStateTo(&got, tc.c, 42); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got.Bytes(), want) {
+				t.Fatalf("streamed state differs from marshalState's:\n%s\nwant\n%s", got.Bytes(), want)
+			}
+		})
+	}
+}
