@@ -139,7 +139,7 @@ func e2eCases() []struct {
 			pols:   pols(np("x", "x-a-allows-x-b", podA, ingress(from(nil, podPeer(pod("b")))))),
 			checks: []e2eCheck{tcpAt(80, set("", "x/a", false), set("x/b", "x/a", true))}}}},
 		{"allow ingress for a target", []e2eStep{{
-			pols: pols(denyIngressX, np("x", "allow-all-to-a", podA, ingress(from(nil, bothPeer(sel(nil), sel(nil)))))),
+			pols:   pols(denyIngressX, np("x", "allow-all-to-a", podA, ingress(from(nil, bothPeer(sel(nil), sel(nil)))))),
 			checks: []e2eCheck{tcpAt(80, set("", "x/", false), set("", "x/a", true))}}}},
 		{"allow ingress from pods in all namespaces", []e2eStep{{
 			pols:   pols(np("x", "allow-from-all-ns", podA, ingress(from(nil, nsPeer(sel(nil)))))),
@@ -160,7 +160,7 @@ func e2eCases() []struct {
 			pols:   pols(np("x", "pod-b-not-in-x", podA, ingress(from(nil, bothPeer(notInX, pod("b")))))),
 			checks: []e2eCheck{tcpAt(80, set("", "x/a", false), set("y/b", "x/a", true), set("z/b", "x/a", true))}}}},
 		{"multiple PodSelectors and NamespaceSelectors", []e2eStep{{
-			pols: pols(np("x", "pods-b-c-not-in-x", podA, ingress(from(nil, bothPeer(notInX, expr("pod", metav1.LabelSelectorOpIn, "b", "c")))))),
+			pols:   pols(np("x", "pods-b-c-not-in-x", podA, ingress(from(nil, bothPeer(notInX, expr("pod", metav1.LabelSelectorOpIn, "b", "c")))))),
 			checks: []e2eCheck{tcpAt(80, set("x/", "x/a", false), set("y/a", "x/a", false), set("z/a", "x/a", false))}}}},
 		{"any PodSelectors", []e2eStep{{
 			pols:   pols(np("x", "pods-b-c", podA, ingress(from(nil, podPeer(pod("b")), podPeer(pod("c")))))),
@@ -183,7 +183,7 @@ func e2eCases() []struct {
 		{"ingress on one named port", []e2eStep{{pols: pols(np("x", "allow-81-named", nil, ingress(from(ports(named("", "serve-81-tcp")))))),
 			checks: []e2eCheck{tcpAt(81), tcpAt(80, set("", "x/", false))}}}},
 		{"ingress from namespace on one named port", []e2eStep{{
-			pols: pols(np("x", "allow-80-named-from-y", podA, ingress(from(ports(named(tcp, "serve-80-tcp")), nsPeer(ns("y")))))),
+			pols:   pols(np("x", "allow-80-named-from-y", podA, ingress(from(ports(named(tcp, "serve-80-tcp")), nsPeer(ns("y")))))),
 			checks: []e2eCheck{tcpAt(80, set("x/", "x/a", false), set("z/", "x/a", false)), tcpAt(81, set("", "x/a", false))}}}},
 		{"egress on one named port", []e2eStep{{pols: pols(np("x", "allow-egress-80-named", nil, egress(to(ports(named("", "serve-80-tcp")))))),
 			checks: []e2eCheck{tcpAt(80), tcpAt(81, set("x/", "", false))}}}},

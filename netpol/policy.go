@@ -36,9 +36,9 @@ type rule struct {
 	named   bool // some port is named
 
 	resolved bool
-	none     bool           // peers were given and none exists: allows nothing
-	pods     []*Pod         // peer pods by selector
-	addrs    string         // RemoteAddresses ("" any)
+	none     bool              // peers were given and none exists: allows nothing
+	pods     []*Pod            // peer pods by selector
+	addrs    string            // RemoteAddresses ("" any)
 	acls     []hns.ACLSettings // the rule's ACLs that do not depend on the local pod
 }
 
@@ -46,7 +46,8 @@ type rule struct {
 // policy's own) that podSel selects.
 type peer struct {
 	nsSel, podSel labels.Selector
-	key           string
+	ns            string // the policy's namespace, when nsSel is nil
+	key           string // selects the same pods as another of equal key
 }
 
 // portSpec is one entry of a rule's ports: a range, every port (all) or
@@ -134,7 +135,7 @@ func (t *translator) compilePeers(p *policy, r *rule, at string, peers []network
 			}
 			pr.key = "ns " + pr.nsSel.String() + "\x00" + podSel.String()
 		} else {
-			pr.key = "in " + p.ns + "\x00" + podSel.String()
+			pr.ns, pr.key = p.ns, "in "+p.ns+"\x00"+podSel.String()
 		}
 		r.peers = append(r.peers, pr)
 	}
@@ -264,7 +265,7 @@ func (t *translator) selectPeers(pr peer) []*Pod {
 	}
 	var pods []*Pod
 	for _, ns := range t.nsNames {
-		if pr.nsSel == nil && !strings.HasPrefix(pr.key, "in "+ns+"\x00") {
+		if pr.nsSel == nil && pr.ns != ns {
 			continue
 		}
 		if pr.nsSel != nil && !t.nsMatches(pr.nsSel, ns) {

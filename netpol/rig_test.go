@@ -286,7 +286,9 @@ func reach(pods []string, edits ...func(m matrix)) matrix {
 // set sets from -> to for every pair matching the patterns: "x/a" a pod,
 // "x/" a namespace, "" any.
 func set(from, to string, v bool) func(m matrix) {
-	match := func(pat, key string) bool { return pat == "" || pat == key || (strings.HasSuffix(pat, "/") && strings.HasPrefix(key, pat)) }
+	match := func(pat, key string) bool {
+		return pat == "" || pat == key || (strings.HasSuffix(pat, "/") && strings.HasPrefix(key, pat))
+	}
 	return func(m matrix) {
 		for f, row := range m {
 			for to2 := range row {
