@@ -71,6 +71,17 @@
 // Pods on the host's network, finished pods and pods without addresses
 // (PodFrom) are neither selected nor peers.
 //
+// One difference from upstream comes from where ufp's ACLs sit, not from
+// the translation: a pod's Out ACLs see what it sends before any
+// translation (docs/ACL.md, Where ACLs apply), so a connection to a
+// Service is judged by egress rules at the Service's VIP and port, not at
+// the backend pod it is balanced to, where upstream implementations judge
+// it after the destination translation. An egress rule naming pods does
+// not allow reaching them through a Service; the ingress side is judged
+// at the backend with the client's address, as upstream. Closing this
+// needs the Out ACLs after the load balancer in vswitch, which this
+// package leaves alone.
+//
 // # Determinism and change
 //
 // Equal inputs give equal results whatever their order: endpoints sorted

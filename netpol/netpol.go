@@ -186,13 +186,14 @@ type translator struct {
 	nsLabels map[string]labels.Set
 	policies map[string][]*policy // by namespace, sorted by name
 	peers    map[string][]*Pod    // cached peer selections
+	addrs    map[string]string    // cached RemoteAddresses, by peers
 	problems map[Problem]bool
 	nodeIPs  string
 }
 
 func newTranslator(c *Cluster, o *Options) *translator {
 	t := &translator{o: o, byNS: map[string][]*Pod{}, nsLabels: map[string]labels.Set{},
-		policies: map[string][]*policy{}, peers: map[string][]*Pod{}, problems: map[Problem]bool{}}
+		policies: map[string][]*policy{}, peers: map[string][]*Pod{}, addrs: map[string]string{}, problems: map[Problem]bool{}}
 	for i := range c.Namespaces {
 		ns := &c.Namespaces[i]
 		l := labels.Set(ns.Labels)

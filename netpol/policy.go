@@ -236,17 +236,11 @@ func (t *translator) resolve(r *rule) {
 				}
 			}
 		}
-		ps := slices.Clone(r.blocks)
-		for _, pod := range r.pods {
-			for _, a := range pod.IPs {
-				ps = append(ps, netip.PrefixFrom(a, a.BitLen()))
-			}
-		}
-		if len(ps) == 0 {
+		r.addrs = t.addresses(r)
+		if r.addrs == "" {
 			r.none = true
 			return
 		}
-		r.addrs = addrString(sortPrefixes(ps))
 	}
 	if r.all {
 		r.acls = []hns.ACLSettings{r.acl(r.id, "", r.addrs, "")}
@@ -256,6 +250,32 @@ func (t *translator) resolve(r *rule) {
 	if r.out && r.named {
 		r.acls = append(r.acls, t.namedEgress(r)...)
 	}
+}
+
+// addresses is rule r's peers' addresses as RemoteAddresses ("" none),
+// cached by peers: rules of many policies often name the same peers.
+func (t *translator) addresses(r *rule) string {
+	var k strings.Builder
+	for _, pr := range r.peers {
+		k.WriteString(pr.key)
+		k.WriteByte(1)
+	}
+	for _, b := range r.blocks {
+		k.WriteString(b.String())
+		k.WriteByte(1)
+	}
+	if s, ok := t.addrs[k.String()]; ok {
+		return s
+	}
+	ps := slices.Clone(r.blocks)
+	for _, pod := range r.pods {
+		for _, a := range pod.IPs {
+			ps = append(ps, netip.PrefixFrom(a, a.BitLen()))
+		}
+	}
+	s := addrString(sortPrefixes(ps))
+	t.addrs[k.String()] = s
+	return s
 }
 
 // selectPeers returns the pods peer pr selects, cached by selector.
