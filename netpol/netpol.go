@@ -184,16 +184,17 @@ type translator struct {
 	byNS     map[string][]*Pod // sorted likewise
 	nsNames  []string          // namespaces that have pods, sorted
 	nsLabels map[string]labels.Set
-	policies map[string][]*policy // by namespace, sorted by name
-	peers    map[string][]*Pod    // cached peer selections
-	addrs    map[string]string    // cached RemoteAddresses, by peers
+	policies map[string][]*policy    // by namespace, sorted by name
+	peers    map[string][]*Pod       // cached peer selections
+	addrs    map[string]string       // cached RemoteAddresses, by peers
+	named    map[string][]namedGroup // cached named egress groups
 	problems map[Problem]bool
 	nodeIPs  string
 }
 
 func newTranslator(c *Cluster, o *Options) *translator {
 	t := &translator{o: o, byNS: map[string][]*Pod{}, nsLabels: map[string]labels.Set{},
-		policies: map[string][]*policy{}, peers: map[string][]*Pod{}, addrs: map[string]string{}, problems: map[Problem]bool{}}
+		policies: map[string][]*policy{}, peers: map[string][]*Pod{}, addrs: map[string]string{}, named: map[string][]namedGroup{}, problems: map[Problem]bool{}}
 	for i := range c.Namespaces {
 		ns := &c.Namespaces[i]
 		l := labels.Set(ns.Labels)

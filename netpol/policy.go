@@ -350,6 +350,43 @@ func (r *rule) portACLs(local *Pod) []hns.ACLSettings {
 // name resolves to. Without peers, any pod is a peer; an ipBlock peer
 // names the pods whose addresses it holds (only pods have named ports).
 func (t *translator) namedEgress(r *rule) []hns.ACLSettings {
+	groups := t.namedGroups(r)
+	out := make([]hns.ACLSettings, 0, len(groups))
+	for _, g := range groups {
+		id := fmt.Sprintf("%s/%s/%d", r.id, strings.ToLower(string(g.proto)), g.port)
+		out = append(out, r.acl(id, protoName(g.proto), g.addrs, strconv.Itoa(int(g.port))))
+	}
+	return out
+}
+
+// namedGroup is the peers of an egress rule whose named ports resolve to
+// port of proto, as RemoteAddresses.
+type namedGroup struct {
+	proto corev1.Protocol
+	port  uint16
+	addrs string
+}
+
+// namedGroups groups rule r's peers by the numbers its named ports
+// resolve to on them, sorted by protocol and number; cached by peers and
+// names, as addresses are.
+func (t *translator) namedGroups(r *rule) []namedGroup {
+	var ck strings.Builder
+	ck.WriteString(strconv.FormatBool(r.anyPeer))
+	for _, pr := range r.peers {
+		ck.WriteString("\x01" + pr.key)
+	}
+	for _, b := range r.blocks {
+		ck.WriteString("\x01" + b.String())
+	}
+	for _, ps := range r.ports {
+		if ps.name != "" {
+			ck.WriteString("\x02" + string(ps.proto) + "/" + ps.name)
+		}
+	}
+	if g, ok := t.named[ck.String()]; ok {
+		return g
+	}
 	type key struct {
 		proto corev1.Protocol
 		port  uint16
@@ -372,34 +409,26 @@ func (t *translator) namedEgress(r *rule) []hns.ACLSettings {
 			}
 		}
 	}
-	switch {
-	case r.anyPeer:
+	peers := r.pods
+	if r.anyPeer {
+		peers = t.pods
+	}
+	for _, pod := range peers {
+		add(pod, false)
+	}
+	if !r.anyPeer && len(r.blocks) > 0 {
 		for _, pod := range t.pods {
-			add(pod, false)
-		}
-	default:
-		for _, pod := range r.pods {
-			add(pod, false)
-		}
-		if len(r.blocks) > 0 {
-			for _, pod := range t.pods {
-				add(pod, true)
-			}
+			add(pod, true)
 		}
 	}
-	keys := make([]key, 0, len(groups))
-	for k := range groups {
-		keys = append(keys, k)
+	out := make([]namedGroup, 0, len(groups))
+	for k, ps := range groups {
+		out = append(out, namedGroup{proto: k.proto, port: k.port, addrs: addrString(sortPrefixes(ps))})
 	}
-	slices.SortFunc(keys, func(a, b key) int {
+	slices.SortFunc(out, func(a, b namedGroup) int {
 		return cmp.Or(strings.Compare(string(a.proto), string(b.proto)), cmp.Compare(a.port, b.port))
 	})
-	out := make([]hns.ACLSettings, 0, len(keys))
-	for _, k := range keys {
-		id := fmt.Sprintf("%s/%s/%d", r.id, strings.ToLower(string(k.proto)), k.port)
-		p := strconv.Itoa(int(k.port))
-		out = append(out, r.acl(id, protoName(k.proto), addrString(sortPrefixes(groups[k])), p))
-	}
+	t.named[ck.String()] = out
 	return out
 }
 
