@@ -1,0 +1,112 @@
+package netpol
+
+import (
+	"net/netip"
+	"slices"
+	"testing"
+
+	networkingv1 "k8s.io/api/networking/v1"
+)
+
+// TestAffected checks the Affected functions against their meaning: the
+// local pods whose ACLs differ before and after a change must be among
+// those returned; the returned may be more (a conservative superset), and
+// here are exactly want.
+func TestAffected(t *testing.T) {
+	o := &Options{Node: rigNode}
+	fromYA := np("x", "from-y-a", podA, ingress(from(nil, bothPeer(ns("y"), pod("a")))))
+	fromYAOnB := np("x", "from-y-a", map[string]string{"pod": "b"}, ingress(from(nil, bothPeer(ns("y"), pod("a")))))
+	toTeam := np("z", "to-team", nil, egress(to(nil, nsPeer(sel(map[string]string{"team": "t"})))))
+	toXB := np("y", "to-x-b", map[string]string{"pod": "b"}, egress(to(nil, blockPeer("192.168.1.11/32"))))
+	deny := np("x", "deny", nil, ingress())
+	base := func() *Cluster { return rigCluster(fromYA, toTeam, toXB) }
+	podOf := func(c *Cluster, key string) *Pod {
+		for i := range c.Pods {
+			if c.Pods[i].Namespace+"/"+c.Pods[i].Name == key {
+				return &c.Pods[i]
+			}
+		}
+		t.Fatalf("no pod %s", key)
+		return nil
+	}
+	tests := []struct {
+		name string
+		edit func(c *Cluster) (old, new any)
+		want []string
+	}{
+		{"a policy added", func(c *Cluster) (any, any) {
+			c.Policies = append(c.Policies, deny)
+			return (*networkingv1.NetworkPolicy)(nil), deny
+		}, []string{"x/a", "x/b", "x/c"}},
+		{"a policy's pod selector changed", func(c *Cluster) (any, any) {
+			c.Policies[0] = fromYAOnB
+			return fromYA, fromYAOnB
+		}, []string{"x/a", "x/b"}},
+		{"a peer pod's labels changed", func(c *Cluster) (any, any) {
+			p := podOf(c, "y/a")
+			old := *p
+			p.Labels = map[string]string{"pod": "q"}
+			return &old, p
+		}, []string{"x/a", "y/a"}},
+		{"a pod moved into an ipBlock", func(c *Cluster) (any, any) {
+			p := podOf(c, "z/c")
+			old := *p
+			p.IPs = []netip.Addr{netip.MustParseAddr("192.168.1.11")}
+			return &old, p
+		}, []string{"y/b", "z/c"}},
+		{"a namespace labelled", func(c *Cluster) (any, any) {
+			old := c.Namespaces[1]
+			c.Namespaces[1].Labels = map[string]string{"kubernetes.io/metadata.name": "y", "team": "t"}
+			return &old, &c.Namespaces[1]
+		}, []string{"x/a", "z/a", "z/b", "z/c"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			before, after := base(), base()
+			old, new := tc.edit(after)
+			var got []string
+			switch o1 := old.(type) {
+			case *networkingv1.NetworkPolicy:
+				got = AffectedByPolicy(after, o, o1, new.(*networkingv1.NetworkPolicy))
+			case *Pod:
+				got = AffectedByPod(after, o, o1, new.(*Pod))
+			case *Namespace:
+				got = AffectedByNamespace(after, o, o1, new.(*Namespace))
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("affected %v, want %v", got, tc.want)
+			}
+			for _, k := range changed(Translate(before, o), Translate(after, o)) {
+				if !slices.Contains(got, k) {
+					t.Errorf("%s's ACLs changed, and it is not among the affected %v", k, got)
+				}
+			}
+		})
+	}
+}
+
+// changed is the pods whose ACLs differ between a and b.
+func changed(a, b Result) []string {
+	m := map[string][]hnsACLs{}
+	for i, r := range []Result{a, b} {
+		for _, e := range r.Endpoints {
+			k := e.Namespace + "/" + e.Name
+			if m[k] == nil {
+				m[k] = make([]hnsACLs, 2)
+			}
+			for _, x := range e.ACLs {
+				m[k][i] += hnsACLs(aclString(x) + ";")
+			}
+		}
+	}
+	var out []string
+	for k, v := range m {
+		if v[0] != v[1] {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+type hnsACLs string
