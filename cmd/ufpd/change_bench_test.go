@@ -2,14 +2,11 @@ package main
 
 import (
 	"fmt"
-	"log/slog"
-	"path/filepath"
 	"runtime"
 	"testing"
 
 	"github.com/ufp-dev/ufp/api"
 	"github.com/ufp-dev/ufp/internal/scaledoc"
-	"github.com/ufp-dev/ufp/vswitch"
 )
 
 // BenchmarkChangeServices measures one batch of a node agent's kind (one
@@ -23,22 +20,7 @@ func BenchmarkChangeServices(b *testing.B) {
 		for _, state := range []bool{false, true} {
 			b.Run(fmt.Sprintf("services=%d/state=%v", n, state), func(b *testing.B) {
 				s := scaledoc.Shape{Services: n, Backends: 10, Locals: 50}
-				d := s.Document()
-				c := &config{policy: &vswitch.Config{Switch: d.Switch, Uplink: d.Uplink, Networks: d.Networks, Endpoints: d.Endpoints, LoadBalancers: d.LoadBalancers}}
-				if state {
-					c.state = filepath.Join(b.TempDir(), "state.json")
-				}
-				dm, err := newDaemon(c, slog.New(slog.DiscardHandler))
-				if err != nil {
-					b.Fatal(err)
-				}
-				if state {
-					// Seeded, as ufpd does at its first start: changes
-					// are journalled after the base.
-					if err := dm.jr.persist(c, 0); err != nil {
-						b.Fatal(err)
-					}
-				}
+				dm := scaleDaemon(b, s, state)
 				b.ReportAllocs()
 				i := 0
 				for b.Loop() {

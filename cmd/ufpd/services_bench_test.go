@@ -2,14 +2,11 @@ package main
 
 import (
 	"fmt"
-	"log/slog"
-	"path/filepath"
 	"slices"
 	"testing"
 
 	"github.com/ufp-dev/ufp/hns"
 	"github.com/ufp-dev/ufp/internal/scaledoc"
-	"github.com/ufp-dev/ufp/vswitch"
 )
 
 // BenchmarkAddRemoveServices measures the API changes of a node agent
@@ -22,20 +19,7 @@ func BenchmarkAddRemoveServices(b *testing.B) {
 		for _, state := range []bool{false, true} {
 			b.Run(fmt.Sprintf("services=%d/state=%v", n, state), func(b *testing.B) {
 				s := scaledoc.Shape{Services: n, Backends: 10, Locals: 50}
-				d := s.Document()
-				c := &config{policy: &vswitch.Config{Switch: d.Switch, Uplink: d.Uplink, Networks: d.Networks, Endpoints: d.Endpoints, LoadBalancers: d.LoadBalancers}}
-				if state {
-					c.state = filepath.Join(b.TempDir(), "state.json")
-				}
-				dm, err := newDaemon(c, slog.New(slog.DiscardHandler))
-				if err != nil {
-					b.Fatal(err)
-				}
-				if state {
-					if err := dm.jr.persist(c, 0); err != nil {
-						b.Fatal(err)
-					}
-				}
+				dm := scaleDaemon(b, s, state)
 				b.ReportAllocs()
 				i := 0
 				for b.Loop() {
