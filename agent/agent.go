@@ -332,11 +332,18 @@ func (a *Agent) sync(ctx context.Context, full bool) error {
 			}
 		}
 	}
+	// The list stage is timed only when the sync lists ufpd's objects.
+	lap = time.Now()
+	listing := a.relist.Load() || a.localsStale.Load()
 	all, err := a.refreshUfpd(ctx)
 	if err != nil {
 		return err
 	}
-	tr.list = since(&lap)
+	if listing {
+		tr.list = since(&lap)
+	} else {
+		lap = time.Now()
+	}
 	a.mu.Lock()
 	dirty := a.dirty
 	a.dirty = map[string]struct{}{}

@@ -24,12 +24,14 @@ type Edits struct {
 	GoneEndpoints []int
 }
 
-// UpdateEdits is Update for c, made from x's document by ed: it compares
-// the objects ed names and trusts the rest to be x's. It checks what it
-// can of ed against c (indices in range, the number of endpoints kept),
-// and leaves to Lower, as Update does, whatever changes more than
-// backends and remote endpoints. With ed true to c, it returns what
-// Update(c) does.
+// UpdateEdits is Update for c, made from x's document by ed, for changes
+// of backends and remote endpoints only: it compares the objects ed
+// names and trusts the rest to be x's. It checks what it can of ed
+// against c (indices in range, the number of endpoints kept). A refusal
+// is not a verdict: a change of Services (load balancers added, removed
+// or with other settings), which Update takes, is refused here, and the
+// caller asks Update next. With ed true to c, whatever it accepts is
+// what Update(c) gives.
 func (x *Lowered) UpdateEdits(c *Document, ed *Edits) (next *Lowered, changed []int, ok bool) {
 	o := &x.src
 	if !reflect.DeepEqual(c.Switch, o.Switch) || !reflect.DeepEqual(c.Uplink, o.Uplink) ||

@@ -203,8 +203,9 @@ func (dr *draft) ownEndpoint(i int) *hns.EndpointConfig {
 // (with the daemon's own settings kept), and its policy prepared by the
 // switch against the running one: compiled once, and incrementally when
 // the draft changes load balancers' backends and remote endpoints alone.
-// The draft's document is a copy of the running one (change): no text
-// goes back and forth.
+// The draft's document is a copy of the running one (change), or for a
+// tracked draft the running one with edited lists (trackedChange): no
+// text goes back and forth.
 func (d *daemon) validate(dr *draft) (*config, *vswitch.Prepared, error) {
 	cur := d.cfg
 	c := &config{policy: dr.doc, devices: dr.devs, log: cur.log, api: cur.api, state: cur.state, metrics: cur.metrics, holder: cur.holder}
