@@ -340,30 +340,7 @@ var lbScenarios = map[string]func() []capture.Frame{
 	"lb-backend-removed": func() []capture.Frame {
 		var s seq
 		a, vip := lbPodA, "10.96.0.10"
-		t := newLBTable(lb.PerConnection, lbPodB.ip4, lbPodC.ip4)
-		first := func(proto uint8, from, dport int, be lbPod) int {
-			for sport := from; ; sport++ {
-				if lbPodAt(t.pick(proto, a.ip4, sport, vip, dport)) == be {
-					return sport
-				}
-			}
-		}
-		tb, tc := first(6, 40000, 80, lbPodB), first(6, 40000, 80, lbPodC)
-		ub, uc := first(17, 41000, 53, lbPodB), first(17, 41000, 53, lbPodC)
-		for _, c := range []struct {
-			sport int
-			be    lbPod
-		}{{tb, lbPodB}, {tc, lbPodC}} {
-			s.add(a.port, tcp(a.mac, macDR, a.ip4, c.sport, vip, 80, "S", ""))
-			s.add(c.be.port, tcp(c.be.mac, macDR, c.be.ip4, 8080, a.ip4, c.sport, "SA", ""))
-		}
-		for _, c := range []struct {
-			sport int
-			be    lbPod
-		}{{ub, lbPodB}, {uc, lbPodC}} {
-			s.add(a.port, udp(a.mac, macDR, a.ip4, c.sport, vip, 53, "query"))
-			s.add(c.be.port, udp(c.be.mac, macDR, c.be.ip4, 5353, a.ip4, c.sport, "answer"))
-		}
+		tb, tc, ub, uc := lbOpenToBoth(&s)
 		// policy@9.json: pod-c removed.
 		sent := udp(macDR, lbPodB.mac, a.ip4, ub, lbPodB.ip4, 5353, "query") // as pod-b got it
 		s.add(lbPodB.port, icmpError(lbPodB.mac, macDR, lbPodB.ip4, a.ip4, uint8(layers.ICMPv4TypeDestinationUnreachable), uint8(layers.ICMPv4CodePort), 0, sent, 0))
@@ -385,37 +362,14 @@ var lbScenarios = map[string]func() []capture.Frame{
 	"lb-backend-draining": func() []capture.Frame {
 		var s seq
 		a, vip := lbPodA, "10.96.0.10"
-		t := newLBTable(lb.PerConnection, lbPodB.ip4, lbPodC.ip4)
-		first := func(proto uint8, from, dport int, be lbPod) int {
-			for sport := from; ; sport++ {
-				if lbPodAt(t.pick(proto, a.ip4, sport, vip, dport)) == be {
-					return sport
-				}
-			}
-		}
-		tb, tc := first(6, 40000, 80, lbPodB), first(6, 40000, 80, lbPodC)
-		ub, uc := first(17, 41000, 53, lbPodB), first(17, 41000, 53, lbPodC)
-		for _, c := range []struct {
-			sport int
-			be    lbPod
-		}{{tb, lbPodB}, {tc, lbPodC}} {
-			s.add(a.port, tcp(a.mac, macDR, a.ip4, c.sport, vip, 80, "S", ""))
-			s.add(c.be.port, tcp(c.be.mac, macDR, c.be.ip4, 8080, a.ip4, c.sport, "SA", ""))
-		}
-		for _, c := range []struct {
-			sport int
-			be    lbPod
-		}{{ub, lbPodB}, {uc, lbPodC}} {
-			s.add(a.port, udp(a.mac, macDR, a.ip4, c.sport, vip, 53, "query"))
-			s.add(c.be.port, udp(c.be.mac, macDR, c.be.ip4, 5353, a.ip4, c.sport, "answer"))
-		}
+		tb, tc, _, uc := lbOpenToBoth(&s)
 		// policy@9.json: pod-c draining.
-		s.add(a.port, tcp(a.mac, macDR, a.ip4, tb, vip, 80, "PA", "to pod-b"))                      // #9: goes on
-		s.add(a.port, tcp(a.mac, macDR, a.ip4, tc, vip, 80, "PA", "to pod-c"))                      // #10: goes on, to pod-c
-		s.add(lbPodC.port, tcp(lbPodC.mac, macDR, lbPodC.ip4, 8080, a.ip4, tc, "PA", "from pod-c")) // #11: back from the VIP
-		s.add(a.port, udp(a.mac, macDR, a.ip4, uc, vip, 53, "query"))                               // #12: to pod-c still
-		s.add(a.port, tcp(a.mac, macDR, a.ip4, first(6, tc+1, 80, lbPodC), vip, 80, "S", ""))       // #13: new, to pod-b
-		s.add(a.port, udp(a.mac, macDR, a.ip4, first(17, uc+1, 53, lbPodC), vip, 53, "new query"))  // #14: new, to pod-b
+		s.add(a.port, tcp(a.mac, macDR, a.ip4, tb, vip, 80, "PA", "to pod-b"))                         // #9: goes on
+		s.add(a.port, tcp(a.mac, macDR, a.ip4, tc, vip, 80, "PA", "to pod-c"))                         // #10: goes on, to pod-c
+		s.add(lbPodC.port, tcp(lbPodC.mac, macDR, lbPodC.ip4, 8080, a.ip4, tc, "PA", "from pod-c"))    // #11: back from the VIP
+		s.add(a.port, udp(a.mac, macDR, a.ip4, uc, vip, 53, "query"))                                  // #12: to pod-c still
+		s.add(a.port, tcp(a.mac, macDR, a.ip4, lbFirstTo(6, tc+1, 80, lbPodC), vip, 80, "S", ""))      // #13: new, to pod-b
+		s.add(a.port, udp(a.mac, macDR, a.ip4, lbFirstTo(17, uc+1, 53, lbPodC), vip, 53, "new query")) // #14: new, to pod-b
 		return s.frames
 	},
 	// A Service without a backend answers for itself, from the VIP: TCP
@@ -575,6 +529,43 @@ func TestScenariosGeneratedPolicies(t *testing.T) {
 		}
 		if old, err := os.ReadFile(path); err != nil || !bytes.Equal(old, b) {
 			t.Errorf("%s is missing or differs from what its generator makes now; run go test ./cmd/ufp-replay -update", path)
+		}
+	}
+}
+
+// lbOpenToBoth opens, from pod-a to web's VIP (10.96.0.10), a TCP
+// connection to port 80 and a UDP flow to port 53 on each of pod-b and
+// pod-c, each answered: the first source ports from 40000 (TCP) and
+// 41000 (UDP) that the table gives each backend. It returns those ports.
+func lbOpenToBoth(s *seq) (tb, tc, ub, uc int) {
+	a, vip := lbPodA, "10.96.0.10"
+	tb, tc = lbFirstTo(6, 40000, 80, lbPodB), lbFirstTo(6, 40000, 80, lbPodC)
+	ub, uc = lbFirstTo(17, 41000, 53, lbPodB), lbFirstTo(17, 41000, 53, lbPodC)
+	for _, c := range []struct {
+		sport int
+		be    lbPod
+	}{{tb, lbPodB}, {tc, lbPodC}} {
+		s.add(a.port, tcp(a.mac, macDR, a.ip4, c.sport, vip, 80, "S", ""))
+		s.add(c.be.port, tcp(c.be.mac, macDR, c.be.ip4, 8080, a.ip4, c.sport, "SA", ""))
+	}
+	for _, c := range []struct {
+		sport int
+		be    lbPod
+	}{{ub, lbPodB}, {uc, lbPodC}} {
+		s.add(a.port, udp(a.mac, macDR, a.ip4, c.sport, vip, 53, "query"))
+		s.add(c.be.port, udp(c.be.mac, macDR, c.be.ip4, 5353, a.ip4, c.sport, "answer"))
+	}
+	return tb, tc, ub, uc
+}
+
+// lbFirstTo returns the first source port from from that web's table
+// (pod-b and pod-c, per connection) gives backend be, for pod-a's
+// packets of protocol proto to the VIP's port dport.
+func lbFirstTo(proto uint8, from, dport int, be lbPod) int {
+	t := newLBTable(lb.PerConnection, lbPodB.ip4, lbPodC.ip4)
+	for sport := from; ; sport++ {
+		if lbPodAt(t.pick(proto, lbPodA.ip4, sport, "10.96.0.10", dport)) == be {
+			return sport
 		}
 	}
 }
