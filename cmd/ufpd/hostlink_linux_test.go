@@ -37,15 +37,14 @@ func hostLinkPolicy(services bool) string {
   "LoadBalancers": ` + lbs + `}`
 }
 
-// TestHostLinkChangedInPlace runs the daemon with the host's vNIC as a TAP
-// in a namespace of the test's: Services added and removed change the
-// vNIC's routes and its redirect table (nftables) in place, on the same
-// device and interface; closing the daemon's devices removes the table.
-func TestHostLinkChangedInPlace(t *testing.T) {
-	ns := xdpTestNS(t) // with up0, the uplink's interface
+// hostLinkSetup gives a test a namespace of its own (with up0, the
+// uplink's interface) and the daemon's configuration there, with or
+// without the Service: the host's vNIC a TAP, the uplink on up0.
+func hostLinkSetup(t *testing.T) (string, func(services bool) *config) {
+	ns := xdpTestNS(t)
 	testenv.NeedTUN(t)
 	testenv.NeedTool(t, "nft")
-	config := func(services bool) *config {
+	return ns, func(services bool) *config {
 		doc := `{"policy": ` + hostLinkPolicy(services) + `, "devices": [
 		  {"port": "host", "type": "tap", "name": "vEthernet", "netns": "` + ns + `"},
 		  {"port": "uplink", "type": "afpacket", "name": "up0", "netns": "` + ns + `"}]}`
@@ -55,6 +54,14 @@ func TestHostLinkChangedInPlace(t *testing.T) {
 		}
 		return c
 	}
+}
+
+// TestHostLinkChangedInPlace runs the daemon with the host's vNIC as a TAP
+// in a namespace of the test's: Services added and removed change the
+// vNIC's routes and its redirect table (nftables) in place, on the same
+// device and interface; closing the daemon's devices removes the table.
+func TestHostLinkChangedInPlace(t *testing.T) {
+	ns, config := hostLinkSetup(t)
 	var log syncBuffer
 	d, err := newDaemon(config(false), slog.New(slog.NewTextHandler(&log, nil)))
 	if err != nil {
@@ -150,19 +157,7 @@ func runCmdIn(t *testing.T, ns, name string, args ...string) string {
 // an operator's route via another next hop, an operator's direct route
 // and the kernel's prefix route where they are.
 func TestHostLinkStaleRoutesOnReattach(t *testing.T) {
-	ns := xdpTestNS(t) // with up0, the uplink's interface
-	testenv.NeedTUN(t)
-	testenv.NeedTool(t, "nft")
-	config := func(services bool) *config {
-		doc := `{"policy": ` + hostLinkPolicy(services) + `, "devices": [
-		  {"port": "host", "type": "tap", "name": "vEthernet", "netns": "` + ns + `"},
-		  {"port": "uplink", "type": "afpacket", "name": "up0", "netns": "` + ns + `"}]}`
-		c, err := parseConfig([]byte(doc))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
+	ns, config := hostLinkSetup(t)
 	var log syncBuffer
 	d, err := newDaemon(config(true), slog.New(slog.NewTextHandler(&log, nil)))
 	if err != nil {
