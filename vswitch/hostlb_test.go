@@ -2,7 +2,6 @@ package vswitch
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -127,25 +126,7 @@ func golden(t *testing.T, path string, got []byte) {
 // gateway's address (where the host's redirect sends it) and an external
 // IP; every reply back to the host from the frontend.
 func TestHostPortServicesTraffic(t *testing.T) {
-	cfg, err := ParseConfig([]byte(hostLBDoc(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sw, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	devs := map[string]*MemDevice{}
-	for _, p := range []string{"pod-a", "host", "uplink"} {
-		devs[p] = NewMemDevice(p, 64)
-		if err := sw.Attach(p, devs[p]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- sw.Serve(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	devs := serveMem(t, hostLBDoc(t), "pod-a", "host", "uplink")
 	pod, host, up := devs["pod-a"], devs["host"], devs["uplink"]
 	const (
 		svcMAC   = "02:75:66:70:00:01"

@@ -104,25 +104,7 @@ func TestHostPortLowering(t *testing.T) {
 // and back without NAT, host to the underlay and back unchanged, ARP from
 // the host answered for the pod, and pod to the outside still translated.
 func TestHostPortTraffic(t *testing.T) {
-	cfg, err := ParseConfig([]byte(hostDoc))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sw, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	devs := map[string]*MemDevice{}
-	for _, p := range []string{"pod-a", "host", "uplink"} {
-		devs[p] = NewMemDevice(p, 64)
-		if err := sw.Attach(p, devs[p]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- sw.Serve(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	devs := serveMem(t, hostDoc, "pod-a", "host", "uplink")
 	pod, host, up := devs["pod-a"], devs["host"], devs["uplink"]
 	expect := func(d *MemDevice, what, want string) {
 		t.Helper()
@@ -235,4 +217,30 @@ func natPort(t *testing.T, desc string) int {
 		t.Fatalf("%q: %v", desc, err)
 	}
 	return int(ap.Port())
+}
+
+// serveMem compiles document doc, attaches a memory device (64 frames) to
+// each of ports and serves the switch until the test ends.
+func serveMem(t *testing.T, doc string, ports ...string) map[string]*MemDevice {
+	t.Helper()
+	cfg, err := ParseConfig([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	devs := map[string]*MemDevice{}
+	for _, p := range ports {
+		devs[p] = NewMemDevice(p, 64)
+		if err := sw.Attach(p, devs[p]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sw.Serve(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return devs
 }
