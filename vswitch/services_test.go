@@ -279,3 +279,45 @@ func svcBackend(t *testing.T, inc, ref *ulRig, client int, dst netip.AddrPort, s
 	}
 	return incBackend(b)
 }
+
+// TestPrepareEditsServices: a change of Services described by edits that
+// cover only backends (what a batch records; hns.Lowered.UpdateEdits
+// refuses it) is still prepared as a change of Services (Update), not
+// compiled whole: for each load balancer deleted in turn, PrepareEdits
+// takes the path Prepare takes.
+func TestPrepareEditsServices(t *testing.T) {
+	d, _ := scaledoc.Mixed()
+	cfg := &Config{Switch: d.Switch, Uplink: d.Uplink, Networks: d.Networks, Endpoints: d.Endpoints, LoadBalancers: d.LoadBalancers}
+	for n := range 3 { // plain Services, so that a deletion leaves one of their kind
+		cfg.LoadBalancers = append(cfg.LoadBalancers, hns.LoadBalancerConfig{Name: fmt.Sprintf("svc-%d", n), SourceVIP: "10.244.1.250",
+			HostComputeEndpoints: []string{"pod-b"}, FrontendVIPs: []string{fmt.Sprintf("10.96.1.%d", n)},
+			PortMappings: []hns.LoadBalancerPortMappingConfig{{Protocol: 6, InternalPort: 8080, ExternalPort: 80}}})
+	}
+	sw, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	services := 0
+	for k := range cfg.LoadBalancers {
+		next := *cfg
+		next.LoadBalancers = slices.Delete(slices.Clone(cfg.LoadBalancers), k, k+1)
+		want, err := sw.Prepare(&next)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := sw.PrepareEdits(&next, cfg, &hns.Edits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Incremental() != want.Incremental() || (got.pol.services != nil) != (want.pol.services != nil) {
+			t.Errorf("%s deleted: PrepareEdits incremental %v, Services %v; Prepare %v, %v", cfg.LoadBalancers[k].Name,
+				got.Incremental(), got.pol.services != nil, want.Incremental(), want.pol.services != nil)
+		}
+		if want.pol.services != nil {
+			services++
+		}
+	}
+	if services == 0 {
+		t.Error("no deletion was a change of Services: the test checks nothing")
+	}
+}
