@@ -3,6 +3,8 @@ package api
 import (
 	"context"
 	"net/http"
+
+	"github.com/ufp-dev/ufp/hns"
 )
 
 // Batch is a set of changes to endpoints and load balancers that ufpd
@@ -30,7 +32,22 @@ type Batch struct {
 	// A name appears once in a batch, across writes and deletes.
 	DeleteEndpoints     []string `json:"deleteEndpoints,omitempty"`
 	DeleteLoadBalancers []string `json:"deleteLoadBalancers,omitempty"`
+	// Routes are routes to other nodes' pod subnets, and ACLSets sets of
+	// ACLs on endpoints (a pod's NetworkPolicies), created or replaced by
+	// Name; DeleteRoutes and DeleteACLSets name ones to remove, as for
+	// endpoints.
+	Routes        []Route  `json:"routes,omitempty"`
+	ACLSets       []ACLSet `json:"aclSets,omitempty"`
+	DeleteRoutes  []string `json:"deleteRoutes,omitempty"`
+	DeleteACLSets []string `json:"deleteACLSets,omitempty"`
 }
+
+// Route is a route to another node's pod subnet (hns.RemoteRouteConfig).
+type Route = hns.RemoteRouteConfig
+
+// ACLSet is a set of ACLs a program owns on one endpoint
+// (hns.ACLSetConfig).
+type ACLSet = hns.ACLSetConfig
 
 // BatchResult is what a batch did.
 type BatchResult struct {

@@ -203,11 +203,14 @@ type Document struct {
 	Networks      []NetworkConfig
 	Endpoints     []EndpointConfig
 	LoadBalancers []LoadBalancerConfig
+	// Routes and ACLSets (ufp) are objects a program owns (owned.go).
+	Routes  []RemoteRouteConfig `json:",omitempty"`
+	ACLSets []ACLSetConfig      `json:",omitempty"`
 }
 
 // IsHNS reports whether c has anything of the HNS level.
 func (c *Document) IsHNS() bool {
-	return c.Uplink != nil || len(c.Networks) > 0 || len(c.Endpoints) > 0 || len(c.LoadBalancers) > 0
+	return c.Uplink != nil || len(c.Networks) > 0 || len(c.Endpoints) > 0 || len(c.LoadBalancers) > 0 || len(c.Routes) > 0 || len(c.ACLSets) > 0
 }
 
 // CompactSettings stores every policy's Settings compactly, so that a
