@@ -4,7 +4,9 @@
 //
 // The objects are HNS-level, as Windows' Host Networking Service names
 // them: networks, endpoints (a pod's vNIC and the device that backs it),
-// load balancers (Services) and the policies of endpoints. Each change is
+// load balancers (Services) and the policies of endpoints; and ufp's own
+// objects that a program owns beside them: routes to other nodes' pod
+// subnets, written in batches (Batch.Routes). Each change is
 // validated, compiled and swapped in atomically by ufpd; one that is
 // invalid is refused with an error naming the object and the field, and
 // the running policy stays. Around them the API reads the compiled switch:

@@ -5,7 +5,8 @@
 // Settings). It validates a document, naming the object and field of every
 // error, and lowers it (Lower) into the VFP level (package vfp): ports,
 // layers, groups and rules that implement the networks' modes (L2Bridge,
-// Overlay), OutBoundNAT, PortMapping, load balancers and ACLs. The host's
+// Overlay), OutBoundNAT, PortMapping, load balancers and ACLs, and the
+// routes to other nodes' pod subnets a program owns (routes.go). The host's
 // own vNIC (Uplink.HostPort) balances the host's connections to every
 // Service too, with a route to each frontend through a services gateway
 // the switch answers for on that vNIC, and a redirect of each node port

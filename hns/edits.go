@@ -15,7 +15,8 @@ import (
 //     or added; every other endpoint is the old one, in the old order.
 //
 // Switch, Uplink and Networks are compared (reflect.DeepEqual, which a
-// document sharing them with the old one passes at once). The indices
+// document sharing them with the old one passes at once), and so are
+// Routes: a change of routes is refused (it changes the ports' layers). The indices
 // need not be sorted; an index listed that did not change costs a
 // compare.
 type Edits struct {

@@ -25,7 +25,7 @@ const MaxOwnerLen = 253
 // caller that wrote many objects at once (ufpd's POST /v1/batch) can name
 // the one to drop. Error returns Err's message unchanged.
 type ObjectError struct {
-	Kind string // KindEndpoint or KindLoadBalancer
+	Kind string // KindEndpoint, KindLoadBalancer or KindRoute (routes.go)
 	Name string // the object's Name ("" if it has none)
 	Err  error
 }

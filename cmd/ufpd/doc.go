@@ -1,7 +1,8 @@
 // Command ufpd is the ufp vswitch daemon: it runs a switch on real devices
 // (pods' TAP interfaces, L3 TUN or Wintun ports, the host's own vNIC, the
 // uplink on an existing interface through AF_PACKET) under a policy of
-// networks, endpoints, load balancers and ACLs.
+// networks, endpoints, load balancers, routes to other nodes' pod subnets
+// and ACLs.
 //
 //	ufpd -config /etc/ufp/ufpd.json    # run; SIGHUP reloads, SIGTERM stops
 //	ufpd -check -config FILE           # validate a configuration and exit
