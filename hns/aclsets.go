@@ -46,15 +46,24 @@ type aclSetPlan struct {
 }
 
 // aclSets validates the document's ACL sets and gives each local
-// endpoint its set (l.sets, by endpoint name).
-func (l *lowering) aclSets() error {
+// endpoint its set (l.sets, by endpoint name). A set the same as in prev
+// (the sets of a previous lowering, by endpoint name; nil for none) is
+// not parsed again.
+func (l *lowering) aclSets(prev map[string]*aclSetPlan) error {
 	l.sets = make(map[string]*aclSetPlan, len(l.c.ACLSets))
 	names := make(map[string]string, len(l.c.ACLSets))
 	for i := range l.c.ACLSets {
 		s := &l.c.ACLSets[i]
-		p, err := parseACLSetConfig(i, s)
-		if err != nil {
-			return blame(err, KindACLSet, s.Name)
+		var p *aclSetPlan
+		if o := prev[s.Endpoint]; o != nil && SameACLSet(o.cfg, s) {
+			c := *o
+			c.cfg, c.at = s, fmt.Sprintf("ACLSets[%d] %q", i, s.Name)
+			p = &c
+		} else {
+			var err error
+			if p, err = parseACLSetConfig(i, s); err != nil {
+				return blame(err, KindACLSet, s.Name)
+			}
 		}
 		if o, dup := names[s.Name]; dup {
 			return blame(fmt.Errorf("%s.Name: %s has this name", p.at, o), KindACLSet, s.Name)
@@ -177,7 +186,7 @@ func (x *Lowered) updateACLSets(c *Document, ed *Edits) (next *Lowered, changed 
 	}
 	nl := *x.l
 	nl.c = c
-	if err := nl.aclSets(); err != nil {
+	if err := nl.aclSets(x.l.sets); err != nil {
 		return nil, nil, false // Lower says what is wrong
 	}
 	doc := *x.Doc

@@ -398,7 +398,7 @@ func lower(c *Document) (*lowering, *vfp.Document, error) {
 		return nil, nil, err
 	}
 	l.eps = eps
-	if err := l.aclSets(); err != nil {
+	if err := l.aclSets(nil); err != nil {
 		return nil, nil, err
 	}
 	if err := l.loadBalancers(eps); err != nil {
