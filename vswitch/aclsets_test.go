@@ -168,9 +168,8 @@ func TestACLSetChangeCutsConnection(t *testing.T) {
 	// The other connection goes on.
 	other.flags = "A"
 	setSend(t, r, "ov-c", other, "ov-a")
-	// A new connection to the newly allowed port is balanced and passes
-	// nowhere but ov-b:9090, which the Service does not reach: the VIP
-	// stays refused.
+	// A new connection to the Service is balanced to ov-b:8080, which the
+	// set no longer allows.
 	syn.sport = 5100
 	setSend(t, r, "ov-a", syn, "drop blocked-by-policy", setRule("ov-a", "out", "ov-a-policy", "deny-out", 65535, hns.ACLBlock))
 }
