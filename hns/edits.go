@@ -42,6 +42,9 @@ func (x *Lowered) UpdateEdits(c *Document, ed *Edits) (next *Lowered, changed []
 	if !slices.Equal(c.Routes, o.Routes) {
 		return nil, nil, false // routes change the ports' layers: Lower
 	}
+	if !sameACLSets(c.ACLSets, o.ACLSets) {
+		return x.updateACLSets(c, ed) // ACL sets alone (aclsets.go)
+	}
 	var lbs []int
 	for _, i := range ed.LoadBalancers {
 		if i < 0 || i >= len(c.LoadBalancers) {

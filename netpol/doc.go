@@ -71,16 +71,20 @@
 // Pods on the host's network, finished pods and pods without addresses
 // (PodFrom) are neither selected nor peers.
 //
-// One difference from upstream comes from where ufp's ACLs sit, not from
-// the translation: a pod's Out ACLs see what it sends before any
-// translation (docs/ACL.md, Where ACLs apply), so a connection to a
-// Service is judged by egress rules at the Service's VIP and port, not at
-// the backend pod it is balanced to, where upstream implementations judge
-// it after the destination translation. An egress rule naming pods does
-// not allow reaching them through a Service; the ingress side is judged
-// at the backend with the client's address, as upstream. Closing this
-// needs the Out ACLs after the load balancer in vswitch, which this
-// package leaves alone.
+// Where the ACLs apply decides how a connection to a Service is judged.
+// The node agent writes each pod's ACLs as an ACL set
+// (hns.ACLSetConfig, named after the endpoint), which ufp judges after
+// load balancing (docs/ACL.md, ACL sets): egress at the backend pod and
+// port a Service chose, as upstream implementations judge it after the
+// destination translation, so an egress rule naming pods allows reaching
+// them through their Service, and a Service whose backend no rule allows
+// is refused; ingress at the backend, with the client's address. The
+// same ACLs written as endpoint ACL policies (Policies, for a hand-made
+// endpoint) are judged before any translation, at the Service's VIP and
+// port, which upstream does not do. The semantic tests probe through
+// ACL sets, with each pod behind a Service of its own, and check egress
+// through Services (TestEgressToServiceJudgedAtBackend,
+// TestEgressToServiceDeniedWhenBackendIsNot).
 //
 // # Determinism and change
 //

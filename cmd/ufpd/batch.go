@@ -125,7 +125,10 @@ func checkBatch(b *api.Batch) error {
 			return err
 		}
 	}
-	return checkBatchRoutes(b)
+	if err := checkBatchRoutes(b); err != nil {
+		return err
+	}
+	return checkBatchACLSets(b)
 }
 
 // batchNames checks the names of the n objects of kind a batch writes
@@ -188,6 +191,9 @@ func applyBatch(dr *draft, b *api.Batch, res *api.BatchResult) error {
 		return err
 	}
 	doc.LoadBalancers = lbs
+	if err := applyBatchACLSets(dr, b, res); err != nil {
+		return err
+	}
 	devs := make(map[string]deviceConfig, len(dr.devs))
 	for _, dc := range dr.devs {
 		devs[dc.Port] = dc

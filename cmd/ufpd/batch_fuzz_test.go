@@ -164,6 +164,8 @@ func FuzzBatchBody(f *testing.F) {
 	f.Add([]byte(`{"owner": "a", "loadBalancers": [{"Name": "s", "HostComputeEndpoints": ["pod-a"], "FrontendVIPs": ["10.96.0.20"], "PortMappings": [{"Protocol": 6, "InternalPort": 80, "ExternalPort": 80}]}]}`))
 	f.Add([]byte(`{"owner": "a", "deleteLoadBalancers": ["s", "web"], "deleteEndpoints": ["remote.10.244.2.5"]}`))
 	f.Add([]byte(`{"owner": "b", "loadBalancers": [{"Name": "s", "Owner": "a"}]}`))
+	f.Add([]byte(`{"owner": "a", "aclSets": [{"Name": "pod-a", "Endpoint": "pod-a", "ACLs": [{"Id": "web", "Action": "Allow", "Direction": "In", "Protocols": "TCP", "LocalPorts": "80", "RemoteAddresses": "10.244.0.0/16", "Priority": 100}, {"Id": "deny-in", "Action": "Block", "Direction": "In", "Priority": 65535}]}, {"Name": "later", "Endpoint": "pod-z", "ACLs": []}], "deleteACLSets": ["gone"]}`))
+	f.Add([]byte(`{"owner": "a", "aclSets": [{"Name": "x", "Endpoint": "pod-b", "ACLs": [{"Action": "Allow", "Direction": "Out", "LocalPorts": "53"}]}, {"Name": "y", "Endpoint": "pod-b"}]}`))
 	f.Add([]byte(`{"owner": "", "endpoints": [{}]}`))
 	f.Add([]byte(`[]`))
 	f.Add([]byte(`{"owner": "a", "routes": [{"Name": "node/n3/10.244.3.0_24", "HostComputeNetwork": "flannel.4096", "DestinationPrefix": "10.244.3.0/24", "ProviderAddress": "192.168.50.3", "DistributedRouterMacAddress": "02:00:00:00:03:01"}], "deleteRoutes": ["node/n4/10.244.4.0_24"]}`))

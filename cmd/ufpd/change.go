@@ -189,6 +189,7 @@ func draftPolicy(c *vswitch.Config) (*vswitch.Config, error) {
 	}
 	doc.Endpoints, doc.LoadBalancers = slices.Clone(c.Endpoints), slices.Clone(c.LoadBalancers)
 	doc.Routes = slices.Clone(c.Routes)
+	doc.ACLSets = slices.Clone(c.ACLSets)
 	return doc, nil
 }
 

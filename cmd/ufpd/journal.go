@@ -84,6 +84,8 @@ type journalRecord struct {
 	DeleteLoadBalancers []string                 `json:"deleteLoadBalancers,omitempty"`
 	Routes              []hns.RemoteRouteConfig  `json:"routes,omitempty"`
 	DeleteRoutes        []string                 `json:"deleteRoutes,omitempty"`
+	ACLSets             []hns.ACLSetConfig       `json:"aclSets,omitempty"`
+	DeleteACLSets       []string                 `json:"deleteACLSets,omitempty"`
 }
 
 // appendFrame appends payload p framed: its length and CRC-32C, then p.
@@ -202,6 +204,7 @@ func (r *journalRecord) apply(pol *vswitch.Config, devs *[]deviceConfig) {
 	pol.Endpoints = replay(pol.Endpoints, r.Endpoints, r.DeleteEndpoints, endpointName)
 	pol.LoadBalancers = replay(pol.LoadBalancers, r.LoadBalancers, r.DeleteLoadBalancers, lbName)
 	pol.Routes = replay(pol.Routes, r.Routes, r.DeleteRoutes, routeName)
+	pol.ACLSets = replay(pol.ACLSets, r.ACLSets, r.DeleteACLSets, aclSetName)
 }
 
 func lbName(lb *hns.LoadBalancerConfig) string { return lb.Name }
@@ -404,8 +407,10 @@ func (j *journal) record(c *config, rev uint64, dr *draft) (frame, head []byte, 
 	}
 	// Routes, hundreds at most, are compared whole.
 	r.Routes, r.DeleteRoutes = diffList(prev.policy.Routes, c.policy.Routes, routeName, sameRoute)
-	n := len(r.Endpoints) + len(r.DeleteEndpoints) + len(r.LoadBalancers) + len(r.DeleteLoadBalancers) + len(r.Routes) + len(r.DeleteRoutes)
-	if n > 64 && n > (len(c.policy.Endpoints)+len(c.policy.LoadBalancers)+len(c.policy.Routes))/4 {
+	// ACL sets are few (one per local pod): compared whole.
+	r.ACLSets, r.DeleteACLSets = diffList(prev.policy.ACLSets, c.policy.ACLSets, aclSetName, hns.SameACLSet)
+	n := len(r.Endpoints) + len(r.DeleteEndpoints) + len(r.LoadBalancers) + len(r.DeleteLoadBalancers) + len(r.Routes) + len(r.DeleteRoutes) + len(r.ACLSets) + len(r.DeleteACLSets)
+	if n > 64 && n > (len(c.policy.Endpoints)+len(c.policy.LoadBalancers)+len(c.policy.Routes)+len(c.policy.ACLSets))/4 {
 		return nil, head, nil // a first sync, say: not worth a record
 	}
 	p, err := json.Marshal(&r)

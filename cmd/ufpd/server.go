@@ -140,6 +140,7 @@ func (d *daemon) handler() http.Handler {
 
 	routeCollection(h, d, "/v1/loadbalancers", loadBalancers)
 	readCollection(h, d, "/v1/routes", "{name...}", routes)
+	readCollection(h, d, "/v1/aclsets", "{name}", aclSets) // written by batches (aclsets.go)
 
 	d.inspectRoutes(h, mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

@@ -66,7 +66,7 @@ func writeStateTo(w io.Writer, c *config, rev uint64) error {
 		return err
 	}
 	fmt.Fprintf(bw, "{\n  \"revision\": %d,\n  \"policy\": ", rev)
-	// Endpoints, LoadBalancers and Routes are Config's last fields.
+	// Endpoints, LoadBalancers, Routes and ACLSets are Config's last fields.
 	bw.Write(head[:len(head)-1])
 	if err := writeList(bw, "Endpoints", p.Endpoints); err != nil {
 		return err
@@ -75,6 +75,9 @@ func writeStateTo(w io.Writer, c *config, rev uint64) error {
 		return err
 	}
 	if err := writeList(bw, "Routes", p.Routes); err != nil {
+		return err
+	}
+	if err := writeList(bw, "ACLSets", p.ACLSets); err != nil {
 		return err
 	}
 	devs := c.devices
@@ -140,12 +143,18 @@ func (e *stateEncoder) policy(c *vswitch.Config) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	// ACL sets are few (one per local pod): encoded each time.
+	setb, err := encodeList(nil, nil, c.ACLSets, hns.SameACLSet)
+	if err != nil {
+		return nil, err
+	}
 	e.eps, e.epb, e.lbs, e.lbb = c.Endpoints, epb, c.LoadBalancers, lbb
-	// Endpoints, LoadBalancers and Routes are Config's last fields.
+	// Endpoints, LoadBalancers, Routes and ACLSets are Config's last fields.
 	b := head[:len(head)-1]
 	b = appendList(b, "Endpoints", epb)
 	b = appendList(b, "LoadBalancers", lbb)
 	b = appendList(b, "Routes", rb)
+	b = appendList(b, "ACLSets", setb)
 	return append(b, '}'), nil
 }
 
