@@ -76,10 +76,28 @@ func TestAffected(t *testing.T) {
 			if !slices.Equal(got, tc.want) {
 				t.Errorf("affected %v, want %v", got, tc.want)
 			}
-			for _, k := range changed(Translate(before, o), Translate(after, o)) {
+			whole := Translate(after, o)
+			for _, k := range changed(Translate(before, o), whole) {
 				if !slices.Contains(got, k) {
 					t.Errorf("%s's ACLs changed, and it is not among the affected %v", k, got)
 				}
+			}
+			// The affected pods translated alone get what the whole
+			// translation gives them, and only they are translated.
+			part := TranslatePods(after, o, append(got, "x/no-such-pod"))
+			var keys []string
+			for _, e := range part.Endpoints {
+				keys = append(keys, e.Namespace+"/"+e.Name)
+				i := slices.IndexFunc(whole.Endpoints, func(w Endpoint) bool { return w.Namespace == e.Namespace && w.Name == e.Name })
+				if i < 0 || !slices.Equal(whole.Endpoints[i].ACLs, e.ACLs) {
+					t.Errorf("TranslatePods: %s/%s's ACLs differ from Translate's", e.Namespace, e.Name)
+				}
+			}
+			if !slices.Equal(keys, got) {
+				t.Errorf("TranslatePods translated %v, want %v", keys, got)
+			}
+			if !slices.Equal(part.Problems, whole.Problems) {
+				t.Errorf("TranslatePods' problems %v, Translate's %v", part.Problems, whole.Problems)
 			}
 		})
 	}
