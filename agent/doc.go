@@ -53,11 +53,10 @@
 // namespaces and NetworkPolicies of the whole cluster feed a view of it
 // as package netpol reads it, kept incrementally by the sync (the
 // handlers only queue changes that netpol can see: a pod's status
-// update is dropped). Each change translates again only the local
-// pods it can affect (netpol.AffectedByPolicy, AffectedByPod,
-// AffectedByNamespace, then netpol.TranslatePods); many changes in one
-// sync, a change of the Node and a full resync translate every local
-// pod. A local pod is matched to its ufpd endpoint (ufp-cni's) by
+// update is dropped). A sync's changes translate again only the local
+// pods they can affect (netpol.TranslateChanged: the cluster indexed
+// once for all of them); many changes in one sync, a change of the
+// Node and a full resync translate every local pod. A local pod is matched to its ufpd endpoint (ufp-cni's) by
 // address among the local endpoints; each pod a policy isolates gives
 // that endpoint an api.ACLSet named after it, which rides in the same
 // batch and is diffed against ufpd's sets of the owner like the load

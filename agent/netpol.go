@@ -21,19 +21,15 @@ import (
 )
 
 // npMaxIncremental is how many changes one sync works out incrementally
-// (each costs an index of the cluster: netpol's Affected functions, a
-// tenth of translating 100 local pods over 5,000 pods and 1,000
-// policies, BenchmarkNetpolSync); past it, every local pod is translated
-// again at once.
-const npMaxIncremental = 8
+// (netpol.TranslateChanged: one index of the cluster, then a pass over
+// the policies' rules per change); past it, every local pod is
+// translated again at once (netpol.Translate), as the changes would
+// affect most of them.
+const npMaxIncremental = 64
 
 // npChange is one change of a pod, a namespace or a policy, as the
 // informers' handlers saw it (nil: absent before, or after).
-type npChange struct {
-	oldPod, newPod *netpol.Pod
-	oldNS, newNS   *netpol.Namespace
-	oldPol, newPol *networkingv1.NetworkPolicy
-}
+type npChange = netpol.Change
 
 // npState is the NetworkPolicy side of the agent: the cluster as
 // package netpol reads it, kept incrementally from the informers'
@@ -142,14 +138,14 @@ func (a *Agent) onPod(old, new any) {
 	for _, x := range []struct {
 		obj any
 		to  **netpol.Pod
-	}{{old, &ch.oldPod}, {new, &ch.newPod}} {
+	}{{old, &ch.OldPod}, {new, &ch.NewPod}} {
 		if p, ok := unwrap(x.obj).(*corev1.Pod); ok {
 			if np, ok := netpol.PodFrom(p); ok {
 				*x.to = &np
 			}
 		}
 	}
-	if ch.oldPod == nil && ch.newPod == nil || ch.oldPod != nil && ch.newPod != nil && equalPod(ch.oldPod, ch.newPod) {
+	if ch.OldPod == nil && ch.NewPod == nil || ch.OldPod != nil && ch.NewPod != nil && equalPod(ch.OldPod, ch.NewPod) {
 		return // nothing netpol reads changed (a status update)
 	}
 	a.queueNP(ch)
@@ -158,12 +154,12 @@ func (a *Agent) onPod(old, new any) {
 func (a *Agent) onNamespace(old, new any) {
 	var ch npChange
 	if n, ok := unwrap(old).(*corev1.Namespace); ok {
-		ch.oldNS = &netpol.Namespace{Name: n.Name, Labels: n.Labels}
+		ch.OldNamespace = &netpol.Namespace{Name: n.Name, Labels: n.Labels}
 	}
 	if n, ok := unwrap(new).(*corev1.Namespace); ok {
-		ch.newNS = &netpol.Namespace{Name: n.Name, Labels: n.Labels}
+		ch.NewNamespace = &netpol.Namespace{Name: n.Name, Labels: n.Labels}
 	}
-	if ch.oldNS != nil && ch.newNS != nil && maps.Equal(ch.oldNS.Labels, ch.newNS.Labels) {
+	if ch.OldNamespace != nil && ch.NewNamespace != nil && maps.Equal(ch.OldNamespace.Labels, ch.NewNamespace.Labels) {
 		return
 	}
 	a.queueNP(ch)
@@ -171,10 +167,10 @@ func (a *Agent) onNamespace(old, new any) {
 
 func (a *Agent) onPolicy(old, new any) {
 	var ch npChange
-	ch.oldPol, _ = unwrap(old).(*networkingv1.NetworkPolicy)
-	ch.newPol, _ = unwrap(new).(*networkingv1.NetworkPolicy)
-	if ch.oldPol == nil && ch.newPol == nil ||
-		ch.oldPol != nil && ch.newPol != nil && reflect.DeepEqual(ch.oldPol.Spec, ch.newPol.Spec) {
+	ch.OldPolicy, _ = unwrap(old).(*networkingv1.NetworkPolicy)
+	ch.NewPolicy, _ = unwrap(new).(*networkingv1.NetworkPolicy)
+	if ch.OldPolicy == nil && ch.NewPolicy == nil ||
+		ch.OldPolicy != nil && ch.NewPolicy != nil && reflect.DeepEqual(ch.OldPolicy.Spec, ch.NewPolicy.Spec) {
 		return
 	}
 	a.queueNP(ch)
@@ -221,25 +217,27 @@ func (a *Agent) syncNetpol(full bool) {
 	np.all, np.nodeGen = false, a.nodeGen
 	for i := range changes {
 		np.apply(&changes[i])
-		if !all {
-			for _, k := range np.affected(&changes[i], o) {
-				np.dirty[k] = true
-			}
-		}
 	}
 	np.policiesGauge.Set(float64(len(np.cl.Policies)))
-	if !all && len(np.dirty) == 0 {
+	// A local pod whose endpoint changed is translated again as if it
+	// had changed.
+	for k := range np.dirty {
+		if i, ok := np.podAt[k]; ok {
+			changes = append(changes, npChange{OldPod: &np.cl.Pods[i], NewPod: &np.cl.Pods[i]})
+		}
+	}
+	clear(np.dirty)
+	if !all && len(changes) == 0 {
 		return
 	}
 	var res netpol.Result
-	keys := slices.Collect(maps.Keys(np.dirty))
+	var keys []string
 	if all {
 		res = netpol.Translate(&np.cl, o)
 		keys = slices.Collect(maps.Keys(np.sets))
 	} else {
-		res = netpol.TranslatePods(&np.cl, o, keys)
+		keys, res = netpol.TranslateChanged(&np.cl, o, changes)
 	}
-	clear(np.dirty)
 	got := make(map[string]*netpol.Endpoint, len(res.Endpoints))
 	for i := range res.Endpoints {
 		e := &res.Endpoints[i]
@@ -259,46 +257,34 @@ func (a *Agent) syncNetpol(full bool) {
 	np.duration.Observe(time.Since(start).Seconds())
 }
 
-// affected returns the local pods change ch can affect (ch applied).
-func (np *npState) affected(ch *npChange, o *netpol.Options) []string {
-	switch {
-	case ch.oldPol != nil || ch.newPol != nil:
-		return netpol.AffectedByPolicy(&np.cl, o, ch.oldPol, ch.newPol)
-	case ch.oldNS != nil || ch.newNS != nil:
-		return netpol.AffectedByNamespace(&np.cl, o, ch.oldNS, ch.newNS)
-	default:
-		return netpol.AffectedByPod(&np.cl, o, ch.oldPod, ch.newPod)
-	}
-}
-
 // apply makes change ch in the cluster view.
 func (np *npState) apply(ch *npChange) {
 	switch {
-	case ch.oldPol != nil || ch.newPol != nil:
-		p := ch.newPol
+	case ch.OldPolicy != nil || ch.NewPolicy != nil:
+		p := ch.NewPolicy
 		if p == nil {
-			p = ch.oldPol
+			p = ch.OldPolicy
 		}
 		key := p.Namespace + "/" + p.Name
 		delete(np.reported, key) // its problems are reported again
-		if ch.newPol == nil {
+		if ch.NewPolicy == nil {
 			np.cl.Policies = remove(np.cl.Policies, np.polAt, key, func(p *networkingv1.NetworkPolicy) string { return p.Namespace + "/" + p.Name })
 		} else {
-			np.cl.Policies = put(np.cl.Policies, np.polAt, key, ch.newPol)
+			np.cl.Policies = put(np.cl.Policies, np.polAt, key, ch.NewPolicy)
 		}
-	case ch.oldNS != nil || ch.newNS != nil:
-		if ch.newNS == nil {
-			np.cl.Namespaces = remove(np.cl.Namespaces, np.nsAt, ch.oldNS.Name, func(n netpol.Namespace) string { return n.Name })
+	case ch.OldNamespace != nil || ch.NewNamespace != nil:
+		if ch.NewNamespace == nil {
+			np.cl.Namespaces = remove(np.cl.Namespaces, np.nsAt, ch.OldNamespace.Name, func(n netpol.Namespace) string { return n.Name })
 		} else {
-			np.cl.Namespaces = put(np.cl.Namespaces, np.nsAt, ch.newNS.Name, *ch.newNS)
+			np.cl.Namespaces = put(np.cl.Namespaces, np.nsAt, ch.NewNamespace.Name, *ch.NewNamespace)
 		}
 	default:
-		if ch.newPod == nil {
-			key := ch.oldPod.Namespace + "/" + ch.oldPod.Name
+		if ch.NewPod == nil {
+			key := ch.OldPod.Namespace + "/" + ch.OldPod.Name
 			np.cl.Pods = remove(np.cl.Pods, np.podAt, key, func(p netpol.Pod) string { return p.Namespace + "/" + p.Name })
 			delete(np.asked, key)
 		} else {
-			np.cl.Pods = put(np.cl.Pods, np.podAt, ch.newPod.Namespace+"/"+ch.newPod.Name, *ch.newPod)
+			np.cl.Pods = put(np.cl.Pods, np.podAt, ch.NewPod.Namespace+"/"+ch.NewPod.Name, *ch.NewPod)
 		}
 	}
 }
