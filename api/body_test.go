@@ -44,8 +44,11 @@ func testBatches() map[string]*Batch {
 		"empty owner":  {},
 		"empty lists":  {Owner: "o", Endpoints: []Endpoint{}, LoadBalancers: []LoadBalancer{}, DeleteEndpoints: []string{}},
 		"deletes only": {Owner: "o", DeleteEndpoints: []string{"a", "b"}, DeleteLoadBalancers: []string{"c"}},
-		"escapes":      {Owner: "<o&>", Endpoints: []Endpoint{odd}, DeleteLoadBalancers: []string{"\x01"}},
-		"many":         many,
+		"owned objects": {Owner: "o", Routes: []Route{{Name: "node/n2/10.244.2.0_24", HostComputeNetwork: "ovl", DestinationPrefix: "10.244.2.0/24"}},
+			ACLSets:      []ACLSet{{Name: "pod-a", Endpoint: "pod-a", ACLs: []hns.ACLSettings{{Id: "deny-in", Action: "Block", Direction: "In"}}}},
+			DeleteRoutes: []string{"r"}, DeleteACLSets: []string{"s"}},
+		"escapes": {Owner: "<o&>", Endpoints: []Endpoint{odd}, DeleteLoadBalancers: []string{"\x01"}},
+		"many":    many,
 	}
 }
 
@@ -84,7 +87,8 @@ func TestBatchFieldsEncoded(t *testing.T) {
 		tags = append(tags, bt.Field(i).Name+" "+bt.Field(i).Tag.Get("json"))
 	}
 	want := []string{"Owner owner", "Endpoints endpoints,omitempty", "LoadBalancers loadBalancers,omitempty",
-		"DeleteEndpoints deleteEndpoints,omitempty", "DeleteLoadBalancers deleteLoadBalancers,omitempty"}
+		"DeleteEndpoints deleteEndpoints,omitempty", "DeleteLoadBalancers deleteLoadBalancers,omitempty",
+		"Routes routes,omitempty", "ACLSets aclSets,omitempty", "DeleteRoutes deleteRoutes,omitempty", "DeleteACLSets deleteACLSets,omitempty"}
 	if !reflect.DeepEqual(tags, want) {
 		t.Errorf("Batch's fields are %q; Batch.encodeJSON writes %q: update it", tags, want)
 	}

@@ -73,6 +73,7 @@ const aclMaxTies = 1 << 16
 // aclEntry is one validated ACL or NetworkACL policy.
 type aclEntry struct {
 	at          string // the policy's path
+	sat         string // its settings' path
 	name        string
 	defaultName bool // no Id: named after its policy index
 	action      string
@@ -101,7 +102,13 @@ func parseACL(at string, index int, pc *PolicyConfig) (*aclEntry, error) {
 	if err := decodeSettings(sat, pc.Settings, &s); err != nil {
 		return nil, err
 	}
-	a := &aclEntry{at: at, name: s.Id, priority: s.Priority}
+	return parseACLSettings(at, sat, index, &s)
+}
+
+// parseACLSettings validates the settings s of an ACL at path at (its
+// settings at path sat), whose index in its list is index.
+func parseACLSettings(at, sat string, index int, s *ACLSettings) (*aclEntry, error) {
+	a := &aclEntry{at: at, sat: sat, name: s.Id, priority: s.Priority}
 	if a.name == "" {
 		a.name, a.defaultName = "acl-"+strconv.Itoa(index), true
 	}
@@ -180,12 +187,12 @@ func (s *aclSet) add(a *aclEntry, owner string) error {
 			of = "the default name of " + o.at
 		}
 		if a.defaultName {
-			return fmt.Errorf("%s.Settings.Id: the ACL's default name %q is %s: give it an Id", a.at, a.name, of)
+			return fmt.Errorf("%s.Id: the ACL's default name %q is %s: give it an Id", a.sat, a.name, of)
 		}
-		return fmt.Errorf("%s.Settings.Id: %q is %s: Ids are unique among %s's ACLs", a.at, a.name, of, owner)
+		return fmt.Errorf("%s.Id: %q is %s: Ids are unique among %s's ACLs", a.sat, a.name, of, owner)
 	}
 	if s.ties[a.priority] == aclMaxTies {
-		return fmt.Errorf("%s.Settings.Priority: %s has %d ACLs of priority %d already, as many as one priority can order", a.at, owner, aclMaxTies, a.priority)
+		return fmt.Errorf("%s.Priority: %s has %d ACLs of priority %d already, as many as one priority can order", a.sat, owner, aclMaxTies, a.priority)
 	}
 	s.names[a.name] = a
 	s.ties[a.priority]++
@@ -337,14 +344,24 @@ func parseACLProtocols(at, s string) ([]vfp.Proto, error) {
 	return ps, nil
 }
 
+// aclDedupScan is the longest list of addresses whose duplicates are
+// found by a scan; a longer one (a NetworkPolicy peer of thousands of
+// pods) keeps a set, so that parsing it costs its length, not its square.
+const aclDedupScan = 16
+
 // parseACLAddresses parses LocalAddresses or RemoteAddresses: addresses
-// (host prefixes) and prefixes without host bits.
+// (host prefixes) and prefixes without host bits, duplicates dropped
+// (the first kept, in order).
 func parseACLAddresses(at, s string) ([]netip.Prefix, error) {
 	items, err := aclItems(at, s)
 	if err != nil {
 		return nil, err
 	}
-	var ps []netip.Prefix
+	var seen map[netip.Prefix]struct{}
+	if len(items) > aclDedupScan {
+		seen = make(map[netip.Prefix]struct{}, len(items))
+	}
+	ps := make([]netip.Prefix, 0, len(items))
 	for _, it := range items {
 		var p netip.Prefix
 		if strings.Contains(it, "/") {
@@ -367,9 +384,18 @@ func parseACLAddresses(at, s string) ([]netip.Prefix, error) {
 		if p != p.Masked() {
 			return nil, fmt.Errorf("%s: %s has host bits set (did you mean %s?)", at, p, p.Masked())
 		}
-		if !slices.Contains(ps, p) {
-			ps = append(ps, p)
+		if seen != nil {
+			if _, dup := seen[p]; dup {
+				continue
+			}
+			seen[p] = struct{}{}
+		} else if slices.Contains(ps, p) {
+			continue
 		}
+		ps = append(ps, p)
+	}
+	if len(ps) == 0 {
+		return nil, nil
 	}
 	return ps, nil
 }

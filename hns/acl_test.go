@@ -12,7 +12,8 @@ func TestHNSACLTooManyTies(t *testing.T) {
 	var s aclSet
 	const owner = `Endpoints[0] "pod-a"`
 	for i := range aclMaxTies + 1 {
-		a := &aclEntry{at: fmt.Sprintf("%s.Policies[%d]", owner, i), name: fmt.Sprintf("acl-%d", i), action: ACLAllow, priority: 7}
+		at := fmt.Sprintf("%s.Policies[%d]", owner, i)
+		a := &aclEntry{at: at, sat: at + ".Settings", name: fmt.Sprintf("acl-%d", i), action: ACLAllow, priority: 7}
 		err := s.add(a, owner)
 		if i < aclMaxTies {
 			if err != nil {

@@ -38,6 +38,9 @@ func (x *Lowered) UpdateEdits(c *Document, ed *Edits) (next *Lowered, changed []
 		!reflect.DeepEqual(c.Networks, o.Networks) || len(c.LoadBalancers) != len(o.LoadBalancers) {
 		return nil, nil, false
 	}
+	if !sameACLSets(c.ACLSets, o.ACLSets) {
+		return x.updateACLSets(c, ed) // ACL sets alone (aclsets.go)
+	}
 	var lbs []int
 	for _, i := range ed.LoadBalancers {
 		if i < 0 || i >= len(c.LoadBalancers) {

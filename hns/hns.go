@@ -341,6 +341,7 @@ type lowering struct {
 	lbShared   lbShared // the load-balancers groups ports share
 	vxlanPort  uint16
 	vxlanAt    string
+	sets       map[string]*aclSetPlan // ACL sets by endpoint name (aclsets.go)
 }
 
 // Lower returns the VFP-level document an HNS-level document compiles to:
@@ -397,6 +398,9 @@ func lower(c *Document) (*lowering, *vfp.Document, error) {
 		return nil, nil, err
 	}
 	l.eps = eps
+	if err := l.aclSets(); err != nil {
+		return nil, nil, err
+	}
 	if err := l.loadBalancers(eps); err != nil {
 		return nil, nil, err
 	}
@@ -1154,6 +1158,9 @@ func (l *lowering) emit(eps []*epPlan) *vfp.Document {
 			if layer := l.encapLayer(ep); layer != nil {
 				pc.Layers = append(pc.Layers, *layer)
 			}
+		}
+		if layer := l.policyLayer(ep); layer != nil {
+			pc.Layers = withPolicyLayer(pc.Layers, layer)
 		}
 		out.Ports = append(out.Ports, pc)
 	}

@@ -29,6 +29,8 @@ type Lowered struct {
 	src Document // the document lowered (its slices read, never written)
 	l   *lowering
 	svc *ServiceChange // load balancers added or removed by Update (services.go)
+	// sets is the ports a change of ACL sets alone changed (aclsets.go).
+	sets *ACLSetChange
 }
 
 // LowerKept is Lower, keeping what lowering learnt for Update. c's slices
@@ -57,6 +59,9 @@ func (x *Lowered) Update(c *Document) (next *Lowered, changed []int, ok bool) {
 	if !reflect.DeepEqual(c.Switch, o.Switch) || !reflect.DeepEqual(c.Uplink, o.Uplink) ||
 		!reflect.DeepEqual(c.Networks, o.Networks) {
 		return nil, nil, false
+	}
+	if !sameACLSets(c.ACLSets, o.ACLSets) {
+		return x.updateACLSets(c, nil) // ACL sets alone (aclsets.go)
 	}
 	if len(c.LoadBalancers) != len(o.LoadBalancers) {
 		return x.updateServices(c) // load balancers added or removed (services.go)

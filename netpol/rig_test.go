@@ -80,8 +80,32 @@ func rigCluster(pols ...*networkingv1.NetworkPolicy) *Cluster {
 	return c
 }
 
-// rigConfig is the HNS-level document of the rig's pods with the ACLs of
-// r.
+// rigVIP is the ClusterIP of the rig's Service of pod i (rigPods order),
+// "svc-NS-NAME": TCP 80 to the pod's 80, IPv4 and IPv6.
+func rigVIP(i int, v6 bool) netip.Addr {
+	if v6 {
+		return netip.MustParseAddr(fmt.Sprintf("fd00:96::%x", 0x10+i))
+	}
+	return netip.AddrFrom4([4]byte{10, 96, 0, byte(10 + i)})
+}
+
+// rigServices are the load balancers of the rig's Services.
+func rigServices() []hns.LoadBalancerConfig {
+	var out []hns.LoadBalancerConfig
+	for i, p := range rigPods() {
+		name := "svc-" + strings.ReplaceAll(p.key, "/", "-")
+		pm := []hns.LoadBalancerPortMappingConfig{{Protocol: 6, InternalPort: 80, ExternalPort: 80}}
+		out = append(out,
+			hns.LoadBalancerConfig{Name: name, HostComputeEndpoints: []string{p.key}, FrontendVIPs: []string{rigVIP(i, false).String()}, PortMappings: pm},
+			hns.LoadBalancerConfig{Name: name + "-v6", HostComputeEndpoints: []string{p.key}, FrontendVIPs: []string{rigVIP(i, true).String()},
+				Flags: hns.LBFlagIPv6, PortMappings: pm})
+	}
+	return out
+}
+
+// rigConfig is the HNS-level document of the rig's pods, with a Service
+// each (rigServices), and the ACLs of r as ACL sets named after the pods,
+// as the node agent writes them.
 func rigConfig(t testing.TB, r Result) *vswitch.Config {
 	t.Helper()
 	c := &vswitch.Config{
@@ -93,15 +117,15 @@ func rigConfig(t testing.TB, r Result) *vswitch.Config {
 			{IpAddressPrefix: "fd00:1::/64", Routes: []hns.RouteConfig{{NextHop: "fd00:1::1", DestinationPrefix: "::/0"}}},
 		}}}}},
 	}
-	acls := map[string][]hns.ACLSettings{}
 	for _, e := range r.Endpoints {
-		acls[e.Namespace+"/"+e.Name] = e.ACLs
+		key := e.Namespace + "/" + e.Name
+		c.ACLSets = append(c.ACLSets, hns.ACLSetConfig{Name: key, Endpoint: key, ACLs: e.ACLs, Owner: "ufp-agent/" + rigNode})
 	}
 	for _, p := range rigPods() {
 		c.Endpoints = append(c.Endpoints, hns.EndpointConfig{Name: p.key, HostComputeNetwork: "cbr0", MacAddress: p.mac.String(),
-			IpConfigurations: []hns.IpConfigConfig{{IpAddress: p.ip4.String()}, {IpAddress: p.ip6.String()}},
-			Policies:         Policies(acls[p.key])})
+			IpConfigurations: []hns.IpConfigConfig{{IpAddress: p.ip4.String()}, {IpAddress: p.ip6.String()}}})
 	}
+	c.LoadBalancers = rigServices()
 	// Round-trip through JSON and the strict parser, as ufpd takes it.
 	b, err := json.Marshal(c)
 	if err != nil {
@@ -170,6 +194,10 @@ type probe struct {
 	proto        string // tcp, udp, sctp
 	sport, dport uint16
 	flags        string // TCP: S, SA, A
+	// svc: sent to the Service of pod to (rigVIP), through the router.
+	// Its reply is from the pod (reply), which the switch gives the
+	// VIP as its source.
+	svc bool
 }
 
 func (k probe) reply(flags string) probe {
@@ -177,13 +205,23 @@ func (k probe) reply(flags string) probe {
 }
 
 func (k probe) String() string {
-	return fmt.Sprintf("%s %s -> %s:%d v6=%v %s", k.proto, k.from, k.to, k.dport, k.v6, k.flags)
+	to := k.to
+	if k.svc {
+		to = "svc-" + to
+	}
+	return fmt.Sprintf("%s %s -> %s:%d v6=%v %s", k.proto, k.from, to, k.dport, k.v6, k.flags)
 }
 
 // frame builds k's Ethernet frame.
 func (r *rig) frame(k probe) []byte {
 	r.t.Helper()
 	src, dst := r.pods[k.from], r.pods[k.to]
+	dstMAC := dst.mac
+	if k.svc {
+		// To the Service: its VIP, off-link through the router.
+		i := slices.IndexFunc(rigPods(), func(p rigPod) bool { return p.key == k.to })
+		dst.ip4, dst.ip6, dstMAC = rigVIP(i, false), rigVIP(i, true), rigRouter
+	}
 	proto := map[string]layers.IPProtocol{"tcp": layers.IPProtocolTCP, "udp": layers.IPProtocolUDP, "sctp": layers.IPProtocolSCTP}[k.proto]
 	var ipl gopacket.SerializableLayer
 	var nl gopacket.NetworkLayer
@@ -195,7 +233,7 @@ func (r *rig) frame(k probe) []byte {
 		ip := &layers.IPv4{Version: 4, IHL: 5, TTL: 64, Protocol: proto, SrcIP: src.ip4.AsSlice(), DstIP: dst.ip4.AsSlice()}
 		ipl, nl = ip, ip
 	}
-	ls := []gopacket.SerializableLayer{&layers.Ethernet{SrcMAC: src.mac, DstMAC: dst.mac, EthernetType: et}, ipl}
+	ls := []gopacket.SerializableLayer{&layers.Ethernet{SrcMAC: src.mac, DstMAC: dstMAC, EthernetType: et}, ipl}
 	switch k.proto {
 	case "tcp":
 		tc := &layers.TCP{SrcPort: layers.TCPPort(k.sport), DstPort: layers.TCPPort(k.dport), Window: 1000, Seq: 1000, Ack: 2000,
@@ -251,6 +289,26 @@ func (r *rig) connect(from, to, proto string, port uint16, v6 bool) bool {
 	r.t.Helper()
 	r.sport++
 	k := probe{from: from, to: to, v6: v6, proto: proto, sport: r.sport, dport: port, flags: "S"}
+	switch got := r.send(k); got {
+	case to:
+	case "drop blocked-by-policy":
+		return false
+	default:
+		r.t.Fatalf("%s: went to %s", k, got)
+	}
+	if got := r.send(k.reply("SA")); got != from {
+		r.t.Errorf("%s: arrived, but its reply went to %s", k, got)
+	}
+	return true
+}
+
+// connectService is connect through the Service of pod to (rigVIP):
+// it reports whether the connection arrived at to; when it did, the
+// reply must arrive too.
+func (r *rig) connectService(from, to string, v6 bool) bool {
+	r.t.Helper()
+	r.sport++
+	k := probe{from: from, to: to, v6: v6, proto: "tcp", sport: r.sport, dport: 80, flags: "S", svc: true}
 	switch got := r.send(k); got {
 	case to:
 	case "drop blocked-by-policy":

@@ -33,11 +33,15 @@ type Config struct {
 	Endpoints []hns.EndpointConfig `json:"Endpoints,omitempty"`
 	// LoadBalancers are the Services' load balancers (package hns).
 	LoadBalancers []hns.LoadBalancerConfig `json:"LoadBalancers,omitempty"`
+	// ACLSets are sets of ACLs programs own on endpoints (package hns,
+	// aclsets.go).
+	ACLSets []hns.ACLSetConfig `json:"ACLSets,omitempty"`
 }
 
 // hns returns the HNS level of c (sharing its slices).
 func (c *Config) hns() *hns.Document {
-	return &hns.Document{Switch: c.Switch, Uplink: c.Uplink, Networks: c.Networks, Endpoints: c.Endpoints, LoadBalancers: c.LoadBalancers}
+	return &hns.Document{Switch: c.Switch, Uplink: c.Uplink, Networks: c.Networks, Endpoints: c.Endpoints, LoadBalancers: c.LoadBalancers,
+		ACLSets: c.ACLSets}
 }
 
 // Clone returns a deep copy of c: the switch settings, uplink, networks
@@ -53,6 +57,7 @@ func (c *Config) Clone() (*Config, error) {
 		return nil, err
 	}
 	out.Endpoints, out.LoadBalancers = hns.CloneEndpoints(c.Endpoints), hns.CloneLoadBalancers(c.LoadBalancers)
+	out.ACLSets = hns.CloneACLSets(c.ACLSets)
 	return &out, nil
 }
 
@@ -156,6 +161,10 @@ type compiled struct {
 	// (services.go); its ports are then copies of the running policy's
 	// where their layers changed, with the same IDs.
 	services *servicesChange
+	// newPorts: some of the update's ports are copies of the running
+	// policy's with other layers, with the same IDs (services.go,
+	// aclsets.go).
+	newPorts bool
 }
 
 // gateway is a router identity of the switch.
@@ -276,6 +285,9 @@ func (c *Config) update(cur *compiled, env *vfp.Env, ed *hns.Edits) (*compiled, 
 	}
 	if x.Services() != nil {
 		return c.updateServices(cur, env, x, changed)
+	}
+	if x.ACLSets() != nil {
+		return c.updateACLSets(cur, env, x)
 	}
 	pools := make(map[netip.Addr]bool, len(cur.pools))
 	for _, pc := range cur.pools {

@@ -85,7 +85,7 @@ func (c *Config) updateServices(cur *compiled, env *vfp.Env, x *hns.Lowered, cha
 	}
 	p := &compiled{cfg: c, name: cur.name, ports: ports, gwMACs: cur.gwMACs, owned: cur.owned, gwIPs: cur.gwIPs,
 		ftable: cur.ftable, vxlan: cur.vxlan, zero6: cur.zero6, pools: cur.pools, lbs: lbs, hostIPs: cur.hostIPs,
-		lowered: x, env: env, incremental: true, changes: changes, services: svc}
+		lowered: x, env: env, incremental: true, changes: changes, services: svc, newPorts: true}
 	repl := make(map[*Port]*Port, len(ports))
 	for i, q := range cur.ports {
 		repl[q] = ports[i]

@@ -125,7 +125,7 @@ func checkBatch(b *api.Batch) error {
 			return err
 		}
 	}
-	return nil
+	return checkBatchACLSets(b)
 }
 
 // batchNames checks the names of the n objects of kind a batch writes
@@ -185,6 +185,9 @@ func applyBatch(dr *draft, b *api.Batch, res *api.BatchResult) error {
 		return err
 	}
 	doc.LoadBalancers = lbs
+	if err := applyBatchACLSets(dr, b, res); err != nil {
+		return err
+	}
 	devs := make(map[string]deviceConfig, len(dr.devs))
 	for _, dc := range dr.devs {
 		devs[dc.Port] = dc

@@ -164,6 +164,8 @@ func FuzzBatchBody(f *testing.F) {
 	f.Add([]byte(`{"owner": "a", "loadBalancers": [{"Name": "s", "HostComputeEndpoints": ["pod-a"], "FrontendVIPs": ["10.96.0.20"], "PortMappings": [{"Protocol": 6, "InternalPort": 80, "ExternalPort": 80}]}]}`))
 	f.Add([]byte(`{"owner": "a", "deleteLoadBalancers": ["s", "web"], "deleteEndpoints": ["remote.10.244.2.5"]}`))
 	f.Add([]byte(`{"owner": "b", "loadBalancers": [{"Name": "s", "Owner": "a"}]}`))
+	f.Add([]byte(`{"owner": "a", "aclSets": [{"Name": "pod-a", "Endpoint": "pod-a", "ACLs": [{"Id": "web", "Action": "Allow", "Direction": "In", "Protocols": "TCP", "LocalPorts": "80", "RemoteAddresses": "10.244.0.0/16", "Priority": 100}, {"Id": "deny-in", "Action": "Block", "Direction": "In", "Priority": 65535}]}, {"Name": "later", "Endpoint": "pod-z", "ACLs": []}], "deleteACLSets": ["gone"]}`))
+	f.Add([]byte(`{"owner": "a", "aclSets": [{"Name": "x", "Endpoint": "pod-b", "ACLs": [{"Action": "Allow", "Direction": "Out", "LocalPorts": "53"}]}, {"Name": "y", "Endpoint": "pod-b"}]}`))
 	f.Add([]byte(`{"owner": "", "endpoints": [{}]}`))
 	f.Add([]byte(`[]`))
 	d, _, _ := batchDaemon(f)

@@ -49,6 +49,13 @@ var loadBalancers = collection[api.LoadBalancer]{
 
 // routeCollection adds the five calls of collection c under path.
 func routeCollection[T any](h func(string, func(http.ResponseWriter, *http.Request) (any, error)), d *daemon, path string, c collection[T]) {
+	routeReads(h, d, path, c)
+	routeWrites(h, d, path, c)
+}
+
+// routeReads adds the two GET calls of collection c under path: the list
+// (with ?owner= if c has owners) and one object by name.
+func routeReads[T any](h func(string, func(http.ResponseWriter, *http.Request) (any, error)), d *daemon, path string, c collection[T]) {
 	h("GET "+path, func(w http.ResponseWriter, r *http.Request) (any, error) {
 		doc, _ := d.snapshot()
 		q := r.URL.Query()
@@ -75,6 +82,11 @@ func routeCollection[T any](h func(string, func(http.ResponseWriter, *http.Reque
 		}
 		return (*c.of(doc))[i], nil
 	})
+}
+
+// routeWrites adds the POST, PUT and DELETE calls of collection c under
+// path.
+func routeWrites[T any](h func(string, func(http.ResponseWriter, *http.Request) (any, error)), d *daemon, path string, c collection[T]) {
 	h("POST "+path, func(w http.ResponseWriter, r *http.Request) (any, error) {
 		var v T
 		if err := decode(r, c.kind, &v); err != nil {

@@ -66,12 +66,15 @@ func writeStateTo(w io.Writer, c *config, rev uint64) error {
 		return err
 	}
 	fmt.Fprintf(bw, "{\n  \"revision\": %d,\n  \"policy\": ", rev)
-	// Endpoints and LoadBalancers are Config's last fields.
+	// Endpoints, LoadBalancers and ACLSets are Config's last fields.
 	bw.Write(head[:len(head)-1])
 	if err := writeList(bw, "Endpoints", p.Endpoints); err != nil {
 		return err
 	}
 	if err := writeList(bw, "LoadBalancers", p.LoadBalancers); err != nil {
+		return err
+	}
+	if err := writeList(bw, "ACLSets", p.ACLSets); err != nil {
 		return err
 	}
 	devs := c.devices
@@ -133,11 +136,17 @@ func (e *stateEncoder) policy(c *vswitch.Config) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	// ACL sets are few (one per local pod): encoded each time.
+	setb, err := encodeList(nil, nil, c.ACLSets, hns.SameACLSet)
+	if err != nil {
+		return nil, err
+	}
 	e.eps, e.epb, e.lbs, e.lbb = c.Endpoints, epb, c.LoadBalancers, lbb
-	// Endpoints and LoadBalancers are Config's last fields.
+	// Endpoints, LoadBalancers and ACLSets are Config's last fields.
 	b := head[:len(head)-1]
 	b = appendList(b, "Endpoints", epb)
 	b = appendList(b, "LoadBalancers", lbb)
+	b = appendList(b, "ACLSets", setb)
 	return append(b, '}'), nil
 }
 
