@@ -157,15 +157,15 @@ func TestAgentNetworkPolicy(t *testing.T) {
 	e.policy("web-from-client", "web", "client", networkingv1.NetworkPolicyPort{Port: &named})
 	e.startAgent()
 	// The node's own address (192.168.1.10) is always allowed.
-	e.wantSets(map[string]string{"pod-a@pod-a": "node-in=192.168.1.10/32: " + e.ns + "/web-from-client/in0/tcp=10.244.1.5:8080 deny-in=:"})
+	e.wantSets(map[string]string{"pod-a@pod-a": "node-in=192.168.1.10: " + e.ns + "/web-from-client/in0/tcp=10.244.1.5:8080 deny-in=:"})
 
 	// The client moves: the set follows.
 	e.pod("client", "node-2", "10.244.1.7", map[string]string{"role": "client"})
-	e.wantSets(map[string]string{"pod-a@pod-a": "node-in=192.168.1.10/32: " + e.ns + "/web-from-client/in0/tcp=10.244.1.7:8080 deny-in=:"})
+	e.wantSets(map[string]string{"pod-a@pod-a": "node-in=192.168.1.10: " + e.ns + "/web-from-client/in0/tcp=10.244.1.7:8080 deny-in=:"})
 
 	// b becomes a client: a peer of a's policy, on this node.
 	e.pod("b", e.node, "10.244.0.11", map[string]string{"app": "db", "role": "client"})
-	e.wantSets(map[string]string{"pod-a@pod-a": "node-in=192.168.1.10/32: " + e.ns + "/web-from-client/in0/tcp=10.244.0.11,10.244.1.7:8080 deny-in=:"})
+	e.wantSets(map[string]string{"pod-a@pod-a": "node-in=192.168.1.10: " + e.ns + "/web-from-client/in0/tcp=10.244.0.11,10.244.1.7:8080 deny-in=:"})
 
 	// a relabelled: no longer selected, its set goes.
 	e.pod("a", e.node, "10.244.0.10", map[string]string{"app": "other"})
@@ -177,7 +177,7 @@ func TestAgentNetworkPolicy(t *testing.T) {
 	port := intstr.FromInt32(9)
 	e.policy("sctp", "other", "client", networkingv1.NetworkPolicyPort{Protocol: &sctp, Port: &port})
 	e.wantPolicyEvent("sctp", "SCTPPortUnsupported")
-	e.wantSets(map[string]string{"pod-a@pod-a": "node-in=192.168.1.10/32: deny-in=:"})
+	e.wantSets(map[string]string{"pod-a@pod-a": "node-in=192.168.1.10: deny-in=:"})
 
 	rec := e.metrics()
 	for _, want := range []string{
@@ -209,12 +209,12 @@ func (e *env) waitMetric(line string) {
 	})
 }
 
-// TestAgentNetworkPolicyWithoutACLSets runs whatever ufpd is built: the
+// TestAgentNetworkPolicyEvents runs whatever ufpd is built: the
 // agent's informers see the pods and policies made through the API
 // server, a problem is an Event on its policy, the isolated local pod is
 // found among ufpd's local endpoints (the metrics say so), and Services
 // are programmed whether or not ufpd has ACL sets.
-func TestAgentNetworkPolicyWithoutACLSets(t *testing.T) {
+func TestAgentNetworkPolicyEvents(t *testing.T) {
 	e := newNetpolEnv(t)
 	e.pod("a", e.node, "10.244.0.10", map[string]string{"app": "web"})
 	e.pod("client", "node-2", "10.244.1.5", map[string]string{"role": "client"})
