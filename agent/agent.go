@@ -77,6 +77,8 @@ type Agent struct {
 
 	// Owned by the sync (the runner's goroutine).
 	st          *state
+	acl         *aclState // the ACL sets of NetworkPolicies
+	np          *npState  // nil: NetworkPolicy is off
 	svcs        map[string]*svcState
 	locals      proxy.Locals
 	syncNode    proxy.Node
@@ -132,6 +134,7 @@ func New(c Config) (*Agent, error) {
 		ProxyName:  c.ProxyName,
 	}
 	a.st = newState(a.owner)
+	a.acl = newACLState(a.owner)
 	a.node = proxy.Node{Name: c.NodeName, Addresses: slices.Clone(c.NodeIPs)}
 	a.syncNode = a.node
 	a.relist.Store(true)
@@ -143,6 +146,11 @@ func New(c Config) (*Agent, error) {
 		return nil, fmt.Errorf("ProxyName: %w", err)
 	}
 	trim := newTrimmer()
+	if !c.NoNetworkPolicy {
+		if err := a.newNetpol(trim); err != nil {
+			return nil, err
+		}
+	}
 	a.factory = informers.NewSharedInformerFactoryWithOptions(c.Kube, 0, informers.WithTransform(trim.transform),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = sel }))
 	a.nodeFactory = informers.NewSharedInformerFactoryWithOptions(c.Kube, 0, informers.WithTransform(trim.transform),
@@ -229,6 +237,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.nodeFactory.Start(ctx.Done())
 	defer a.factory.Shutdown()
 	defer a.nodeFactory.Shutdown()
+	if a.np != nil {
+		a.np.factory.Start(ctx.Done())
+		defer a.np.factory.Shutdown()
+	}
 	a.log.Info("waiting for the informers' caches", "node", a.cfg.NodeName, "owner", a.owner)
 	if !cache.WaitForCacheSync(ctx.Done(), a.synced...) {
 		return fmt.Errorf("the informers' caches did not sync: %w", context.Cause(ctx))
@@ -362,6 +374,7 @@ func (a *Agent) sync(ctx context.Context, full bool) error {
 	for key := range dirty {
 		a.refresh(key)
 	}
+	a.syncNetpol(full)
 	tr.services = len(dirty)
 	tr.translate = since(&lap)
 	if err := a.apply(ctx, tr); err != nil {
@@ -533,9 +546,11 @@ func (a *Agent) apply(ctx context.Context, tr *syncTrace) error {
 	for range maxRefusals {
 		lap := time.Now()
 		b := a.st.diff()
+		a.acl.diffInto(b)
 		tr.diff += since(&lap)
 		if emptyBatch(b) {
 			a.st.applied(b)
+			a.acl.applied(b)
 			return nil
 		}
 		c, cancel := context.WithTimeout(ctx, ufpdTimeout)
@@ -546,6 +561,7 @@ func (a *Agent) apply(ctx context.Context, tr *syncTrace) error {
 		if err == nil {
 			a.up(true)
 			a.st.applied(b)
+			a.acl.applied(b)
 			a.knownRev.Store(res.Revision)
 			tr.lbs, tr.eps, tr.delLBs, tr.delEPs = len(b.LoadBalancers), len(b.Endpoints), len(b.DeleteLoadBalancers), len(b.DeleteEndpoints)
 			a.m.counted(len(b.LoadBalancers), len(b.Endpoints), len(b.DeleteLoadBalancers), len(b.DeleteEndpoints))
@@ -566,6 +582,9 @@ func (a *Agent) apply(ctx context.Context, tr *syncTrace) error {
 		}
 		a.up(true)
 		a.m.syncErrors.WithLabelValues(errRefused).Inc()
+		if name, ok := strings.CutPrefix(ae.Object, "ACL set "); ok && a.refusedACLSet(name, ae) {
+			continue
+		}
 		keys := a.faulty(ae.Object)
 		if len(keys) == 0 {
 			a.relist.Store(true)

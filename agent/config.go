@@ -18,6 +18,7 @@ type UFPD interface {
 	EndpointsWhere(ctx context.Context, f api.EndpointFilter) ([]api.Endpoint, error)
 	LoadBalancersOwnedBy(ctx context.Context, owner string) ([]api.LoadBalancer, error)
 	Apply(ctx context.Context, b *api.Batch) (*api.BatchResult, error)
+	ACLSetsOwnedBy(ctx context.Context, owner string) ([]api.ACLSet, error)
 }
 
 var _ UFPD = (*api.Client)(nil)
@@ -50,6 +51,10 @@ type Config struct {
 	// service.kubernetes.io/service-proxy-name=ProxyName; empty, only
 	// Services without that label.
 	ProxyName string
+	// NoNetworkPolicy turns NetworkPolicy enforcement off (it is on by
+	// default: the agent watches pods, namespaces and NetworkPolicies and
+	// gives each isolated local pod's endpoint an ACL set).
+	NoNetworkPolicy bool
 	// MinSyncPeriod is the least time between two syncs (changes in
 	// between are applied together); 0 means 10 ms.
 	MinSyncPeriod time.Duration

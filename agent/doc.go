@@ -49,6 +49,21 @@
 // one "sync applied" line with the handler's time of that change
 // (bench/agent reads these lines to split its updates' latency).
 //
+// NetworkPolicy (unless Config.NoNetworkPolicy): informers on pods,
+// namespaces and NetworkPolicies of the whole cluster feed a view of it
+// as package netpol reads it, kept incrementally by the sync (the
+// handlers only queue changes that netpol can see: a pod's status
+// update is dropped). A sync's changes translate again only the local
+// pods they can affect (netpol.TranslateChanged: the cluster indexed
+// once for all of them); many changes in one sync, a change of the
+// Node and a full resync translate every local pod. A local pod is matched to its ufpd endpoint (ufp-cni's) by
+// address among the local endpoints; each pod a policy isolates gives
+// that endpoint an api.ACLSet named after it, which rides in the same
+// batch and is diffed against ufpd's sets of the owner like the load
+// balancers (aclState). A pod whose endpoint is not known yet asks for
+// one listing of the local endpoints; its set follows when the endpoint
+// appears. Policies' problems become Events on them, once per change.
+//
 // Memory: the informers cache Services, EndpointSlices and the Node
 // trimmed to what the agent and the translation read (a transform
 // before caching: no managed fields, owner references, other labels
@@ -56,6 +71,6 @@
 // conditions shared), and what ufpd is listed to hold shares the
 // desired objects where they are equal.
 //
-// It imports api, hns (object flags) and proxy (the translation) of ufp,
-// and client-go and client_golang.
+// It imports api, hns (object flags), proxy and netpol (the
+// translations) of ufp, and client-go and client_golang.
 package agent

@@ -310,7 +310,8 @@ func (s *state) applied(b *api.Batch) {
 
 // emptyBatch reports whether b changes nothing.
 func emptyBatch(b *api.Batch) bool {
-	return len(b.LoadBalancers) == 0 && len(b.Endpoints) == 0 && len(b.DeleteLoadBalancers) == 0 && len(b.DeleteEndpoints) == 0
+	return len(b.LoadBalancers) == 0 && len(b.Endpoints) == 0 && len(b.DeleteLoadBalancers) == 0 && len(b.DeleteEndpoints) == 0 &&
+		len(b.ACLSets) == 0 && len(b.DeleteACLSets) == 0
 }
 
 // equalLB reports whether two load balancers are the same object for

@@ -43,6 +43,8 @@ type memUFPD struct {
 	rev     uint64
 	lbs     map[string]api.LoadBalancer
 	eps     map[string]api.Endpoint
+	sets    map[string]api.ACLSet
+	noSets  bool // answer 404 to the listing of ACL sets, as an older ufpd
 	down    bool
 	refuse  func(*api.Batch) *api.Error // non-nil: may refuse a batch
 	batches []*api.Batch                // accepted
@@ -51,7 +53,7 @@ type memUFPD struct {
 }
 
 func newMemUFPD() *memUFPD {
-	return &memUFPD{pid: 100, lbs: map[string]api.LoadBalancer{}, eps: map[string]api.Endpoint{}}
+	return &memUFPD{pid: 100, lbs: map[string]api.LoadBalancer{}, eps: map[string]api.Endpoint{}, sets: map[string]api.ACLSet{}}
 }
 
 var errDown = errors.New("ufpd at /run/ufp/ufpd.sock: connection refused")
@@ -140,6 +142,9 @@ func (m *memUFPD) Apply(_ context.Context, b *api.Batch) (*api.BatchResult, erro
 			}
 		}
 	}
+	if err := m.checkSets(b); err != nil {
+		return nil, err
+	}
 	// An endpoint deleted while a load balancer keeps it is a conflict.
 	final := maps.Clone(m.lbs)
 	for _, lb := range b.LoadBalancers {
@@ -168,6 +173,13 @@ func (m *memUFPD) Apply(_ context.Context, b *api.Batch) (*api.BatchResult, erro
 	}
 	for _, n := range b.DeleteEndpoints {
 		delete(m.eps, n)
+	}
+	for _, s := range b.ACLSets {
+		s.Owner = b.Owner
+		m.sets[s.Name] = s
+	}
+	for _, n := range b.DeleteACLSets {
+		delete(m.sets, n)
 	}
 	m.rev++
 	m.batches = append(m.batches, b)

@@ -5,6 +5,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
@@ -25,12 +26,18 @@ import (
 //     addresses, conditions, node name, zone and hints, the label
 //     kubernetes.io/service-name and the annotation
 //     endpoints.kubernetes.io/last-change-trigger-time;
-//   - of the Node: the zone label and the status addresses.
+//   - of the Node: the zone label and the status addresses;
+//   - of a Pod (NetworkPolicy; package netpol's PodFrom): its labels,
+//     node name, host-network flag, phase, pod IPs, and its containers'
+//     named ports (name, protocol, number), nothing else of a container;
+//   - of a Namespace: its labels;
+//   - of a NetworkPolicy: its spec.
 //
 // It drops managed fields, owner references, finalizers, other labels
 // and annotations (kubectl's last-applied-configuration among them),
-// Service conditions, endpoints' target references and host names, and
-// the rest of the Node. Endpoints' node names and conditions are
+// Service conditions, endpoints' target references and host names, the
+// rest of the Node, of a Pod (its volumes, containers' images,
+// commands, environment, status conditions...) and of a Namespace. Endpoints' node names and conditions are
 // shared: one string per node name, one pointer per condition value.
 // Idempotent. Safe for concurrent use (informers call it from their own
 // goroutines).
@@ -63,6 +70,13 @@ func (t *trimmer) transform(obj any) (any, error) {
 		trimMeta(&o.ObjectMeta, corev1.LabelTopologyZone, "")
 		o.Spec = corev1.NodeSpec{}
 		o.Status = corev1.NodeStatus{Addresses: o.Status.Addresses}
+	case *corev1.Pod:
+		trimPod(o)
+	case *corev1.Namespace:
+		trimMetaLabels(&o.ObjectMeta)
+		o.Spec, o.Status = corev1.NamespaceSpec{}, corev1.NamespaceStatus{}
+	case *networkingv1.NetworkPolicy:
+		trimMeta(&o.ObjectMeta, "", "")
 	}
 	return obj, nil
 }
@@ -75,6 +89,32 @@ func trimMeta(m *metav1.ObjectMeta, label, annotation string) {
 		Generation: m.Generation, CreationTimestamp: m.CreationTimestamp, DeletionTimestamp: m.DeletionTimestamp,
 		Labels: keep(m.Labels, label), Annotations: keep(m.Annotations, annotation),
 	}
+}
+
+// trimMetaLabels keeps of m its identity and every label.
+func trimMetaLabels(m *metav1.ObjectMeta) {
+	l := m.Labels
+	trimMeta(m, "", "")
+	m.Labels = l
+}
+
+// trimPod keeps of p what netpol.PodFrom reads.
+func trimPod(p *corev1.Pod) {
+	trimMetaLabels(&p.ObjectMeta)
+	var ports []corev1.ContainerPort
+	for i := range p.Spec.Containers {
+		for _, cp := range p.Spec.Containers[i].Ports {
+			if cp.Name != "" {
+				ports = append(ports, corev1.ContainerPort{Name: cp.Name, Protocol: cp.Protocol, ContainerPort: cp.ContainerPort})
+			}
+		}
+	}
+	var cs []corev1.Container
+	if len(ports) > 0 {
+		cs = []corev1.Container{{Name: "ports", Ports: ports}} // one container holds them all
+	}
+	p.Spec = corev1.PodSpec{NodeName: p.Spec.NodeName, HostNetwork: p.Spec.HostNetwork, Containers: cs}
+	p.Status = corev1.PodStatus{Phase: p.Status.Phase, PodIPs: p.Status.PodIPs}
 }
 
 // keep returns the map of m's entry of key k (nil if none).

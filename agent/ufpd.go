@@ -91,6 +91,9 @@ func (a *Agent) refreshUfpd(ctx context.Context) (all bool, err error) {
 			return fail(errList, err)
 		}
 		a.st.listed(lbs, eps)
+		if err := a.listACLSets(ctx); err != nil {
+			return fail(errList, err)
+		}
 		for key, ss := range a.svcs {
 			if ss.failedFP != "" {
 				a.st.set(key, a.st.frozen(key))
@@ -104,6 +107,9 @@ func (a *Agent) refreshUfpd(ctx context.Context) (all bool, err error) {
 	next := locals(local)
 	ch := changedIPs(a.locals, next)
 	a.locals = next
+	if a.np != nil && len(ch) > 0 {
+		a.np.localsChanged(a.cfg.NodeName, ch)
+	}
 	if len(ch) > 0 {
 		for _, ss := range a.svcs {
 			for _, ip := range ss.ips {

@@ -1,6 +1,7 @@
 package netpol
 
 import (
+	"maps"
 	"slices"
 
 	networkingv1 "k8s.io/api/networking/v1"
@@ -19,6 +20,12 @@ import (
 func AffectedByPolicy(c *Cluster, o *Options, old, new *networkingv1.NetworkPolicy) []string {
 	t := newTranslator(c, o)
 	set := map[string]bool{}
+	t.byPolicy(old, new, set)
+	return sortedKeys(set)
+}
+
+func (t *translator) byPolicy(old, new *networkingv1.NetworkPolicy, set map[string]bool) {
+	o := t.o
 	for _, np := range []*networkingv1.NetworkPolicy{old, new} {
 		if np == nil {
 			continue
@@ -30,7 +37,6 @@ func AffectedByPolicy(c *Cluster, o *Options, old, new *networkingv1.NetworkPoli
 			}
 		}
 	}
-	return sortedKeys(set)
 }
 
 // AffectedByPod returns the local pods whose ACLs pod old becoming new
@@ -41,6 +47,12 @@ func AffectedByPolicy(c *Cluster, o *Options, old, new *networkingv1.NetworkPoli
 func AffectedByPod(c *Cluster, o *Options, old, new *Pod) []string {
 	t := newTranslator(c, o)
 	set := map[string]bool{}
+	t.byPod(old, new, set)
+	return sortedKeys(set)
+}
+
+func (t *translator) byPod(old, new *Pod, set map[string]bool) {
+	o := t.o
 	for _, pod := range []*Pod{old, new} {
 		if pod != nil && pod.Node == o.Node {
 			set[key(pod)] = true
@@ -56,7 +68,6 @@ func AffectedByPod(c *Cluster, o *Options, old, new *Pod) []string {
 		}
 		return false
 	}, set)
-	return sortedKeys(set)
 }
 
 // AffectedByNamespace returns the local pods whose ACLs namespace old
@@ -65,6 +76,11 @@ func AffectedByPod(c *Cluster, o *Options, old, new *Pod) []string {
 func AffectedByNamespace(c *Cluster, o *Options, old, new *Namespace) []string {
 	t := newTranslator(c, o)
 	set := map[string]bool{}
+	t.byNamespace(old, new, set)
+	return sortedKeys(set)
+}
+
+func (t *translator) byNamespace(old, new *Namespace, set map[string]bool) {
 	t.eachPolicy(func(p *policy) bool {
 		for _, r := range slices.Concat(p.in, p.out) {
 			for _, pr := range r.peers {
@@ -77,7 +93,52 @@ func AffectedByNamespace(c *Cluster, o *Options, old, new *Namespace) []string {
 		}
 		return false
 	}, set)
-	return sortedKeys(set)
+}
+
+// Change is one change of a pod, a namespace or a policy: the Old and
+// New of one kind are set (nil: absent before, or after), as the
+// Affected functions take them.
+type Change struct {
+	OldPod, NewPod             *Pod
+	OldNamespace, NewNamespace *Namespace
+	OldPolicy, NewPolicy       *networkingv1.NetworkPolicy
+}
+
+// TranslateChanged is the Affected functions and TranslatePods in one
+// pass: c is the cluster with every change of changes made; it returns
+// the local pods the changes can affect (sorted) and their translation,
+// building the translation's indexes once (what one Affected call
+// costs) whatever the number of changes. Affected computed on the
+// cluster after all the changes is still a superset: a pod's peer
+// status under policy P can differ only through the pod (checked
+// before and after against c's namespaces and policies), its
+// namespace's labels (a namespace change marks every policy with a
+// namespaceSelector that selects either labels), or P itself (a policy
+// change marks its pods before and after).
+func TranslateChanged(c *Cluster, o *Options, changes []Change) ([]string, Result) {
+	t := newTranslator(c, o)
+	set := map[string]bool{}
+	problems := maps.Clone(t.problems) // not those of the policies' old versions
+	for i := range changes {
+		ch := &changes[i]
+		switch {
+		case ch.OldPolicy != nil || ch.NewPolicy != nil:
+			t.byPolicy(ch.OldPolicy, ch.NewPolicy, set)
+		case ch.OldNamespace != nil || ch.NewNamespace != nil:
+			t.byNamespace(ch.OldNamespace, ch.NewNamespace, set)
+		case ch.OldPod != nil || ch.NewPod != nil:
+			t.byPod(ch.OldPod, ch.NewPod, set)
+		}
+	}
+	t.problems = problems
+	var r Result
+	for _, p := range t.pods {
+		if p.Node == o.Node && set[key(p)] {
+			r.Endpoints = append(r.Endpoints, t.endpoint(p))
+		}
+	}
+	r.Problems = t.sortedProblems()
+	return sortedKeys(set), r
 }
 
 // eachPolicy adds to set the local pods selected by each policy for

@@ -2,6 +2,7 @@ package netpol
 
 import (
 	"net/netip"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -76,12 +77,88 @@ func TestAffected(t *testing.T) {
 			if !slices.Equal(got, tc.want) {
 				t.Errorf("affected %v, want %v", got, tc.want)
 			}
-			for _, k := range changed(Translate(before, o), Translate(after, o)) {
+			whole := Translate(after, o)
+			for _, k := range changed(Translate(before, o), whole) {
 				if !slices.Contains(got, k) {
 					t.Errorf("%s's ACLs changed, and it is not among the affected %v", k, got)
 				}
 			}
+			// The affected pods translated alone get what the whole
+			// translation gives them, and only they are translated.
+			part := TranslatePods(after, o, append(got, "x/no-such-pod"))
+			var keys []string
+			for _, e := range part.Endpoints {
+				keys = append(keys, e.Namespace+"/"+e.Name)
+				i := slices.IndexFunc(whole.Endpoints, func(w Endpoint) bool { return w.Namespace == e.Namespace && w.Name == e.Name })
+				if i < 0 || !slices.Equal(whole.Endpoints[i].ACLs, e.ACLs) {
+					t.Errorf("TranslatePods: %s/%s's ACLs differ from Translate's", e.Namespace, e.Name)
+				}
+			}
+			if !slices.Equal(keys, got) {
+				t.Errorf("TranslatePods translated %v, want %v", keys, got)
+			}
+			if !slices.Equal(part.Problems, whole.Problems) {
+				t.Errorf("TranslatePods' problems %v, Translate's %v", part.Problems, whole.Problems)
+			}
+			keys, one := TranslateChanged(after, o, []Change{asChange(old, new)})
+			if !slices.Equal(keys, got) || !reflect.DeepEqual(one, part) {
+				t.Errorf("TranslateChanged: %v %+v, want %v %+v", keys, one, got, part)
+			}
 		})
+	}
+}
+
+// TestTranslateChangedTogether: every change of TestAffected made at
+// once, with a policy that has a problem in its old version only:
+// TranslateChanged's pods are a superset of those whose ACLs changed,
+// translated as Translate does, with the problems of the cluster after.
+func TestTranslateChangedTogether(t *testing.T) {
+	o := &Options{Node: rigNode}
+	bad := np("x", "from-y-a", podA, ingress(from(nil, blockPeer("10.0.0.0/33"))))
+	fromYA := np("x", "from-y-a", podA, ingress(from(nil, bothPeer(ns("y"), pod("a")))))
+	toTeam := np("z", "to-team", nil, egress(to(nil, nsPeer(sel(map[string]string{"team": "t"})))))
+	before, after := rigCluster(bad, toTeam), rigCluster(fromYA, toTeam)
+	var chs []Change
+	chs = append(chs, Change{OldPolicy: bad, NewPolicy: fromYA})
+	for i := range after.Pods {
+		p := &after.Pods[i]
+		switch p.Namespace + "/" + p.Name {
+		case "y/a":
+			old := *p
+			p.Labels = map[string]string{"pod": "q"}
+			chs = append(chs, Change{OldPod: &old, NewPod: p})
+		case "z/c":
+			old := *p
+			p.IPs = []netip.Addr{netip.MustParseAddr("192.168.1.11")}
+			chs = append(chs, Change{OldPod: &old, NewPod: p})
+		}
+	}
+	oldNS := after.Namespaces[1]
+	after.Namespaces[1].Labels = map[string]string{"kubernetes.io/metadata.name": "y", "team": "t"}
+	chs = append(chs, Change{OldNamespace: &oldNS, NewNamespace: &after.Namespaces[1]})
+	keys, r := TranslateChanged(after, o, chs)
+	whole := Translate(after, o)
+	for _, k := range changed(Translate(before, o), whole) {
+		if !slices.Contains(keys, k) {
+			t.Errorf("%s's ACLs changed, and it is not among %v", k, keys)
+		}
+	}
+	if want := TranslatePods(after, o, keys); !reflect.DeepEqual(r, want) {
+		t.Errorf("TranslateChanged %+v, TranslatePods %+v", r, want)
+	}
+	if len(r.Problems) != 0 {
+		t.Errorf("problems of the policy's old version: %v", r.Problems)
+	}
+}
+
+func asChange(old, new any) Change {
+	switch o := old.(type) {
+	case *networkingv1.NetworkPolicy:
+		return Change{OldPolicy: o, NewPolicy: new.(*networkingv1.NetworkPolicy)}
+	case *Pod:
+		return Change{OldPod: o, NewPod: new.(*Pod)}
+	default:
+		return Change{OldNamespace: old.(*Namespace), NewNamespace: new.(*Namespace)}
 	}
 }
 

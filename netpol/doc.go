@@ -96,7 +96,9 @@
 // a change of one policy changes only the ACLs of that policy on the pods
 // it selects, so the agent's difference is small. Affected tells which
 // local pods a change of a pod, namespace or policy can touch, for
-// incremental updates.
+// incremental updates; TranslatePods translates only some local pods,
+// and TranslateChanged does both for a set of changes over one build of
+// the indexes.
 //
 // Policy changes apply to established connections on their next packet
 // (docs/ACL.md, Policy changes): a connection a new policy no longer

@@ -177,6 +177,30 @@ func Translate(c *Cluster, o *Options) Result {
 	return r
 }
 
+// TranslatePods is Translate for the local pods of c named by keys
+// ("namespace/name") alone, for incremental updates (the keys
+// AffectedByPolicy, AffectedByPod and AffectedByNamespace return): each
+// such pod's Endpoint is what Translate would give it. Keys of pods that
+// c does not have or that are not on o.Node are left out. Problems are
+// every policy's (they do not depend on which pods are translated) and
+// the translated pods'. It reads its arguments only; safe for concurrent
+// use.
+func TranslatePods(c *Cluster, o *Options, keys []string) Result {
+	t := newTranslator(c, o)
+	want := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		want[k] = true
+	}
+	var r Result
+	for _, p := range t.pods {
+		if p.Node == o.Node && want[key(p)] {
+			r.Endpoints = append(r.Endpoints, t.endpoint(p))
+		}
+	}
+	r.Problems = t.sortedProblems()
+	return r
+}
+
 // translator holds one translation's indexes and caches.
 type translator struct {
 	o        *Options

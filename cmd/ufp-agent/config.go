@@ -30,6 +30,7 @@ type options struct {
 	Network            string   `json:"network,omitempty"`
 	UfpdSocket         string   `json:"ufpdSocket,omitempty"`
 	ProxyName          string   `json:"proxyName,omitempty"`
+	NetworkPolicy      bool     `json:"networkPolicy"`
 	MinSyncPeriod      duration `json:"minSyncPeriod,omitempty"`
 	SyncPeriod         duration `json:"syncPeriod,omitempty"`
 	MetricsBindAddress string   `json:"metricsBindAddress,omitempty"`
@@ -59,6 +60,7 @@ func (d *duration) UnmarshalJSON(b []byte) error {
 func defaults() options {
 	return options{
 		UfpdSocket:         api.DefaultSocket,
+		NetworkPolicy:      true,
 		MinSyncPeriod:      duration(10 * time.Millisecond),
 		SyncPeriod:         duration(30 * time.Second),
 		MetricsBindAddress: "127.0.0.1:10249",
@@ -88,6 +90,7 @@ func settings(o *options) []setting {
 		{flag: "network", field: "network", str: &o.Network, usage: "the ufpd (HNS) `network` remote endpoints go on (required)"},
 		{flag: "ufpd-socket", field: "ufpdSocket", str: &o.UfpdSocket, usage: "ufpd's API `socket`"},
 		{flag: "proxy-name", field: "proxyName", str: &o.ProxyName, usage: "serve the Services labelled service.kubernetes.io/service-proxy-name=`NAME` (default: those without the label)"},
+		{flag: "network-policy", field: "networkPolicy", boolean: &o.NetworkPolicy, usage: "enforce NetworkPolicies: the endpoints of isolated local pods get ACL sets (--network-policy=false: off)"},
 		{flag: "min-sync-period", field: "minSyncPeriod", dur: &o.MinSyncPeriod, usage: "least `time` between two syncs"},
 		{flag: "sync-period", field: "syncPeriod", dur: &o.SyncPeriod, usage: "`time` between full resyncs"},
 		{flag: "metrics-bind-address", field: "metricsBindAddress", str: &o.MetricsBindAddress, usage: "`address` of /metrics (empty: not served)"},

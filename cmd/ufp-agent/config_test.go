@@ -46,7 +46,7 @@ func TestConfig(t *testing.T) {
 			want: func(o *options, c *checked) {
 				if o.UfpdSocket != "/run/ufp/ufpd.sock" || time.Duration(o.MinSyncPeriod) != 10*time.Millisecond ||
 					time.Duration(o.SyncPeriod) != 30*time.Second || o.MetricsBindAddress != "127.0.0.1:10249" ||
-					o.HealthzBindAddress != "127.0.0.1:10256" || c.nodeName != "host-a" {
+					o.HealthzBindAddress != "127.0.0.1:10256" || c.nodeName != "host-a" || !o.NetworkPolicy {
 					t.Errorf("defaults %+v %+v", o, c)
 				}
 			},
@@ -66,7 +66,7 @@ func TestConfig(t *testing.T) {
 					t.Errorf("checked %+v, want %+v", c, want)
 				}
 				if !o.EnableDSR || time.Duration(o.SyncPeriod) != time.Minute || time.Duration(o.MinSyncPeriod) != 20*time.Millisecond ||
-					o.Kubeconfig != "/etc/ufp/kubeconfig" || o.MetricsBindAddress != "0.0.0.0:10249" {
+					o.Kubeconfig != "/etc/ufp/kubeconfig" || o.MetricsBindAddress != "0.0.0.0:10249" || o.NetworkPolicy {
 					t.Errorf("options %+v", o)
 				}
 			},
@@ -81,6 +81,16 @@ func TestConfig(t *testing.T) {
 				}
 			},
 		},
+		{name: "network policy off and on again", args: []string{"--config", filepath.Join("testdata", "config.yaml"), "--network-policy"}, want: func(o *options, _ *checked) {
+			if !o.NetworkPolicy {
+				t.Errorf("--network-policy did not override the file's false")
+			}
+		}},
+		{name: "network policy flag off", args: []string{"--network", "x", "--network-policy=false"}, want: func(o *options, _ *checked) {
+			if o.NetworkPolicy {
+				t.Errorf("--network-policy=false left it on")
+			}
+		}},
 		{name: "network required", args: nil, wantErr: "config field network: required"},
 		{name: "unknown field", args: []string{"--config", unknown}, wantErr: `unknown field "nodeIp"`},
 		{name: "duration field", args: []string{"--config", badDur}, wantErr: "field syncPeriod: want a duration"},

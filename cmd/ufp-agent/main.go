@@ -63,18 +63,19 @@ func run(ctx context.Context, args []string, stderr io.Writer, getenv func(strin
 		return 2
 	}
 	a, err := agent.New(agent.Config{
-		NodeName:      c.nodeName,
-		Kube:          kube,
-		UFPD:          api.NewClient(o.UfpdSocket),
-		Network:       o.Network,
-		NodeIPs:       c.nodeIPs,
-		ClusterCIDRs:  c.clusterCIDRs,
-		SourceVIPs:    c.sourceVIPs,
-		DSR:           o.EnableDSR,
-		ProxyName:     o.ProxyName,
-		MinSyncPeriod: time.Duration(o.MinSyncPeriod),
-		SyncPeriod:    time.Duration(o.SyncPeriod),
-		Log:           log,
+		NodeName:        c.nodeName,
+		Kube:            kube,
+		UFPD:            api.NewClient(o.UfpdSocket),
+		Network:         o.Network,
+		NodeIPs:         c.nodeIPs,
+		ClusterCIDRs:    c.clusterCIDRs,
+		SourceVIPs:      c.sourceVIPs,
+		DSR:             o.EnableDSR,
+		NoNetworkPolicy: !o.NetworkPolicy,
+		ProxyName:       o.ProxyName,
+		MinSyncPeriod:   time.Duration(o.MinSyncPeriod),
+		SyncPeriod:      time.Duration(o.SyncPeriod),
+		Log:             log,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "ufp-agent: %v\n", err)
@@ -90,7 +91,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, getenv func(strin
 	defer stopServers()
 	log.Info("ufp-agent starting", "node", c.nodeName, "network", o.Network, "ufpd", o.UfpdSocket,
 		"nodeIPs", c.nodeIPs, "clusterCIDRs", c.clusterCIDRs, "sourceVIPs", c.sourceVIPs, "dsr", o.EnableDSR,
-		"proxyName", o.ProxyName, "api", rc.Host)
+		"proxyName", o.ProxyName, "networkPolicy", o.NetworkPolicy, "api", rc.Host)
 	if err := a.Run(ctx); err != nil {
 		log.Error("ufp-agent stopped", "err", err)
 		return 1
