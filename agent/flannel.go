@@ -172,4 +172,3 @@ func routeInputsEqual(a, b *corev1.Node) bool {
 	}
 	return maps.Equal(flannelAnnotations(a.Annotations), flannelAnnotations(b.Annotations))
 }
-
