@@ -214,6 +214,13 @@ func TestPodNetworkNetwork(t *testing.T) {
 		t.Errorf("a network without a provider address compares equal")
 	}
 
+	// The default port is left implicit (ufpd sets its port at start).
+	p.VXLANPort = DefaultVXLANPort
+	n, _ = p.network("pods", &own)
+	if b, _ := json.Marshal(n.Policies); strings.Contains(string(b), "VxlanPort") {
+		t.Errorf("policies %s", b)
+	}
+
 	bridge := &PodNetwork{Type: hns.TypeL2Bridge}
 	if err := bridge.validate("n1"); err != nil {
 		t.Fatal(err)
