@@ -49,17 +49,20 @@ func (h *harness) firstSync(ctx context.Context, t0 time.Time, n int) (time.Dura
 	}
 }
 
-// wait polls until every route of names is in ufpd (present) or none is
-// (not present), and returns the time from t0 to the poll that saw it.
-func (h *harness) wait(ctx context.Context, t0 time.Time, names []string, present bool) (time.Duration, error) {
+// wait polls until every route of names (name -> provider address) is
+// in ufpd with its provider address (present) or none is (not present),
+// and returns the time from t0 to the poll that saw it.
+func (h *harness) wait(ctx context.Context, t0 time.Time, names map[string]string, present bool) (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, joinTimeout)
 	defer cancel()
 	for {
 		done := true
 		var last error
-		for _, name := range names {
-			_, err := h.c.Route(ctx, name)
+		for name, pa := range names {
+			r, err := h.c.Route(ctx, name)
 			switch {
+			case err == nil && present && r.ProviderAddress != pa:
+				return 0, fmt.Errorf("route %s goes to %s, not %s", name, r.ProviderAddress, pa)
 			case err == nil && !present, api.IsNotFound(err) && present:
 				done = false
 			case err != nil && !api.IsNotFound(err):

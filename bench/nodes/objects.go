@@ -74,9 +74,13 @@ func node(name string, i int, flannel bool) *corev1.Node {
 	return n
 }
 
-// routeNames are the agent's routes to other node k's pod CIDRs.
-func routeNames(k int) []string {
-	return []string{agent.RouteName(nodeName(k), podCIDR(k+2)), agent.RouteName(nodeName(k), podCIDR6(k+2))}
+// routeNames are the agent's routes to other node k's pod CIDRs, with
+// their provider addresses.
+func routeNames(k int) map[string]string {
+	return map[string]string{
+		agent.RouteName(nodeName(k), podCIDR(k+2)):  underlay(k + 2).String(),
+		agent.RouteName(nodeName(k), podCIDR6(k+2)): underlay6(k + 2).String(),
+	}
 }
 
 // createNode creates n (the agent's own is created with its status:
