@@ -141,11 +141,11 @@ func podCIDRs(n *corev1.Node) ([]netip.Prefix, []string) {
 	var bad []string
 	for _, s := range l {
 		p, err := netip.ParsePrefix(s)
-		if err != nil || p.Addr().Zone() != "" {
+		if err != nil || p.Addr().Zone() != "" || p.Addr().Is4In6() {
 			bad = append(bad, s)
 			continue
 		}
-		out = append(out, netip.PrefixFrom(p.Addr().Unmap(), p.Bits()).Masked())
+		out = append(out, p.Masked())
 	}
 	return out, bad
 }
