@@ -405,7 +405,12 @@ func (a *Agent) syncOwnNode(ctx context.Context) error {
 		a.m.syncErrors.WithLabelValues(errUnreachable).Inc()
 		return err
 	}
-	// Routes are kept while held (touched): they go once it is ready.
+	if ready && !p.netReady {
+		// Routes were kept while held (touched): they go now. Services
+		// whose remote endpoints ufpd refused for want of the network
+		// are tried again now too, not at the next full resync.
+		a.retryFrozen()
+	}
 	p.netReady, p.netChecked = ready, true
 	if p.cfg.SubnetFile != "" {
 		content := p.cfg.subnetFile(&own, a.cfg.ClusterCIDRs)
@@ -424,6 +429,19 @@ func (a *Agent) syncOwnNode(ctx context.Context) error {
 		a.publish(ctx, node, &own)
 	}
 	return nil
+}
+
+// retryFrozen marks every Service whose objects ufpd refused for the
+// sync under way, to be translated and sent again.
+func (a *Agent) retryFrozen() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for key, ss := range a.svcs {
+		if ss.failedFP != "" {
+			ss.failedFP, ss.fp = "", ""
+			a.dirty[key] = struct{}{}
+		}
+	}
 }
 
 // publish patches the agent's Node with flannel's annotations, when they

@@ -19,6 +19,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -404,6 +405,11 @@ func (u *netUFPD) Apply(ctx context.Context, b *api.Batch) (*api.BatchResult, er
 			return nil, &api.Error{Status: http.StatusConflict, Object: "route " + r.Name, Message: "owned by " + old.Owner}
 		}
 	}
+	for _, e := range b.Endpoints {
+		if _, ok := u.networks[e.HostComputeNetwork]; !ok {
+			return nil, &api.Error{Status: http.StatusBadRequest, Object: "endpoint " + e.Name, Message: "no network " + e.HostComputeNetwork}
+		}
+	}
 	res, err := u.memUFPD.Apply(ctx, b)
 	if err != nil {
 		return nil, err
@@ -592,6 +598,30 @@ func drainEvents(rec *record.FakeRecorder) string {
 			return strings.Join(l, "\n")
 		}
 	}
+}
+
+// TestSyncServicesWaitForNetwork: a Service whose remote endpoint ufpd
+// refuses because the node's network is not there yet is programmed in
+// the sync that creates the network, not at the next full resync.
+func TestSyncServicesWaitForNetwork(t *testing.T) {
+	r := newNodeRig(t, PodNetwork{Manage: true})
+	svcs := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	r.a.services = corelisters.NewServiceLister(svcs)
+	r.a.translate = testTranslate
+	svcs.Add(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web", ResourceVersion: "1"},
+		Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.10", Ports: []corev1.ServicePort{{Port: 80}}}})
+	r.a.slices.Add(&discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web-1", ResourceVersion: "2",
+		Labels: map[string]string{discoveryv1.LabelServiceName: "web"}}, AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.244.2.5"}}}})
+	r.a.queue("default/web")
+	r.node(flannelNode("n1", nil, []string{"192.168.1.10"}, 0, ""))
+	r.mustSync(t, false)
+	if ev := drainEvents(r.rec); !strings.Contains(ev, "FailedToProgram") || len(r.u.lbBackends()) != 0 {
+		t.Fatalf("programmed without a network: %v; events %q", r.u.lbBackends(), ev)
+	}
+	r.node(flannelNode("n1", []string{"10.244.1.0/24"}, []string{"192.168.1.10"}, 0, ""))
+	r.mustSync(t, false)
+	wantLBs(t, r.u.memUFPD, map[string]string{"default.web.tcp80.v4.cluster": "remote.10.244.2.5"})
 }
 
 // TestSyncNetworkNotManaged: with Manage off the agent never writes the
