@@ -94,6 +94,11 @@ func (a *Agent) refreshUfpd(ctx context.Context) (all bool, err error) {
 		if err := a.listACLSets(ctx); err != nil {
 			return fail(errList, err)
 		}
+		if a.pn != nil {
+			if err := a.listRoutes(ctx); err != nil {
+				return fail(errList, err)
+			}
+		}
 		for key, ss := range a.svcs {
 			if ss.failedFP != "" {
 				a.st.set(key, a.st.frozen(key))
