@@ -22,8 +22,10 @@ SOCKET=${UFP_SOCKET:-/run/ufp/ufpd.sock}
 # The vNIC ufpd makes for the node (the template's HostPort device).
 VNIC=vEthernet
 
-# The facts the template may name; the first six are required.
-FACTS="UPLINK UPLINK_MAC UPLINK_MTU UPLINK_IPV4 GATEWAY_IPV4 GATEWAY_MAC_IPV4 UPLINK_IPV6 GATEWAY_IPV6 GATEWAY_MAC_IPV6"
+# The facts the template may name: every node has the first six; the
+# IPv6 ones are empty on an IPv4-only node.
+REQUIRED="UPLINK UPLINK_MAC UPLINK_MTU UPLINK_IPV4 GATEWAY_IPV4 GATEWAY_MAC_IPV4"
+FACTS="$REQUIRED UPLINK_IPV6 GATEWAY_IPV6 GATEWAY_MAC_IPV6"
 
 die() {
 	echo "ufp-node: $*" >&2
@@ -98,8 +100,12 @@ gather() {
 }
 
 # render substitutes ${FACT} in standard input with the environment's
-# values; a line naming a fact that is empty or unset is left out.
+# values; a line naming an IPv6 fact that is empty or unset is left out.
 render() {
+	for f in $REQUIRED; do
+		eval "v=\${$f:-}"
+		[ -n "$v" ] || die "$f: required, and not given"
+	done
 	script=
 	for f in $FACTS; do
 		eval "v=\${$f:-}"
