@@ -178,18 +178,26 @@ run_ufpd() {
 	# ufpd's vNIC carries the node's addresses; two interfaces with them
 	# would split the node's traffic around the switch.
 	ip addr flush dev "$UPLINK" scope global
+	# An IPv6 default route outlives the address; ufpd sets the node's on
+	# vEthernet.
+	while ip -4 route del default dev "$UPLINK" 2>/dev/null; do :; done
+	while ip -6 route del default dev "$UPLINK" 2>/dev/null; do :; done
 	"$BIN_DIR/ufpd" -config "$STATE_DIR/ufpd.json" &
 	pid=$!
+	child=$pid
 	trap 'kill -TERM $pid 2>/dev/null' TERM INT
 	trap 'kill -HUP $pid 2>/dev/null' HUP
 	status=0
 	while :; do
 		while kill -0 "$pid" 2>/dev/null; do
-			wait "$pid" && status=0 || status=$?
-			# wait on a process that is not our child (a successor)
-			# returns at once; poll it then.
+			# A trapped signal ends the wait early; a process that is
+			# not our child (a successor) cannot be waited for: poll.
+			wait "$pid" 2>/dev/null || true
 			kill -0 "$pid" 2>/dev/null && sleep 1
 		done
+		if [ "$pid" = "$child" ]; then
+			wait "$child" 2>/dev/null && status=0 || status=$?
+		fi
 		# A graceful restart (ufpctl restart) leaves a successor
 		# serving the socket: follow it.
 		next=$(ufpd_pid)
