@@ -67,7 +67,10 @@ func TestNodeScript(t *testing.T) {
 		}
 		return string(out)
 	}
-	in := func(ns string, args ...string) string { t.Helper(); return run(append([]string{"ip", "netns", "exec", ns}, args...)...) }
+	in := func(ns string, args ...string) string {
+		t.Helper()
+		return run(append([]string{"ip", "netns", "exec", ns}, args...)...)
+	}
 	for _, ns := range []string{node, gw} {
 		run("ip", "netns", "add", ns)
 		t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
