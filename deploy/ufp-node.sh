@@ -192,11 +192,14 @@ run_ufpd() {
 		while kill -0 "$pid" 2>/dev/null; do
 			# A trapped signal ends the wait early; a process that is
 			# not our child (a successor) cannot be waited for: poll.
-			wait "$pid" 2>/dev/null || true
+			wait "$pid" 2>/dev/null && status=0 || status=$?
 			kill -0 "$pid" 2>/dev/null && sleep 1
 		done
 		if [ "$pid" = "$child" ]; then
-			wait "$child" 2>/dev/null && status=0 || status=$?
+			# Not reaped yet if a signal ended the last wait; 127 if
+			# it was, and status has its exit status.
+			wait "$child" 2>/dev/null && st=0 || st=$?
+			[ "$st" = 127 ] || status=$st
 		fi
 		# A graceful restart (ufpctl restart) leaves a successor
 		# serving the socket: follow it.
