@@ -381,9 +381,6 @@ func lower(c *Document) (*lowering, *vfp.Document, error) {
 	if err := l.uplinkConfig(); err != nil {
 		return nil, nil, err
 	}
-	if len(c.Networks) == 0 {
-		return nil, nil, fmt.Errorf("Networks: an HNS-level document needs at least one network")
-	}
 	for i := range c.Networks {
 		if err := l.network(i); err != nil {
 			return nil, nil, err

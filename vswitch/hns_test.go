@@ -202,8 +202,6 @@ func TestHNSParseErrors(t *testing.T) {
 		}, want: "ports: a document is written either with ports (VFP level) or with Networks and Endpoints (HNS level), not both"},
 		{name: "missing Uplink", edit: func(t *testing.T, d doc) { delete(d, "Uplink") },
 			want: "Uplink: an HNS-level document needs the Uplink"},
-		{name: "no networks", edit: func(t *testing.T, d doc) { delete(d, "Networks") },
-			want: "Networks: an HNS-level document needs at least one network"},
 		{name: "switch gateway at the HNS level", edit: func(t *testing.T, d doc) {
 			d["switch"].(doc)["gateway"] = jsonValue(t, `{"mac": "02:00:00:00:00:01", "ips": ["10.244.0.1"]}`)
 		}, want: "switch.gateway: at the HNS level gateways come from the networks' subnets"},

@@ -243,8 +243,8 @@ func (n *NetConf) setIPAM(merged map[string]json.RawMessage, stdin []byte) error
 	ipam, ok := lookupFold(merged, "ipam")
 	_, top := lookupFold(n.raw, "ipam")
 	if !ok || isNull(ipam) {
-		if _, flannel := lookupFold(n.raw, "delegate"); !flannel {
-			return fmt.Errorf("ipam: ufp-cni needs an IPAM plugin (ipam.type, e.g. host-local)")
+		if _, flannel := lookupFold(n.raw, "delegate"); !flannel && n.SubnetFile == "" {
+			return fmt.Errorf("ipam: ufp-cni needs an IPAM plugin (ipam.type, e.g. host-local), or a subnetFile to take host-local ranges from")
 		}
 		file := n.SubnetFile
 		if file == "" {
@@ -296,26 +296,44 @@ func flannelIPAM(path string) (json.RawMessage, error) {
 	if err != nil {
 		return nil, fmt.Errorf("flannel's subnet file (subnetFile): %w", err)
 	}
+	return subnetIPAM(path, b)
+}
+
+// subnetIPAM is flannelIPAM of the subnet file b, named path in errors:
+// one range per FLANNEL_SUBNET or FLANNEL_IPV6_SUBNET line, in the file's
+// order; other lines are ignored.
+func subnetIPAM(path string, b []byte) (json.RawMessage, error) {
 	type rng struct {
 		Subnet  string `json:"subnet"`
 		Gateway string `json:"gateway,omitempty"`
 	}
 	var ranges [][]rng
+	seen := map[string]int{}
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for line := 1; sc.Scan(); line++ {
 		k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), "=")
 		if !ok || (k != "FLANNEL_SUBNET" && k != "FLANNEL_IPV6_SUBNET") {
 			continue
 		}
+		if at, dup := seen[k]; dup {
+			return nil, fmt.Errorf("%s:%d: %s is given twice (line %d too)", path, line, k, at)
+		}
+		seen[k] = line
 		p, err := netip.ParsePrefix(strings.TrimSpace(v))
 		if err != nil {
 			return nil, fmt.Errorf("%s:%d: %s: %q is not a prefix", path, line, k, v)
+		}
+		if p.Addr().Is4() != (k == "FLANNEL_SUBNET") {
+			return nil, fmt.Errorf("%s:%d: %s: %s is not of its family (IPv4 for FLANNEL_SUBNET, IPv6 for FLANNEL_IPV6_SUBNET)", path, line, k, p)
 		}
 		r := rng{Subnet: p.Masked().String()}
 		if p.Addr() != p.Masked().Addr() {
 			r.Gateway = p.Addr().String()
 		}
 		ranges = append(ranges, []rng{r})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	if len(ranges) == 0 {
 		return nil, fmt.Errorf("%s has no FLANNEL_SUBNET", path)

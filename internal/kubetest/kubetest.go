@@ -222,6 +222,9 @@ func startOnce(assets string) (_ *Cluster, err error) {
 		"--endpoint-reconciler-type=none",
 		// No controller makes service account tokens here.
 		"--disable-admission-plugins=ServiceAccount",
+		// As kubeadm's: node components (CNI, kube-proxy, ufp's
+		// DaemonSet) run privileged containers.
+		"--allow-privileged=true",
 	)
 	if err != nil {
 		return nil, err
