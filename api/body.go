@@ -102,6 +102,22 @@ func (b *Batch) encodeJSON(w io.Writer) error {
 		enc.raw(`,"deleteLoadBalancers":`)
 		list(&enc, b.DeleteLoadBalancers)
 	}
+	if len(b.Routes) > 0 {
+		enc.raw(`,"routes":`)
+		list(&enc, b.Routes)
+	}
+	if len(b.ACLSets) > 0 {
+		enc.raw(`,"aclSets":`)
+		list(&enc, b.ACLSets)
+	}
+	if len(b.DeleteRoutes) > 0 {
+		enc.raw(`,"deleteRoutes":`)
+		list(&enc, b.DeleteRoutes)
+	}
+	if len(b.DeleteACLSets) > 0 {
+		enc.raw(`,"deleteACLSets":`)
+		list(&enc, b.DeleteACLSets)
+	}
 	enc.raw(`}`)
 	return enc.err
 }

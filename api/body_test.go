@@ -46,6 +46,10 @@ func testBatches() map[string]*Batch {
 		"deletes only": {Owner: "o", DeleteEndpoints: []string{"a", "b"}, DeleteLoadBalancers: []string{"c"}},
 		"escapes":      {Owner: "<o&>", Endpoints: []Endpoint{odd}, DeleteLoadBalancers: []string{"\x01"}},
 		"many":         many,
+		"routes and ACL sets": {Owner: "o", Routes: []Route{{Name: "node/n2/10.244.2.0_24", HostComputeNetwork: "ovl",
+			DestinationPrefix: "10.244.2.0/24", ProviderAddress: "192.168.1.2", DistributedRouterMacAddress: "02:00:00:00:02:01"}},
+			ACLSets:      []ACLSet{{Name: "pod-a", Endpoint: "pod-a", ACLs: []hns.ACLSettings{{Action: "Allow", Direction: "In", Priority: 100}}}},
+			DeleteRoutes: []string{"node/n3/10.244.3.0_24"}, DeleteACLSets: []string{"pod-b"}},
 	}
 }
 
@@ -84,7 +88,8 @@ func TestBatchFieldsEncoded(t *testing.T) {
 		tags = append(tags, bt.Field(i).Name+" "+bt.Field(i).Tag.Get("json"))
 	}
 	want := []string{"Owner owner", "Endpoints endpoints,omitempty", "LoadBalancers loadBalancers,omitempty",
-		"DeleteEndpoints deleteEndpoints,omitempty", "DeleteLoadBalancers deleteLoadBalancers,omitempty"}
+		"DeleteEndpoints deleteEndpoints,omitempty", "DeleteLoadBalancers deleteLoadBalancers,omitempty",
+		"Routes routes,omitempty", "ACLSets aclSets,omitempty", "DeleteRoutes deleteRoutes,omitempty", "DeleteACLSets deleteACLSets,omitempty"}
 	if !reflect.DeepEqual(tags, want) {
 		t.Errorf("Batch's fields are %q; Batch.encodeJSON writes %q: update it", tags, want)
 	}

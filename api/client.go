@@ -239,6 +239,25 @@ func (c *Client) DeletePolicy(ctx context.Context, endpoint string, i int) error
 	return c.Do(ctx, http.MethodDelete, path("/endpoints/%s/policies/%d", url.PathEscape(endpoint), i), nil, nil)
 }
 
+// Routes lists the routes to other nodes' pod subnets.
+func (c *Client) Routes(ctx context.Context) ([]Route, error) {
+	var l []Route
+	return l, c.Do(ctx, http.MethodGet, path("/routes"), nil, &l)
+}
+
+// RoutesOwnedBy lists the routes whose Owner is exactly owner ("": those
+// without one).
+func (c *Client) RoutesOwnedBy(ctx context.Context, owner string) ([]Route, error) {
+	var l []Route
+	return l, c.Do(ctx, http.MethodGet, path("/routes")+"?"+url.Values{"owner": {owner}}.Encode(), nil, &l)
+}
+
+// Route returns the route named name.
+func (c *Client) Route(ctx context.Context, name string) (*Route, error) {
+	var r Route
+	return &r, c.Do(ctx, http.MethodGet, path("/routes/%s", url.PathEscape(name)), nil, &r)
+}
+
 // LoadBalancers lists the load balancers.
 func (c *Client) LoadBalancers(ctx context.Context) ([]LoadBalancer, error) {
 	var l []LoadBalancer

@@ -38,6 +38,9 @@ func (x *Lowered) UpdateEdits(c *Document, ed *Edits) (next *Lowered, changed []
 		!reflect.DeepEqual(c.Networks, o.Networks) || len(c.LoadBalancers) != len(o.LoadBalancers) {
 		return nil, nil, false
 	}
+	if !slices.Equal(c.Routes, o.Routes) {
+		return nil, nil, false // routes change the ports' layers: Lower
+	}
 	var lbs []int
 	for _, i := range ed.LoadBalancers {
 		if i < 0 || i >= len(c.LoadBalancers) {

@@ -271,12 +271,14 @@ type netPlan struct {
 	pa      map[bool]netip.Addr // local provider address by is-IPv4
 	drMAC   dataplane.MAC
 	routes  []paRoute
+	hops    []hostRoute // host-gateway Routes of an L2Bridge network (routes.go)
 	eps     []*epPlan
 	acls    aclSet // NetworkACL policies (acl.go)
 }
 
 type paRoute struct {
 	at     string
+	route  string // the Route's Name ("" for a RemoteSubnetRoute policy)
 	prefix netip.Prefix
 	vni    uint32
 	pa     netip.Addr
@@ -385,6 +387,9 @@ func lower(c *Document) (*lowering, *vfp.Document, error) {
 		if err := l.network(i); err != nil {
 			return nil, nil, err
 		}
+	}
+	if err := l.routes(); err != nil {
+		return nil, nil, err
 	}
 	if err := l.checkOverlaps(); err != nil {
 		return nil, nil, err
@@ -735,7 +740,7 @@ func (l *lowering) remoteRoute(n *netPlan, at string, s *RemoteSubnetRouteSettin
 	if local == r.pa {
 		return r, fmt.Errorf("%s.ProviderAddress: %s is this host's own provider address", at, r.pa)
 	}
-	if r.paMAC, ok = l.neighbors[r.pa]; !ok {
+	if r.paMAC, ok = l.underlayMAC(r.pa); !ok {
 		return r, fmt.Errorf("%s.ProviderAddress: no MAC is known for %s: list it (or the router toward it) in Uplink.Neighbors", at, r.pa)
 	}
 	if !slices.Contains(n.vnis, r.vni) {
@@ -786,17 +791,22 @@ func (l *lowering) checkOverlaps() error {
 		}
 	}
 	for _, n := range l.nets {
-		for _, r := range n.routes {
+		rs := n.routedPrefixes()
+		for _, r := range rs {
 			for _, o := range seen {
-				if o.p.Overlaps(r.prefix) {
-					return fmt.Errorf("%s.DestinationPrefix: %s overlaps %s", r.at, r.prefix, o.at)
+				if o.p.Overlaps(r.p) {
+					err := fmt.Errorf("%s.DestinationPrefix: %s overlaps %s", r.at, r.p, o.at)
+					if r.route != "" {
+						err = blame(err, KindRoute, r.route)
+					}
+					return err
 				}
 			}
 		}
 		// Routes of one network were checked against each other as they
 		// were read; from here on they are checked across networks.
-		for _, r := range n.routes {
-			seen = append(seen, owned{r.prefix, r.at + " (" + r.prefix.String() + ")"})
+		for _, r := range rs {
+			seen = append(seen, owned{r.p, r.at + " (" + r.p.String() + ")"})
 		}
 	}
 	vnis := map[uint32]string{}
@@ -1010,7 +1020,7 @@ func (l *lowering) endpointPolicy(ep *epPlan, at string, index int, pc *PolicyCo
 		case n.cfg.Type == TypeOverlay:
 			return fmt.Errorf("%s.NeedEncap: an Overlay endpoint's routes must be encapsulated (set NeedEncap)", sat)
 		}
-		if _, ok := l.neighbors[r.nextHop]; !ok && !s.NeedEncap {
+		if _, ok := l.underlayMAC(r.nextHop); !ok && !s.NeedEncap {
 			return fmt.Errorf("%s.NextHop: no MAC is known for %s: list it in Uplink.Neighbors", sat, r.nextHop)
 		}
 		if r.prefix.Addr().Is4() != ep.ips[0].Is4() && !slices.ContainsFunc(ep.ips, func(a netip.Addr) bool { return a.Is4() == r.prefix.Addr().Is4() }) {
@@ -1175,7 +1185,7 @@ func (l *lowering) vtep(n *netPlan) *encap.VTEP {
 // tunnel is the overlay route to prefix through remote subnet route r at
 // provider address pa (r's own, or an SDN route's next hop).
 func (l *lowering) tunnel(name string, prefix netip.Prefix, r *paRoute, pa netip.Addr) encap.Tunnel {
-	return encap.Tunnel{Name: name, Prefix: prefix, VNI: r.vni, Remote: pa, RemoteMAC: l.neighbors[pa], RouterMAC: r.drMAC}
+	return encap.Tunnel{Name: name, Prefix: prefix, VNI: r.vni, Remote: pa, RemoteMAC: l.mustUnderlayMAC(pa), RouterMAC: r.drMAC}
 }
 
 // encapLayer is an overlay endpoint's VNET_ENCAP_LAYER (encap.EncapLayer):
@@ -1194,13 +1204,10 @@ func (l *lowering) encapLayer(ep *epPlan) *vfp.LayerConfig {
 }
 
 // routeLayer is an L2Bridge endpoint's VNET_ROUTE_LAYER (encap.RouteLayer):
-// its SDN routes, to their next hops' MACs.
+// its SDN routes and its network's host routes (routes.go), to their next
+// hops' MACs.
 func (l *lowering) routeLayer(ep *epPlan) *vfp.LayerConfig {
-	var hops []encap.NextHop
-	for _, s := range ep.sdn {
-		hops = append(hops, encap.NextHop{Prefix: s.prefix, MAC: l.neighbors[s.nextHop]})
-	}
-	return encap.RouteLayer(hops)
+	return encap.RouteLayer(l.endpointHops(ep))
 }
 
 // decapLayer is the uplink's VNET_PA_ROUTE_LAYER (encap.DecapLayer) for

@@ -531,11 +531,14 @@ func (l *lowering) backend(name string, ep *epPlan, v4 bool) (vfp.BackendConfig,
 	case TypeOverlay:
 		rt := n.routeFor(ip)
 		be.Modify = &vfp.ModifyConfig{DstMAC: rt.drMAC, SrcMAC: n.drMAC}
-		be.Push = l.vtep(n).Push(rt.pa, l.neighbors[rt.pa], rt.vni)
+		be.Push = l.vtep(n).Push(rt.pa, rt.paMAC, rt.vni)
 	default:
 		// On the underlay: to the endpoint's MAC (its host's), else to
 		// the subnet's router.
 		mac := r.mac
+		if h := n.hopFor(ip); mac.IsZero() && h != nil {
+			mac = h.mac // the node a host-gateway route sends to
+		}
 		if mac.IsZero() {
 			for _, g := range n.gws {
 				if m, ok := l.neighbors[g]; ok && g.IsValid() && g.Is4() == v4 {

@@ -58,6 +58,9 @@ func (x *Lowered) Update(c *Document) (next *Lowered, changed []int, ok bool) {
 		!reflect.DeepEqual(c.Networks, o.Networks) {
 		return nil, nil, false
 	}
+	if !slices.Equal(c.Routes, o.Routes) {
+		return nil, nil, false // routes change the ports' layers: Lower
+	}
 	if len(c.LoadBalancers) != len(o.LoadBalancers) {
 		return x.updateServices(c) // load balancers added or removed (services.go)
 	}

@@ -33,16 +33,20 @@ type Config struct {
 	Endpoints []hns.EndpointConfig `json:"Endpoints,omitempty"`
 	// LoadBalancers are the Services' load balancers (package hns).
 	LoadBalancers []hns.LoadBalancerConfig `json:"LoadBalancers,omitempty"`
+	// Routes are routes to other nodes' pod subnets (hns.RemoteRouteConfig).
+	Routes []hns.RemoteRouteConfig `json:"Routes,omitempty"`
 }
 
 // hns returns the HNS level of c (sharing its slices).
 func (c *Config) hns() *hns.Document {
-	return &hns.Document{Switch: c.Switch, Uplink: c.Uplink, Networks: c.Networks, Endpoints: c.Endpoints, LoadBalancers: c.LoadBalancers}
+	return &hns.Document{Switch: c.Switch, Uplink: c.Uplink, Networks: c.Networks, Endpoints: c.Endpoints, LoadBalancers: c.LoadBalancers,
+		Routes: c.Routes}
 }
 
 // Clone returns a deep copy of c: the switch settings, uplink, networks
 // and ports through JSON, the endpoints and load balancers (the bulk of a
-// node's document) by hns.CloneEndpoints and hns.CloneLoadBalancers.
+// node's document) by hns.CloneEndpoints and hns.CloneLoadBalancers, the
+// routes (values without lists) by a copy of their list.
 func (c *Config) Clone() (*Config, error) {
 	b, err := json.Marshal(Config{Switch: c.Switch, Ports: c.Ports, Uplink: c.Uplink, Networks: c.Networks})
 	if err != nil {
@@ -53,6 +57,7 @@ func (c *Config) Clone() (*Config, error) {
 		return nil, err
 	}
 	out.Endpoints, out.LoadBalancers = hns.CloneEndpoints(c.Endpoints), hns.CloneLoadBalancers(c.LoadBalancers)
+	out.Routes = slices.Clone(c.Routes)
 	return &out, nil
 }
 

@@ -125,7 +125,7 @@ func checkBatch(b *api.Batch) error {
 			return err
 		}
 	}
-	return nil
+	return checkBatchRoutes(b)
 }
 
 // batchNames checks the names of the n objects of kind a batch writes
@@ -174,6 +174,9 @@ func ownedBy(kind, name, list string, i int, owner *string, batchOwner string) e
 // as a backend.
 func applyBatch(dr *draft, b *api.Batch, res *api.BatchResult) error {
 	doc := dr.doc
+	if err := applyBatchRoutes(dr, b, res); err != nil {
+		return err
+	}
 	lbl := batchList[hns.LoadBalancerConfig]{list: doc.LoadBalancers, spare: dr.lbSpare}
 	epl := batchList[hns.EndpointConfig]{list: doc.Endpoints, spare: dr.epSpare}
 	if dr.tracked {

@@ -166,6 +166,7 @@ func FuzzBatchBody(f *testing.F) {
 	f.Add([]byte(`{"owner": "b", "loadBalancers": [{"Name": "s", "Owner": "a"}]}`))
 	f.Add([]byte(`{"owner": "", "endpoints": [{}]}`))
 	f.Add([]byte(`[]`))
+	f.Add([]byte(`{"owner": "a", "routes": [{"Name": "node/n3/10.244.3.0_24", "HostComputeNetwork": "flannel.4096", "DestinationPrefix": "10.244.3.0/24", "ProviderAddress": "192.168.50.3", "DistributedRouterMacAddress": "02:00:00:00:03:01"}], "deleteRoutes": ["node/n4/10.244.4.0_24"]}`))
 	d, _, _ := batchDaemon(f)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		d.mu.Lock()

@@ -188,6 +188,7 @@ func draftPolicy(c *vswitch.Config) (*vswitch.Config, error) {
 		return nil, err
 	}
 	doc.Endpoints, doc.LoadBalancers = slices.Clone(c.Endpoints), slices.Clone(c.LoadBalancers)
+	doc.Routes = slices.Clone(c.Routes)
 	return doc, nil
 }
 

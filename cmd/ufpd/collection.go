@@ -49,6 +49,14 @@ var loadBalancers = collection[api.LoadBalancer]{
 
 // routeCollection adds the five calls of collection c under path.
 func routeCollection[T any](h func(string, func(http.ResponseWriter, *http.Request) (any, error)), d *daemon, path string, c collection[T]) {
+	readCollection(h, d, path, "{name}", c)
+	writeCollection(h, d, path, c)
+}
+
+// readCollection adds the two GET calls of collection c under path, an
+// object's name in the path's last wildcard (wild: "{name}", or
+// "{name...}" for names with slashes).
+func readCollection[T any](h func(string, func(http.ResponseWriter, *http.Request) (any, error)), d *daemon, path, wild string, c collection[T]) {
 	h("GET "+path, func(w http.ResponseWriter, r *http.Request) (any, error) {
 		doc, _ := d.snapshot()
 		q := r.URL.Query()
@@ -66,7 +74,7 @@ func routeCollection[T any](h func(string, func(http.ResponseWriter, *http.Reque
 		}
 		return out, nil
 	})
-	h("GET "+path+"/{name}", func(w http.ResponseWriter, r *http.Request) (any, error) {
+	h("GET "+path+"/"+wild, func(w http.ResponseWriter, r *http.Request) (any, error) {
 		doc, _ := d.snapshot()
 		name := r.PathValue("name")
 		i := c.find(*c.of(doc), name)
@@ -75,6 +83,11 @@ func routeCollection[T any](h func(string, func(http.ResponseWriter, *http.Reque
 		}
 		return (*c.of(doc))[i], nil
 	})
+}
+
+// writeCollection adds the three calls that write collection c under
+// path (POST, PUT and DELETE).
+func writeCollection[T any](h func(string, func(http.ResponseWriter, *http.Request) (any, error)), d *daemon, path string, c collection[T]) {
 	h("POST "+path, func(w http.ResponseWriter, r *http.Request) (any, error) {
 		var v T
 		if err := decode(r, c.kind, &v); err != nil {

@@ -82,6 +82,8 @@ type journalRecord struct {
 	DeleteEndpoints     []string                 `json:"deleteEndpoints,omitempty"`
 	LoadBalancers       []hns.LoadBalancerConfig `json:"loadBalancers,omitempty"`
 	DeleteLoadBalancers []string                 `json:"deleteLoadBalancers,omitempty"`
+	Routes              []hns.RemoteRouteConfig  `json:"routes,omitempty"`
+	DeleteRoutes        []string                 `json:"deleteRoutes,omitempty"`
 }
 
 // appendFrame appends payload p framed: its length and CRC-32C, then p.
@@ -199,6 +201,7 @@ func (r *journalRecord) apply(pol *vswitch.Config, devs *[]deviceConfig) {
 	}
 	pol.Endpoints = replay(pol.Endpoints, r.Endpoints, r.DeleteEndpoints, endpointName)
 	pol.LoadBalancers = replay(pol.LoadBalancers, r.LoadBalancers, r.DeleteLoadBalancers, lbName)
+	pol.Routes = replay(pol.Routes, r.Routes, r.DeleteRoutes, routeName)
 }
 
 func lbName(lb *hns.LoadBalancerConfig) string { return lb.Name }
@@ -399,8 +402,10 @@ func (j *journal) record(c *config, rev uint64, dr *draft) (frame, head []byte, 
 		r.Endpoints, r.DeleteEndpoints = diffList(prev.policy.Endpoints, c.policy.Endpoints, endpointName, hns.SameEndpoint)
 		r.LoadBalancers, r.DeleteLoadBalancers = diffList(prev.policy.LoadBalancers, c.policy.LoadBalancers, lbName, hns.SameLoadBalancer)
 	}
-	n := len(r.Endpoints) + len(r.DeleteEndpoints) + len(r.LoadBalancers) + len(r.DeleteLoadBalancers)
-	if n > 64 && n > (len(c.policy.Endpoints)+len(c.policy.LoadBalancers))/4 {
+	// Routes, hundreds at most, are compared whole.
+	r.Routes, r.DeleteRoutes = diffList(prev.policy.Routes, c.policy.Routes, routeName, sameRoute)
+	n := len(r.Endpoints) + len(r.DeleteEndpoints) + len(r.LoadBalancers) + len(r.DeleteLoadBalancers) + len(r.Routes) + len(r.DeleteRoutes)
+	if n > 64 && n > (len(c.policy.Endpoints)+len(c.policy.LoadBalancers)+len(c.policy.Routes))/4 {
 		return nil, head, nil // a first sync, say: not worth a record
 	}
 	p, err := json.Marshal(&r)

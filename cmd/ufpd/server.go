@@ -139,6 +139,7 @@ func (d *daemon) handler() http.Handler {
 	h("DELETE /v1/endpoints/{name}/policies/{index}", d.deletePolicy)
 
 	routeCollection(h, d, "/v1/loadbalancers", loadBalancers)
+	readCollection(h, d, "/v1/routes", "{name...}", routes)
 
 	d.inspectRoutes(h, mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

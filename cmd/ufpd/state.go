@@ -66,12 +66,15 @@ func writeStateTo(w io.Writer, c *config, rev uint64) error {
 		return err
 	}
 	fmt.Fprintf(bw, "{\n  \"revision\": %d,\n  \"policy\": ", rev)
-	// Endpoints and LoadBalancers are Config's last fields.
+	// Endpoints, LoadBalancers and Routes are Config's last fields.
 	bw.Write(head[:len(head)-1])
 	if err := writeList(bw, "Endpoints", p.Endpoints); err != nil {
 		return err
 	}
 	if err := writeList(bw, "LoadBalancers", p.LoadBalancers); err != nil {
+		return err
+	}
+	if err := writeList(bw, "Routes", p.Routes); err != nil {
 		return err
 	}
 	devs := c.devices
@@ -133,11 +136,16 @@ func (e *stateEncoder) policy(c *vswitch.Config) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	rb, err := encodeList(nil, nil, c.Routes, sameRoute) // a few, encoded each time
+	if err != nil {
+		return nil, err
+	}
 	e.eps, e.epb, e.lbs, e.lbb = c.Endpoints, epb, c.LoadBalancers, lbb
-	// Endpoints and LoadBalancers are Config's last fields.
+	// Endpoints, LoadBalancers and Routes are Config's last fields.
 	b := head[:len(head)-1]
 	b = appendList(b, "Endpoints", epb)
 	b = appendList(b, "LoadBalancers", lbb)
+	b = appendList(b, "Routes", rb)
 	return append(b, '}'), nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/ufp-dev/ufp/hns"
 	"github.com/ufp-dev/ufp/internal/scaledoc"
 	"github.com/ufp-dev/ufp/vswitch"
 )
@@ -14,6 +15,12 @@ import (
 // TestStateEncoder checks that the state file's policy, encoded again
 // after random changes with what the encoder kept of the last, is the
 // policy as json.Marshal encodes it.
+// stateRoutes are routes for the state's encoding tests.
+var stateRoutes = []hns.RemoteRouteConfig{
+	{Name: "node/n7/10.201.0.0_24", HostComputeNetwork: "x", DestinationPrefix: "10.201.0.0/24", ProviderAddress: "192.168.9.7", Owner: "a"},
+	{Name: "node/n8/10.201.1.0_24", HostComputeNetwork: "y", DestinationPrefix: "10.201.1.0/24", NextHop: "192.168.9.8"},
+}
+
 func TestStateEncoder(t *testing.T) {
 	s := scaledoc.Shape{Services: 30, Backends: 3, Locals: 4, Nodes: 3}
 	d := s.Document()
@@ -56,6 +63,13 @@ func TestStateEncoder(t *testing.T) {
 			d := s.Document()
 			next.Endpoints, next.LoadBalancers = d.Endpoints, d.LoadBalancers
 		}
+		if step%5 == 0 { // routes come and go
+			if next.Routes == nil {
+				next.Routes = stateRoutes
+			} else {
+				next.Routes = nil
+			}
+		}
 		got, err := enc.policy(next)
 		if err != nil {
 			t.Fatal(err)
@@ -87,6 +101,8 @@ func TestWriteStateTo(t *testing.T) {
 		{"no devices", &config{policy: full}},
 		{"no load balancers", &config{policy: &vswitch.Config{Switch: d.Switch, Uplink: d.Uplink, Networks: d.Networks, Endpoints: d.Endpoints}}},
 		{"networks alone", &config{policy: &vswitch.Config{Switch: d.Switch, Uplink: d.Uplink, Networks: d.Networks}, devices: devs}},
+		{"routes", &config{policy: &vswitch.Config{Switch: d.Switch, Uplink: d.Uplink, Networks: d.Networks, Endpoints: d.Endpoints,
+			LoadBalancers: d.LoadBalancers, Routes: stateRoutes}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			want, err := marshalState(tc.c, 42, nil)
