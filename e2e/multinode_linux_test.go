@@ -322,8 +322,10 @@ func TestMultiNode(t *testing.T) {
 	nodes := mnNodes{u1.name: n1, u2.name: n2, k3.name: n3}
 	macs := map[string][2]string{}
 	for name := range nodes {
-		macs[name] = m.waitAnnounced(t, name)
+		macs[name] = m.waitAnnounced(t, name, nodes[name])
 	}
+	u1.checkNetwork(t, macs[u1.name])
+	u2.checkNetwork(t, macs[u2.name])
 	u1.waitRoutes(t, nodes.except(u1.name), macs)
 	u2.waitRoutes(t, nodes.except(u2.name), macs)
 	k3.waitRoutes(t, nodes.except(k3.name).cidrs())
@@ -345,7 +347,8 @@ func TestMultiNode(t *testing.T) {
 
 	t.Run("node-added-and-deleted", func(t *testing.T) {
 		u4 := m.ufpNode(t, n4, "u4")
-		macs[u4.name] = m.waitAnnounced(t, u4.name)
+		macs[u4.name] = m.waitAnnounced(t, u4.name, n4)
+		u4.checkNetwork(t, macs[u4.name])
 		all := mnNodes{u1.name: n1, u2.name: n2, k3.name: n3, u4.name: n4}
 		for _, u := range []*ufpNode{u1, u2, u4} {
 			u.waitRoutes(t, all.except(u.name), macs)

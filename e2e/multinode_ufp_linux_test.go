@@ -188,7 +188,8 @@ func (m *multiLab) startAgent(t *testing.T, u *ufpNode) *agentProc {
 }
 
 // waitSubnetFile waits until node u's agent has written its subnet file
-// with the node's subnets, and ufpd has the network.
+// with the node's subnets, and has replaced ufpd's seed network with its
+// own (both families' subnets).
 func (m *multiLab) waitSubnetFile(t *testing.T, u *ufpNode) {
 	t.Helper()
 	want := []string{
@@ -199,8 +200,11 @@ func (m *multiLab) waitSubnetFile(t *testing.T, u *ufpNode) {
 	for {
 		b, err := os.ReadFile(u.subnetFile)
 		if err == nil && !slices.ContainsFunc(want, func(w string) bool { return !strings.Contains(string(b), w+"\n") }) {
-			if _, err = u.network(); err == nil {
-				return
+			var nw *api.Network
+			if nw, err = u.network(); err == nil {
+				if err = hasSubnets(nw, u.n.cidr(), u.n.cidr6()); err == nil {
+					return
+				}
 			}
 		}
 		if time.Now().After(end) {
@@ -225,6 +229,50 @@ func (u *ufpNode) network() (*api.Network, error) {
 		}
 	}
 	return nil, fmt.Errorf("ufpd has no network %s", mnNet)
+}
+
+// hasSubnets checks that network nw has exactly the subnets want.
+func hasSubnets(nw *api.Network, want ...netip.Prefix) error {
+	var got []string
+	for _, ipam := range nw.Ipams {
+		for _, s := range ipam.Subnets {
+			got = append(got, s.IpAddressPrefix)
+		}
+	}
+	var ws []string
+	for _, p := range want {
+		ws = append(ws, p.String())
+	}
+	slices.Sort(got)
+	slices.Sort(ws)
+	if !slices.Equal(got, ws) {
+		return fmt.Errorf("network %s has subnets %v, want %v", nw.Name, got, ws)
+	}
+	return nil
+}
+
+// checkNetwork checks that node u's network routes to the VtepMAC it
+// announces (macs: its annotations' v4 and v6 VtepMACs, which flannel
+// nodes send its pods' frames to).
+func (u *ufpNode) checkNetwork(t *testing.T, macs [2]string) {
+	t.Helper()
+	nw, err := u.network()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dr []string
+	for _, p := range nw.Policies {
+		if p.Type == "DrMacAddress" {
+			var s hns.DrMacAddressSettings
+			if err := json.Unmarshal(p.Settings, &s); err != nil {
+				t.Fatal(err)
+			}
+			dr = append(dr, strings.ToLower(strings.ReplaceAll(s.Address, "-", ":")))
+		}
+	}
+	if len(dr) != 1 || dr[0] != macs[0] || macs[1] != macs[0] {
+		t.Errorf("node %s: network %s has router MACs %v, its Node announces VtepMACs %v: want one, the same", u.name, nw.Name, dr, macs)
+	}
 }
 
 // writeCNIConf writes node u's CNI configuration: flannel's shape on
@@ -342,9 +390,10 @@ func sameRoutes(got, want map[string]api.Route) error {
 	return nil
 }
 
-// vtepMACs returns the VtepMACs Node name announces (v4, v6), or an
-// error if it announces none yet.
-func (m *multiLab) vtepMACs(name string) ([2]string, error) {
+// vtepMACs returns the VtepMACs Node name (node n) announces (v4, v6),
+// or an error if it does not announce both families' leases yet, at
+// n's public addresses.
+func (m *multiLab) vtepMACs(name string, n mnNode) ([2]string, error) {
 	node, err := m.cs.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
 		return [2]string{}, err
@@ -352,9 +401,10 @@ func (m *multiLab) vtepMACs(name string) ([2]string, error) {
 	leases, why := flannelLeases(node, mnVNI)
 	var macs [2]string
 	for _, ls := range leases {
-		if ls.cidr.Addr().Is6() {
+		switch {
+		case ls.cidr == n.cidr6() && ls.pa == n.ip6():
 			macs[1] = ls.mac
-		} else {
+		case ls.cidr == n.cidr() && ls.pa == n.ip():
 			macs[0] = ls.mac
 		}
 	}
@@ -364,13 +414,13 @@ func (m *multiLab) vtepMACs(name string) ([2]string, error) {
 	return macs, nil
 }
 
-// waitAnnounced waits until Node name announces both families' leases,
-// and returns its VtepMACs.
-func (m *multiLab) waitAnnounced(t *testing.T, name string) [2]string {
+// waitAnnounced waits until Node name (node n) announces both families'
+// leases, and returns its VtepMACs.
+func (m *multiLab) waitAnnounced(t *testing.T, name string, n mnNode) [2]string {
 	t.Helper()
 	end := time.Now().Add(kubeConverge)
 	for {
-		macs, err := m.vtepMACs(name)
+		macs, err := m.vtepMACs(name, n)
 		if err == nil {
 			return macs
 		}
