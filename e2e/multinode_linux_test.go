@@ -369,6 +369,13 @@ func TestMultiNode(t *testing.T) {
 			u.waitRoutes(t, nodes.except(u.name), macs)
 		}
 		k3.waitRoutes(t, nodes.except(k3.name).cidrs())
+		for _, from := range []*mnPod{pods[0], pods[2], pods[4]} {
+			for _, dst := range []netip.Addr{p4.ip, p4.ip6} {
+				if err := m.l.ping(from.ns, dst.String(), 1); err == nil {
+					t.Errorf("%s still reaches %s on %s, whose Node is gone", from.name, dst, u4.name)
+				}
+			}
+		}
 	})
 
 	t.Run("services", func(t *testing.T) {
