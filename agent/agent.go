@@ -68,6 +68,7 @@ type Agent struct {
 	broadcaster record.EventBroadcaster
 	recorder    record.EventRecorder
 	runner      *runner
+	pn          *podNet // nil: no pod network (Config.PodNetwork)
 
 	mu          sync.Mutex
 	dirty       map[string]struct{} // Services to look at in the next sync
@@ -137,6 +138,11 @@ func New(c Config) (*Agent, error) {
 	a.relist.Store(true)
 	a.localsStale.Store(true)
 	a.runner = newRunner(a.sync, c.MinSyncPeriod, c.SyncPeriod)
+	nodeSel := "metadata.name=" + c.NodeName
+	if c.PodNetwork != nil {
+		a.pn = newPodNet(a, c.UFPD.(NetworkUFPD))
+		nodeSel = "" // every Node: routes to their pod CIDRs
+	}
 
 	sel, err := proxySelector(c.ProxyName)
 	if err != nil {
@@ -146,7 +152,7 @@ func New(c Config) (*Agent, error) {
 	a.factory = informers.NewSharedInformerFactoryWithOptions(c.Kube, 0, informers.WithTransform(trim.transform),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = sel }))
 	a.nodeFactory = informers.NewSharedInformerFactoryWithOptions(c.Kube, 0, informers.WithTransform(trim.transform),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + c.NodeName }))
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = nodeSel }))
 	svcInf := a.factory.Core().V1().Services()
 	sliceInf := a.factory.Discovery().V1().EndpointSlices()
 	nodeInf := a.nodeFactory.Core().V1().Nodes()
@@ -154,6 +160,9 @@ func New(c Config) (*Agent, error) {
 		return nil, err
 	}
 	a.services = svcInf.Lister()
+	if a.pn != nil {
+		a.pn.nodes = nodeInf.Lister()
+	}
 	a.slices = sliceInf.Informer().GetIndexer()
 	handlers := []struct {
 		inf cache.SharedIndexInformer
@@ -169,11 +178,7 @@ func New(c Config) (*Agent, error) {
 			UpdateFunc: func(_, o any) { a.onSlice(o) },
 			DeleteFunc: a.onSlice,
 		}},
-		{nodeInf.Informer(), cache.ResourceEventHandlerFuncs{
-			AddFunc:    a.onNode,
-			UpdateFunc: func(_, o any) { a.onNode(o) },
-			DeleteFunc: func(any) {}, // keep what was known of the node
-		}},
+		{nodeInf.Informer(), a.nodeHandler()},
 	}
 	for _, h := range handlers {
 		if _, err := h.inf.AddEventHandler(h.h); err != nil {
@@ -343,6 +348,11 @@ func (a *Agent) sync(ctx context.Context, full bool) error {
 		tr.list = since(&lap)
 	} else {
 		lap = time.Now()
+	}
+	if a.pn != nil {
+		if err := a.syncPods(ctx, full); err != nil {
+			return err
+		}
 	}
 	a.mu.Lock()
 	dirty := a.dirty
@@ -565,6 +575,9 @@ func (a *Agent) apply(ctx context.Context, tr *syncTrace) error {
 			return err
 		}
 		a.up(true)
+		if a.routeRefused(ae) {
+			continue
+		}
 		a.m.syncErrors.WithLabelValues(errRefused).Inc()
 		keys := a.faulty(ae.Object)
 		if len(keys) == 0 {

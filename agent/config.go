@@ -62,6 +62,11 @@ type Config struct {
 	// HealthTimeout is how long a queued change may wait for a
 	// successful sync before /healthz fails; 0 means 2 SyncPeriods.
 	HealthTimeout time.Duration
+	// PodNetwork, if set, makes the agent run the node's pod network
+	// (flanneld's job, network.go): Network made from the Node, routes
+	// to every other Node's pod CIDRs, flannel's subnet file and
+	// annotations. UFPD must then be a NetworkUFPD too.
+	PodNetwork *PodNetwork
 	// Log receives the agent's logs; nil means slog.Default().
 	Log *slog.Logger
 }
@@ -133,6 +138,14 @@ func (c *Config) Validate() error {
 	}
 	if c.Log == nil {
 		c.Log = slog.Default()
+	}
+	if c.PodNetwork != nil {
+		if _, ok := c.UFPD.(NetworkUFPD); c.UFPD != nil && !ok {
+			errs = append(errs, fmt.Errorf("UFPD: a %T has not the network and route calls a PodNetwork needs (NetworkUFPD)", c.UFPD))
+		}
+		pn := *c.PodNetwork // the caller's stays as it is
+		c.PodNetwork = &pn
+		errs = append(errs, pn.validate(c.NodeName))
 	}
 	return errors.Join(errs...)
 }

@@ -46,6 +46,8 @@ type state struct {
 
 	touchedLB map[string]struct{}
 	touchedEP map[string]struct{}
+
+	routes *routeSet // routes to other nodes' pod CIDRs (nodes.go)
 }
 
 func newState(owner string) *state {
@@ -59,6 +61,7 @@ func newState(owner string) *state {
 		actualEP:  map[string]*api.Endpoint{},
 		touchedLB: map[string]struct{}{},
 		touchedEP: map[string]struct{}{},
+		routes:    newRouteSet(),
 	}
 }
 
@@ -285,6 +288,7 @@ func (s *state) diff() *api.Batch {
 	sort.Slice(b.Endpoints, func(i, j int) bool { return b.Endpoints[i].Name < b.Endpoints[j].Name })
 	sort.Strings(b.DeleteLoadBalancers)
 	sort.Strings(b.DeleteEndpoints)
+	s.routes.diff(b)
 	return b
 }
 
@@ -306,11 +310,13 @@ func (s *state) applied(b *api.Batch) {
 	}
 	clear(s.touchedLB)
 	clear(s.touchedEP)
+	s.routes.applied(b)
 }
 
 // emptyBatch reports whether b changes nothing.
 func emptyBatch(b *api.Batch) bool {
-	return len(b.LoadBalancers) == 0 && len(b.Endpoints) == 0 && len(b.DeleteLoadBalancers) == 0 && len(b.DeleteEndpoints) == 0
+	return len(b.LoadBalancers) == 0 && len(b.Endpoints) == 0 && len(b.DeleteLoadBalancers) == 0 && len(b.DeleteEndpoints) == 0 &&
+		len(b.Routes) == 0 && len(b.DeleteRoutes) == 0
 }
 
 // equalLB reports whether two load balancers are the same object for

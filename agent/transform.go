@@ -25,12 +25,17 @@ import (
 //     addresses, conditions, node name, zone and hints, the label
 //     kubernetes.io/service-name and the annotation
 //     endpoints.kubernetes.io/last-change-trigger-time;
-//   - of the Node: the zone label and the status addresses.
+//   - of a Node: the zone label, flannel's annotations
+//     (flannel.alpha.coreos.com/*: backend type and data, public
+//     addresses), spec.podCIDRs and spec.podCIDR, and the status
+//     addresses (the agent's pod network routes to every Node's pod
+//     CIDRs).
 //
 // It drops managed fields, owner references, finalizers, other labels
 // and annotations (kubectl's last-applied-configuration among them),
 // Service conditions, endpoints' target references and host names, and
-// the rest of the Node. Endpoints' node names and conditions are
+// the rest of a Node (its conditions, images, capacity: the heartbeats'
+// changes leave a Node's routes as they are). Endpoints' node names and conditions are
 // shared: one string per node name, one pointer per condition value.
 // Idempotent. Safe for concurrent use (informers call it from their own
 // goroutines).
@@ -60,8 +65,10 @@ func (t *trimmer) transform(obj any) (any, error) {
 		trimMeta(&o.ObjectMeta, discoveryv1.LabelServiceName, corev1.EndpointsLastChangeTriggerTime)
 		t.trimEndpoints(o.Endpoints)
 	case *corev1.Node:
+		ann := flannelAnnotations(o.Annotations)
 		trimMeta(&o.ObjectMeta, corev1.LabelTopologyZone, "")
-		o.Spec = corev1.NodeSpec{}
+		o.Annotations = ann
+		o.Spec = corev1.NodeSpec{PodCIDR: o.Spec.PodCIDR, PodCIDRs: o.Spec.PodCIDRs}
 		o.Status = corev1.NodeStatus{Addresses: o.Status.Addresses}
 	}
 	return obj, nil

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/ufp-dev/ufp/hns"
 	"github.com/ufp-dev/ufp/proxy"
 )
 
@@ -146,7 +147,7 @@ func TestTransformKeepsWhatProxyReads(t *testing.T) {
 	if !reflect.DeepEqual(wantNode, gotNode) || wantNode.Zone != "z1" || len(wantNode.Addresses) != 2 {
 		t.Fatalf("node: %+v before the transform, %+v after", wantNode, gotNode)
 	}
-	if trimmedNode.Status.Images != nil || trimmedNode.Spec.PodCIDR != "" || trimmedNode.ManagedFields != nil {
+	if trimmedNode.Status.Images != nil || trimmedNode.Spec.PodCIDR != "10.0.1.0/24" || trimmedNode.ManagedFields != nil {
 		t.Errorf("node: kept %+v", trimmedNode)
 	}
 	opts := proxy.Options{Owner: Owner("n1"), Network: "pods", SourceVIP4: netip.MustParseAddr("10.0.1.2"), SourceVIP6: netip.MustParseAddr("fd00:1::2")}
@@ -232,5 +233,51 @@ func TestTransformSharesAndPassesThrough(t *testing.T) {
 	got, err := tr.transform(tomb)
 	if err != nil || !reflect.DeepEqual(got, tomb) {
 		t.Errorf("tombstone: %v, %v", got, err)
+	}
+}
+
+// TestTransformKeepsWhatNodeRoutesRead checks that a Node trimmed by the
+// informers' transform routes as it did (its pod CIDRs, addresses and
+// flannel annotations kept), that it keeps no other annotation, label,
+// condition or spec field, and that heartbeats' changes leave its route
+// inputs equal.
+func TestTransformKeepsWhatNodeRoutesRead(t *testing.T) {
+	tr := newTrimmer()
+	ann := map[string]string{
+		annBackendType: "vxlan", annBackendData: `{"VNI":4096,"VtepMAC":"0a:58:0a:f4:01:01"}`, annPublicIP: "192.168.1.20",
+		annPublicIPv6: "fd00:1::20", annBackendV6Data: `{"VNI":4096,"VtepMAC":"0a:58:0a:f4:01:01"}`, annKubeSubnetManage: "true",
+		"node.alpha.kubernetes.io/ttl": "0", "kubeadm.alpha.kubernetes.io/cri-socket": "unix:///run/containerd/containerd.sock",
+	}
+	node := &corev1.Node{
+		ObjectMeta: fullMeta("n2", map[string]string{corev1.LabelTopologyZone: "z1", "kubernetes.io/os": "linux"}, ann),
+		Spec: corev1.NodeSpec{PodCIDR: "10.244.1.0/24", PodCIDRs: []string{"10.244.1.0/24", "fd00:10:244:1::/64"},
+			ProviderID: "kind://n2", Taints: []corev1.Taint{{Key: "k", Effect: corev1.TaintEffectNoSchedule}}},
+		Status: corev1.NodeStatus{
+			Addresses:  []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.168.1.20"}, {Type: corev1.NodeInternalIP, Address: "fd00:1::20"}},
+			Images:     []corev1.ContainerImage{{Names: []string{"registry.k8s.io/pause:3.10"}, SizeBytes: 320000}},
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}},
+		},
+	}
+	trimmed := transformed(t, tr, node.DeepCopy())
+	for _, typ := range []string{hns.TypeOverlay, hns.TypeL2Bridge} {
+		p := &PodNetwork{Type: typ}
+		if err := p.validate("n1"); err != nil {
+			t.Fatal(err)
+		}
+		want, wp := p.nodeRoutes("pods", [2]bool{true, true}, node)
+		got, gp := p.nodeRoutes("pods", [2]bool{true, true}, trimmed)
+		if !reflect.DeepEqual(want, got) || !reflect.DeepEqual(wp, gp) || len(want) != 2 {
+			t.Errorf("%s: routes %+v %q before the transform, %+v %q after", typ, want, wp, got, gp)
+		}
+	}
+	if len(trimmed.Annotations) != 6 || trimmed.Annotations["node.alpha.kubernetes.io/ttl"] != "" || len(trimmed.Labels) != 1 ||
+		trimmed.Spec.ProviderID != "" || trimmed.Spec.Taints != nil || trimmed.Status.Conditions != nil || trimmed.Status.Images != nil {
+		t.Errorf("node: kept %+v", trimmed)
+	}
+	beat := node.DeepCopy()
+	beat.ResourceVersion = "99"
+	beat.Status.Conditions[0].LastHeartbeatTime = metav1.Now()
+	if !routeInputsEqual(trimmed, transformed(t, tr, beat)) {
+		t.Errorf("a heartbeat changed the route inputs")
 	}
 }

@@ -91,6 +91,11 @@ func (a *Agent) refreshUfpd(ctx context.Context) (all bool, err error) {
 			return fail(errList, err)
 		}
 		a.st.listed(lbs, eps)
+		if a.pn != nil {
+			if err := a.listRoutes(ctx); err != nil {
+				return fail(errList, err)
+			}
+		}
 		for key, ss := range a.svcs {
 			if ss.failedFP != "" {
 				a.st.set(key, a.st.frozen(key))

@@ -1,20 +1,25 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/ufp-dev/ufp/agent"
 	"github.com/ufp-dev/ufp/api"
+	"github.com/ufp-dev/ufp/hns"
 )
 
 // options are the agent's settings: from the configuration file
@@ -36,6 +41,18 @@ type options struct {
 	HealthzBindAddress string   `json:"healthzBindAddress,omitempty"`
 	EnableProfiling    bool     `json:"enableProfiling,omitempty"`
 	LogLevel           string   `json:"logLevel,omitempty"`
+
+	// The node's pod network (flanneld's job).
+	PodNetwork         bool   `json:"podNetwork,omitempty"`
+	NetworkType        string `json:"networkType,omitempty"`
+	VNI                int    `json:"vni,omitempty"`
+	VXLANPort          int    `json:"vxlanPort,omitempty"`
+	VtepMAC            string `json:"vtepMAC,omitempty"`
+	ManageNetwork      bool   `json:"manageNetwork,omitempty"`
+	SubnetFile         string `json:"subnetFile,omitempty"`
+	FlannelAnnotations bool   `json:"flannelAnnotations,omitempty"`
+	MTU                int    `json:"mtu,omitempty"`
+	IPMasq             bool   `json:"ipMasq,omitempty"`
 }
 
 // duration is a time.Duration written as Go writes one ("10ms", "30s").
@@ -64,6 +81,13 @@ func defaults() options {
 		MetricsBindAddress: "127.0.0.1:10249",
 		HealthzBindAddress: "127.0.0.1:10256",
 		LogLevel:           "info",
+		NetworkType:        hns.TypeOverlay,
+		VNI:                agent.DefaultVNI,
+		VXLANPort:          agent.DefaultVXLANPort,
+		ManageNetwork:      true,
+		SubnetFile:         agent.DefaultSubnetFile,
+		FlannelAnnotations: true,
+		IPMasq:             true,
 	}
 }
 
@@ -75,6 +99,7 @@ type setting struct {
 	list               *[]string
 	boolean            *bool
 	dur                *duration
+	num                *int
 }
 
 func settings(o *options) []setting {
@@ -94,6 +119,16 @@ func settings(o *options) []setting {
 		{flag: "healthz-bind-address", field: "healthzBindAddress", str: &o.HealthzBindAddress, usage: "`address` of /healthz and /readyz (empty: not served)"},
 		{flag: "profiling", field: "enableProfiling", boolean: &o.EnableProfiling, usage: "serve Go's profiles (net/http/pprof) under /debug/pprof/ on the metrics address"},
 		{flag: "log-level", field: "logLevel", str: &o.LogLevel, usage: "`level` of the logs: debug, info, warn or error"},
+		{flag: "pod-network", field: "podNetwork", boolean: &o.PodNetwork, usage: "run the node's pod network, flanneld's job: the network from the Node's pod CIDRs, routes to every other Node's, flannel's subnet file and annotations (off: Services only, as kube-proxy)"},
+		{flag: "network-type", field: "networkType", str: &o.NetworkType, usage: "the pod network's `type`: Overlay (VXLAN) or L2Bridge (host-gateway routes)"},
+		{flag: "vni", field: "vni", num: &o.VNI, usage: "the overlay's VXLAN `VNI` (Linux flannel's default is 1)"},
+		{flag: "vxlan-port", field: "vxlanPort", num: &o.VXLANPort, usage: "VXLAN's UDP `port` (Linux flannel's default is 8472)"},
+		{flag: "vtep-mac", field: "vtepMAC", str: &o.VtepMAC, usage: "the network's DrMacAddress, published as flannel's VtepMAC (default: derived from the node name)"},
+		{flag: "manage-network", field: "manageNetwork", boolean: &o.ManageNetwork, usage: "create the network from the Node and replace it when ufpd's differs (off: the operator's; differences are only reported)"},
+		{flag: "subnet-file", field: "subnetFile", str: &o.SubnetFile, usage: "where flannel's subnet `file` is written for ufp-cni (empty: not written)"},
+		{flag: "flannel-annotations", field: "flannelAnnotations", boolean: &o.FlannelAnnotations, usage: "publish flannel's annotations (backend type and data, public-ip) on the Node"},
+		{flag: "mtu", field: "mtu", num: &o.MTU, usage: "FLANNEL_MTU, the pods' `MTU` (default: 1450 on Overlay, 1500 on L2Bridge)"},
+		{flag: "ip-masq", field: "ipMasq", boolean: &o.IPMasq, usage: "FLANNEL_IPMASQ in the subnet file"},
 	}
 }
 
@@ -158,6 +193,8 @@ func parse(args []string, fl *flag.FlagSet) (*options, map[string]bool, error) {
 			fl.BoolVar(s.boolean, s.flag, *s.boolean, s.usage)
 		case s.dur != nil:
 			fl.Var(durFlag{s.dur}, s.flag, s.usage)
+		case s.num != nil:
+			fl.IntVar(s.num, s.flag, *s.num, s.usage)
 		}
 	}
 	if err := fl.Parse(args); err != nil {
@@ -193,6 +230,8 @@ func parse(args []string, fl *flag.FlagSet) (*options, map[string]bool, error) {
 			*d.boolean = *s.boolean
 		case s.dur != nil:
 			*d.dur = *s.dur
+		case s.num != nil:
+			*d.num = *s.num
 		}
 	}
 	return &o, given, nil
@@ -234,6 +273,8 @@ func decodeFile(b []byte, o *options) error {
 			dst = s.boolean
 		case s.dur != nil:
 			dst = s.dur
+		case s.num != nil:
+			dst = s.num
 		}
 		if err := json.Unmarshal(fields[k], dst); err != nil {
 			var te *json.UnmarshalTypeError
@@ -253,6 +294,7 @@ type checked struct {
 	clusterCIDRs []netip.Prefix
 	sourceVIPs   []netip.Addr
 	logLevel     slog.Level
+	podNetwork   *agent.PodNetwork // nil: none
 }
 
 // check validates o; an error names the flag if it was given, else the
@@ -330,6 +372,9 @@ func check(o *options, given map[string]bool, hostname func() (string, error)) (
 	if err := c.logLevel.UnmarshalText([]byte(o.LogLevel)); err != nil {
 		errs = append(errs, fmt.Errorf("%s: %q is not debug, info, warn or error", name("log-level", "logLevel"), o.LogLevel))
 	}
+	if o.PodNetwork {
+		c.podNetwork = podNetwork(o, name, &errs)
+	}
 	c.nodeName = strings.ToLower(o.HostnameOverride)
 	if c.nodeName == "" {
 		h, err := hostname()
@@ -342,4 +387,39 @@ func check(o *options, given map[string]bool, hostname func() (string, error)) (
 		return nil, usageError{err}
 	}
 	return c, nil
+}
+
+// podNetwork checks the pod network's options; errors go to errs, named
+// by name.
+func podNetwork(o *options, name func(flagName, field string) string, errs *[]error) *agent.PodNetwork {
+	p := &agent.PodNetwork{Type: o.NetworkType, Manage: o.ManageNetwork, SubnetFile: o.SubnetFile,
+		Publish: o.FlannelAnnotations, MTU: o.MTU, IPMasq: o.IPMasq}
+	bad := func(flagName, field, format string, args ...any) {
+		*errs = append(*errs, fmt.Errorf("%s: "+format, append([]any{name(flagName, field)}, args...)...))
+	}
+	if o.NetworkType != hns.TypeOverlay && o.NetworkType != hns.TypeL2Bridge {
+		bad("network-type", "networkType", "%q is neither %s nor %s", o.NetworkType, hns.TypeOverlay, hns.TypeL2Bridge)
+	}
+	if o.VNI < 1 || o.VNI > 1<<24-1 {
+		bad("vni", "vni", "%d is not a VNI (1 to %d)", o.VNI, 1<<24-1)
+	}
+	if o.VXLANPort < 1 || o.VXLANPort > 65535 {
+		bad("vxlan-port", "vxlanPort", "%d is not a UDP port (1 to 65535)", o.VXLANPort)
+	}
+	p.VNI, p.VXLANPort = uint32(max(o.VNI, 0)), uint16(max(o.VXLANPort, 0))
+	if o.VtepMAC != "" {
+		m, err := net.ParseMAC(o.VtepMAC)
+		if err != nil || len(m) != 6 || m[0]&1 != 0 || bytes.Equal(m, make([]byte, 6)) {
+			bad("vtep-mac", "vtepMAC", "%q is not a unicast Ethernet MAC such as 02:00:00:00:01:01", o.VtepMAC)
+		} else {
+			p.VtepMAC = m
+		}
+	}
+	if o.MTU != 0 && (o.MTU < 576 || o.MTU > 65535) {
+		bad("mtu", "mtu", "%d is not 576 to 65535", o.MTU)
+	}
+	if o.SubnetFile != "" && !filepath.IsAbs(o.SubnetFile) {
+		bad("subnet-file", "subnetFile", "%q is not an absolute path", o.SubnetFile)
+	}
+	return p
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -13,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ufp-dev/ufp/agent"
 )
 
 func hostname() (string, error) { return "Host-A", nil }
@@ -34,6 +37,9 @@ func TestConfig(t *testing.T) {
 	badType := write("badtype.yaml", "network: overlay\nenableDSR: \"yes\"\n")
 	dup := write("dup.yaml", "network: overlay\nnetwork: other\n")
 	badAddr := write("badaddr.yaml", "network: overlay\nnodeIP: [10.0.0.300]\n")
+	linuxFlannel := write("flannel.yaml", "network: pods\npodNetwork: true\nnetworkType: L2Bridge\nvni: 1\nvxlanPort: 8472\n"+
+		"vtepMAC: 02:00:00:00:01:01\nmanageNetwork: false\nsubnetFile: /tmp/subnet.env\nflannelAnnotations: false\nmtu: 1400\nipMasq: false\n")
+	badVNI := write("badvni.yaml", "network: pods\npodNetwork: true\nvni: \"4096\"\n")
 	tests := []struct {
 		name    string
 		args    []string
@@ -100,6 +106,31 @@ func TestConfig(t *testing.T) {
 				t.Errorf("options %+v", o)
 			}
 		}},
+		{name: "pod network defaults", args: []string{"--network", "pods", "--pod-network"}, want: func(o *options, c *checked) {
+			want := &agent.PodNetwork{Type: "Overlay", VNI: 4096, VXLANPort: 4789, Manage: true, SubnetFile: "/run/flannel/subnet.env", Publish: true, IPMasq: true}
+			if !reflect.DeepEqual(c.podNetwork, want) {
+				t.Errorf("pod network %+v, want %+v", c.podNetwork, want)
+			}
+		}},
+		{name: "no pod network by default", args: []string{"--network", "pods", "--vni", "1"}, want: func(o *options, c *checked) {
+			if c.podNetwork != nil {
+				t.Errorf("pod network %+v", c.podNetwork)
+			}
+		}},
+		{name: "pod network file, flags override", args: []string{"--config", linuxFlannel, "--vni", "2"}, want: func(o *options, c *checked) {
+			mac, _ := net.ParseMAC("02:00:00:00:01:01")
+			want := &agent.PodNetwork{Type: "L2Bridge", VNI: 2, VXLANPort: 8472, VtepMAC: mac, SubnetFile: "/tmp/subnet.env", MTU: 1400}
+			if !reflect.DeepEqual(c.podNetwork, want) {
+				t.Errorf("pod network %+v, want %+v", c.podNetwork, want)
+			}
+		}},
+		{name: "network type", args: []string{"--network", "x", "--pod-network", "--network-type", "Transparent"}, wantErr: `--network-type: "Transparent" is neither Overlay nor L2Bridge`},
+		{name: "vni", args: []string{"--network", "x", "--pod-network", "--vni", "0"}, wantErr: "--vni: 0 is not a VNI (1 to 16777215)"},
+		{name: "vni field", args: []string{"--config", badVNI}, wantErr: "field vni: a string is not a int"},
+		{name: "vxlan port", args: []string{"--network", "x", "--pod-network", "--vxlan-port", "65536"}, wantErr: "--vxlan-port: 65536 is not a UDP port (1 to 65535)"},
+		{name: "vtep mac", args: []string{"--network", "x", "--pod-network", "--vtep-mac", "01:00:5e:00:00:01"}, wantErr: `--vtep-mac: "01:00:5e:00:00:01" is not a unicast Ethernet MAC`},
+		{name: "mtu", args: []string{"--network", "x", "--pod-network", "--mtu", "100"}, wantErr: "--mtu: 100 is not 576 to 65535"},
+		{name: "subnet file", args: []string{"--network", "x", "--pod-network", "--subnet-file", "subnet.env"}, wantErr: `--subnet-file: "subnet.env" is not an absolute path`},
 		{name: "missing file", args: []string{"--config", filepath.Join(dir, "nope")}, wantErr: "--config: open"},
 		{name: "argument", args: []string{"--network", "x", "extra"}, wantErr: `unexpected argument "extra"`},
 		{name: "unknown flag", args: []string{"--nodeip", "1.2.3.4"}, wantErr: "flag provided but not defined: -nodeip"},

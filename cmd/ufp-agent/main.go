@@ -74,6 +74,7 @@ func run(ctx context.Context, args []string, stderr io.Writer, getenv func(strin
 		ProxyName:     o.ProxyName,
 		MinSyncPeriod: time.Duration(o.MinSyncPeriod),
 		SyncPeriod:    time.Duration(o.SyncPeriod),
+		PodNetwork:    c.podNetwork,
 		Log:           log,
 	})
 	if err != nil {

@@ -66,6 +66,8 @@ var commands = []command{
 	{"endpoint", "NAME", "show an endpoint", (*cli).endpoint},
 	{"lbs", "[-owner NAME]", "list the load balancers", (*cli).lbs},
 	{"lb", "NAME", "show a load balancer", (*cli).lb},
+	{"routes", "[-owner NAME]", "list the routes to other nodes' pod subnets", (*cli).routes},
+	{"route", "NAME", "show a route", (*cli).route},
 	{"create", "network|endpoint|lb -f FILE", "create an object from JSON in FILE (- for standard input)", (*cli).create},
 	{"update", "network|endpoint|lb [NAME] -f FILE", "replace an object with JSON in FILE (- for standard input)", (*cli).update},
 	{"delete", "network|endpoint|lb NAME", "delete an object", (*cli).delete},
