@@ -156,9 +156,8 @@ func mnAgentArgs(u *ufpNode) []string {
 		"--source-vip", hostIn(n.cidr(), 250).String() + "," + hostIn(n.cidr6(), 0xfa).String(),
 		"--cluster-cidr", strings.Join(mnClusterCIDRs, ","),
 		"--ufpd-socket", u.sock,
-		"--pod-network", "overlay",
-		"--subnet-file", u.subnetFile,
-		"--min-sync-period", "0s",
+		"--pod-network", "--network-type", "Overlay", "--vni", fmt.Sprint(mnVNI), "--vxlan-port", fmt.Sprint(mnPort),
+		"--manage-network", "--flannel-annotations", "--subnet-file", u.subnetFile,
 	}
 }
 
