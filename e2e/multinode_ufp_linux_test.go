@@ -95,10 +95,6 @@ func (m *multiLab) ufpNode(t *testing.T, n mnNode, role string) *ufpNode {
 					Policies: []hns.PolicyConfig{
 						pol("ProviderAddress", hns.ProviderAddressSettings{ProviderAddress: n.ip().String()}),
 						pol("DrMacAddress", hns.DrMacAddressSettings{Address: fmt.Sprintf("02:00:00:00:72:%02x", 0x80+n.i)}),
-						// The port is the switch's: changing it
-						// needs a restart of ufpd, so the seed has
-						// the agent's already.
-						pol("VxlanPort", hns.VxlanPortSettings{Port: mnPort}),
 					},
 				}},
 			},
