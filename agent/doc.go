@@ -49,13 +49,30 @@
 // one "sync applied" line with the handler's time of that change
 // (bench/agent reads these lines to split its updates' latency).
 //
-// Memory: the informers cache Services, EndpointSlices and the Node
+// Memory: the informers cache Services, EndpointSlices and Nodes
 // trimmed to what the agent and the translation read (a transform
 // before caching: no managed fields, owner references, other labels
-// and annotations, target references; endpoints' node names and
-// conditions shared), and what ufpd is listed to hold shares the
+// and annotations, target references, Node conditions and images;
+// endpoints' node names and conditions shared), and what ufpd is listed to hold shares the
 // desired objects where they are equal.
 //
-// It imports api, hns (object flags) and proxy (the translation) of ufp,
-// and client-go and client_golang.
+// The pod network (Config.PodNetwork, network.go, nodes.go, flannel.go):
+// the agent then also does flanneld's job. It watches every Node (not
+// only its own), trimmed to pod CIDRs, addresses and flannel's
+// annotations. From its own Node it makes ufpd's network Config.Network
+// (created, or replaced when ufpd's differs, through the network calls
+// of NetworkUFPD, before the batch; or, not managed, only compared and
+// reported), writes flannel's subnet file and publishes flannel's
+// annotations (a merge patch, when they differ). Every other Node
+// becomes routes to its pod CIDRs (api.Route, named RouteName): on an
+// Overlay to its flannel public address with its VtepMAC and VNI, on an
+// L2Bridge to its InternalIP. The routes are part of the desired state
+// and go in the same batch as the Services' objects, listed from ufpd
+// (RoutesOwnedBy) when the rest is; they are held back until the
+// network exists. A Node that lacks what a route needs is logged once
+// per change and counted; a route ufpd refuses keeps what ufpd has of
+// that Node until the Node changes or a full resync.
+//
+// It imports api, hns (object flags, network types and policies) and
+// proxy (the translation) of ufp, and client-go and client_golang.
 package agent

@@ -141,11 +141,11 @@ func podCIDRs(n *corev1.Node) ([]netip.Prefix, []string) {
 	var bad []string
 	for _, s := range l {
 		p, err := netip.ParsePrefix(s)
-		if err != nil || p.Addr().Zone() != "" {
+		if err != nil || p.Addr().Zone() != "" || p.Addr().Is4In6() {
 			bad = append(bad, s)
 			continue
 		}
-		out = append(out, netip.PrefixFrom(p.Addr().Unmap(), p.Bits()).Masked())
+		out = append(out, p.Masked())
 	}
 	return out, bad
 }
@@ -207,7 +207,7 @@ func policy(typ string, settings any) hns.PolicyConfig {
 // network is the ufpd network the agent makes of its node: one subnet
 // per pod CIDR (at most one per family) with its gateway, and on an
 // Overlay the subnets' VSID, the node's provider address per family,
-// the DrMacAddress and the VXLAN port. An error says what the node
+// the DrMacAddress and the VXLAN port (unless it is the default). An error says what the node
 // lacks.
 func (p *PodNetwork) network(name string, own *ownNode) (api.Network, error) {
 	n := api.Network{Name: name, Type: p.Type}
@@ -247,9 +247,14 @@ func (p *PodNetwork) network(name string, own *ownNode) (api.Network, error) {
 		}
 		n.Policies = append(n.Policies, policy("ProviderAddress", hns.ProviderAddressSettings{ProviderAddress: a.String()}))
 	}
-	n.Policies = append(n.Policies,
-		policy("DrMacAddress", hns.DrMacAddressSettings{Address: p.VtepMAC.String()}),
-		policy("VxlanPort", hns.VxlanPortSettings{Port: p.VXLANPort}))
+	n.Policies = append(n.Policies, policy("DrMacAddress", hns.DrMacAddressSettings{Address: p.VtepMAC.String()}))
+	// ufpd decodes VXLAN on one port, set when it starts: the default
+	// is left implicit, so that a ufpd started without an overlay takes
+	// the network; another port must be in ufpd's configuration from
+	// the start.
+	if p.VXLANPort != DefaultVXLANPort {
+		n.Policies = append(n.Policies, policy("VxlanPort", hns.VxlanPortSettings{Port: p.VXLANPort}))
+	}
 	return n, nil
 }
 

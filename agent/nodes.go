@@ -245,7 +245,6 @@ type podNet struct {
 	skipped    map[string]string // node -> why its routes are incomplete, as logged
 	failed     map[string]bool   // nodes whose routes ufpd refused, frozen until they change
 	file       string            // the subnet file last written
-	published  bool              // the annotations were patched or found as wanted
 }
 
 // nodeMetrics are the pod network's metrics, in the agent's registry.

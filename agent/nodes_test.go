@@ -214,6 +214,13 @@ func TestPodNetworkNetwork(t *testing.T) {
 		t.Errorf("a network without a provider address compares equal")
 	}
 
+	// The default port is left implicit (ufpd sets its port at start).
+	p.VXLANPort = DefaultVXLANPort
+	n, _ = p.network("pods", &own)
+	if b, _ := json.Marshal(n.Policies); strings.Contains(string(b), "VxlanPort") {
+		t.Errorf("policies %s", b)
+	}
+
 	bridge := &PodNetwork{Type: hns.TypeL2Bridge}
 	if err := bridge.validate("n1"); err != nil {
 		t.Fatal(err)
@@ -609,4 +616,52 @@ func TestSyncNetworkNotManaged(t *testing.T) {
 	if !reflect.DeepEqual(r.u.networks["pods"], op) || r.u.writes != 0 {
 		t.Errorf("the operator's network was written: %+v", r.u.networks["pods"])
 	}
+}
+
+// FuzzNodeRoutes feeds other nodes' annotations, pod CIDRs and
+// addresses as anyone may write them to the translation: it never
+// panics, and every route it makes is one ufpd could take: a masked
+// prefix of a family this node has, a provider address of that family
+// with a unicast VtepMAC and this node's VNI (Overlay), or an
+// InternalIP of that family (L2Bridge).
+func FuzzNodeRoutes(f *testing.F) {
+	f.Add("vxlan", `{"VNI":4096,"VtepMAC":"0a:58:0a:f4:02:01"}`, "192.168.1.20", "fd00:1::20", "10.244.2.0/24", "fd00:10:244:2::/64", "192.168.1.20", false)
+	f.Add("vxlan", `{"VNI":1,"VtepMAC":"0a:58:0a:f4:02:01"}`, "::ffff:192.168.1.20", "fd00:1::20%eth0", "10.244.2.7/24", "::ffff:10.0.0.0/104", "fd00::1", true)
+	f.Add("host-gw", "null", "", "", "10.244.2.0/33", "", "", true)
+	f.Add("host-gw", "null", "", "", "::ffff:10.0.0.0/104", "fd00:10:244:2::/64", "192.168.1.20", true)
+	f.Fuzz(func(t *testing.T, typ, data, ip4, ip6, cidr4, cidr6, internal string, bridge bool) {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n2", Annotations: map[string]string{
+			annBackendType: typ, annBackendData: data, annBackendV6Data: data, annPublicIP: ip4, annPublicIPv6: ip6}}}
+		n.Spec.PodCIDRs = []string{cidr4, cidr6}
+		n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: internal}}
+		p := &PodNetwork{}
+		if bridge {
+			p.Type = hns.TypeL2Bridge
+		}
+		if err := p.validate("n1"); err != nil {
+			t.Fatal(err)
+		}
+		routes, _ := p.nodeRoutes("pods", [2]bool{true, true}, n)
+		for _, r := range routes {
+			pre, err := netip.ParsePrefix(r.DestinationPrefix)
+			if err != nil || pre != pre.Masked() || pre.Addr().Is4In6() || r.Name != RouteName("n2", pre) {
+				t.Fatalf("route %+v: bad prefix", r)
+			}
+			hop := r.ProviderAddress
+			if bridge {
+				hop = r.NextHop
+			}
+			a, err := netip.ParseAddr(hop)
+			if err != nil || a.Is4() != pre.Addr().Is4() || a.Is4In6() || a.Zone() != "" {
+				t.Fatalf("route %+v: bad address %q", r, hop)
+			}
+			if bridge {
+				continue
+			}
+			m, err := net.ParseMAC(r.DistributedRouterMacAddress)
+			if err != nil || len(m) != 6 || m[0]&1 != 0 || r.IsolationId != p.VNI {
+				t.Fatalf("route %+v: bad MAC or VNI", r)
+			}
+		}
+	})
 }

@@ -1,0 +1,9 @@
+//go:build !linux
+
+package main
+
+import "syscall"
+
+// childAttr: the harness runs on Linux (it reads /proc); elsewhere it
+// only builds.
+func childAttr() *syscall.SysProcAttr { return nil }
