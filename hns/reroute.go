@@ -272,6 +272,9 @@ func withLayer(layers []vfp.LayerConfig, name string, layer *vfp.LayerConfig, fi
 	case layer != nil:
 		out = append(out, *layer)
 	}
+	if len(out) == 0 {
+		return nil // as the lowering leaves a port without layers
+	}
 	return out
 }
 

@@ -44,8 +44,12 @@ func TestRerouteMatchesLower(t *testing.T) {
 			// A Service with a remote backend in the first route's subnet.
 			d.Routes = []RemoteRouteConfig{tc.routes[0]}
 			d.Endpoints = append(d.Endpoints, tc.remote(0))
-			d.LoadBalancers = append(d.LoadBalancers, LoadBalancerConfig{Name: "svc-remote", HostComputeEndpoints: []string{"remote-0"},
+			d.LoadBalancers = append(d.LoadBalancers, LoadBalancerConfig{Name: "svc-remote", HostComputeEndpoints: []string{"remote-0"}, SourceVIP: "10.244.1.250",
 				FrontendVIPs: []string{"10.96.0.99"}, PortMappings: []LoadBalancerPortMappingConfig{{Protocol: 6, InternalPort: 80, ExternalPort: 80}}})
+			// A SourceVIP outside the local subnets, that a route may
+			// not hold.
+			d.LoadBalancers = append(d.LoadBalancers, LoadBalancerConfig{Name: "svc-vip", HostComputeEndpoints: []string{"pod-a"}, SourceVIP: "10.246.0.9",
+				FrontendVIPs: []string{"10.96.0.98"}, PortMappings: []LoadBalancerPortMappingConfig{{Protocol: 6, InternalPort: 80, ExternalPort: 80}}})
 			x, err := LowerKept(d)
 			if err != nil {
 				t.Fatal(err)
@@ -180,7 +184,7 @@ func remoteOf(d *Document) EndpointConfig {
 // overlayRoutePool are routes of objectDocument's overlay network, some
 // of them invalid there or together (overlapping, no MAC for the
 // provider address, a family the network has no provider address of,
-// the local subnet, a VNI not the network's).
+// the local subnet, a VNI not the network's, a SourceVIP).
 func overlayRoutePool() []RemoteRouteConfig {
 	rs := []RemoteRouteConfig{
 		ovlRoute("r0", "10.244.3.0/24", "192.168.50.2"),
@@ -193,6 +197,7 @@ func overlayRoutePool() []RemoteRouteConfig {
 		ovlRoute("r7", "10.244.1.128/25", "192.168.50.2"),
 		ovlRoute("r8", "10.244.7.0/24", "192.168.50.2"),
 		ovlRoute("r9", "10.244.8.0/24", "192.168.50.2"),
+		ovlRoute("r10", "10.246.0.0/24", "192.168.50.2"), // holds a SourceVIP
 	}
 	rs[3].DistributedRouterMacAddress = "02:00:00:00:06:01"
 	rs[8].IsolationId = 4096

@@ -184,6 +184,8 @@ func (s *Switch) install(pol, base *compiled) error {
 			if err := s.env.LB.PrepareAdded(svc.added); err != nil {
 				return err
 			}
+		}
+		if pol.services != nil || pol.rerouted {
 			// The ports keep their IDs; some are new values.
 			pol.byID = slices.Clone(cur.byID)
 			for _, p := range pol.ports {
