@@ -226,17 +226,27 @@ func (nl *lowering) rerouteDoc(doc *vfp.Document, moved []*netPlan) (*vfp.Docume
 	}
 	overlay := false
 	for _, m := range moved {
+		// The layer of the endpoints without SDN routes of their own is
+		// the same for each: lowered once, its lists shared (read only).
+		var common *vfp.LayerConfig
 		for _, ep := range m.eps {
 			k, ok := at[ep]
 			if !ok || k >= len(out.Ports) || out.Ports[k].Name != ep.cfg.Name {
 				return nil, nil
 			}
-			var layer *vfp.LayerConfig
-			name := encap.LayerRoute
+			name, layer := encap.LayerRoute, common
 			if m.cfg.Type == TypeOverlay {
-				layer, name = nl.encapLayer(ep), encap.LayerEncap
-			} else {
+				name = encap.LayerEncap
+			}
+			switch {
+			case len(ep.sdn) == 0 && common != nil:
+			case m.cfg.Type == TypeOverlay:
+				layer = nl.encapLayer(ep)
+			default:
 				layer = nl.routeLayer(ep)
+			}
+			if len(ep.sdn) == 0 {
+				common = layer
 			}
 			out.Ports[k].Layers = withLayer(out.Ports[k].Layers, name, layer, false)
 			rc.Ports = append(rc.Ports, k)
