@@ -237,3 +237,75 @@ func altered(r RemoteRouteConfig) RemoteRouteConfig {
 	}
 	return r
 }
+
+// FuzzReroute drives changes of routes from the fuzzer's bytes on the
+// Overlay and the L2Bridge node of TestRerouteMatchesLower: each pair of
+// bytes adds (or replaces), alters or deletes a route of the pools, or
+// makes a node leave (or come back); Update must take only what Lower
+// takes, and give Lower's document.
+func FuzzReroute(f *testing.F) {
+	f.Add(false, []byte{0, 1, 0, 2, 1, 0, 2, 0, 3, 0})
+	f.Add(true, []byte{0, 0, 0, 5, 1, 1, 3, 0, 2, 1, 0, 4})
+	f.Fuzz(func(t *testing.T, l2 bool, ops []byte) {
+		var d *Document
+		pool, network := overlayRoutePool(), "ovl"
+		if l2 {
+			d, pool, network = l2RouteDocument(t, func(*Document) {}), l2RoutePool(), "l2b"
+		} else {
+			d = objectDocument(t, func(*Document) {})
+		}
+		d.Routes = []RemoteRouteConfig{pool[0]}
+		d.Endpoints = append(d.Endpoints, EndpointConfig{Name: "remote-0", HostComputeNetwork: network, Flags: EndpointFlagRemote,
+			IpConfigurations: []IpConfigConfig{{IpAddress: "10.244.3.7"}}})
+		d.LoadBalancers = append(d.LoadBalancers, LoadBalancerConfig{Name: "svc-remote", HostComputeEndpoints: []string{"remote-0"}, SourceVIP: "10.244.1.250",
+			FrontendVIPs: []string{"10.96.0.99"}, PortMappings: []LoadBalancerPortMappingConfig{{Protocol: 6, InternalPort: 80, ExternalPort: 80}}})
+		x, err := LowerKept(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i+1 < len(ops) && i < 64; i += 2 {
+			next := *d
+			next.Routes = slices.Clone(d.Routes)
+			arg := int(ops[i+1])
+			switch ops[i] % 4 {
+			case 0:
+				r := pool[arg%len(pool)]
+				if k := slices.IndexFunc(next.Routes, func(o RemoteRouteConfig) bool { return o.Name == r.Name }); k >= 0 {
+					next.Routes[k] = r
+				} else {
+					next.Routes = append(next.Routes, r)
+				}
+			case 1:
+				if len(next.Routes) > 0 {
+					k := arg % len(next.Routes)
+					next.Routes[k] = altered(next.Routes[k])
+				}
+			case 2:
+				if len(next.Routes) > 0 {
+					k := arg % len(next.Routes)
+					next.Routes = slices.Delete(next.Routes, k, k+1)
+				}
+			default:
+				leave(&next, d)
+			}
+			want, werr := LowerKept(&next)
+			got, _, ok := x.Update(&next)
+			if werr != nil {
+				if ok {
+					t.Fatalf("op %d: Update took what Lower refuses: %v", i/2, werr)
+				}
+				continue
+			}
+			if ok && !reflect.DeepEqual(got.Doc, want.Doc) {
+				t.Fatalf("op %d: Update's document differs from Lower's (routes %+v)", i/2, next.Routes)
+			}
+			if ok {
+				checkRouteChange(t, i/2, x, got)
+				x = got
+			} else {
+				x = want
+			}
+			d = &next
+		}
+	})
+}
