@@ -15,8 +15,8 @@
 // docs/ARCHITECTURE.md lists what each object becomes. LowerKept keeps
 // what lowering learnt, so that a change of load balancers' backends and
 // remote endpoints alone, or one that adds or removes load balancers
-// (services.go), or one of ACL sets alone (aclsets.go), is lowered
-// without the rest (Lowered.Update).
+// (services.go), one of ACL sets alone (aclsets.go) or one of routes
+// (reroute.go), is lowered without the rest (Lowered.Update).
 //
 // Lowering produces values (addresses, prefixes, MACs, protocols, port
 // ranges), never text for a compiler to parse back, and it refuses

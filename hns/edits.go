@@ -16,7 +16,7 @@ import (
 //
 // Switch, Uplink and Networks are compared (reflect.DeepEqual, which a
 // document sharing them with the old one passes at once), and so are
-// Routes: a change of routes is refused (it changes the ports' layers). The indices
+// Routes: a change of routes is lowered as Update lowers it (reroute.go). The indices
 // need not be sorted; an index listed that did not change costs a
 // compare.
 type Edits struct {
@@ -34,13 +34,25 @@ type Edits struct {
 // caller asks Update next. With ed true to c, whatever it accepts is
 // what Update(c) gives.
 func (x *Lowered) UpdateEdits(c *Document, ed *Edits) (next *Lowered, changed []int, ok bool) {
+	rx, ok := x.reroute(c)
+	switch {
+	case !ok:
+		return nil, nil, false
+	case rx != nil:
+		return rx.rerouted(rx.updateEdits(c, ed)) // routes changed (reroute.go)
+	}
+	return x.updateEdits(c, ed)
+}
+
+// updateEdits is UpdateEdits for a change of x's document with x's routes.
+func (x *Lowered) updateEdits(c *Document, ed *Edits) (next *Lowered, changed []int, ok bool) {
 	o := &x.src
 	if !reflect.DeepEqual(c.Switch, o.Switch) || !reflect.DeepEqual(c.Uplink, o.Uplink) ||
 		!reflect.DeepEqual(c.Networks, o.Networks) || len(c.LoadBalancers) != len(o.LoadBalancers) {
 		return nil, nil, false
 	}
 	if !slices.Equal(c.Routes, o.Routes) {
-		return nil, nil, false // routes change the ports' layers: Lower
+		return nil, nil, false // (UpdateEdits reroutes first)
 	}
 	if !sameACLSets(c.ACLSets, o.ACLSets) {
 		return x.updateACLSets(c, ed) // ACL sets alone (aclsets.go)

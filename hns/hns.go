@@ -274,6 +274,10 @@ type netPlan struct {
 	hops    []hostRoute // host-gateway Routes of an L2Bridge network (routes.go)
 	eps     []*epPlan
 	acls    aclSet // NetworkACL policies (acl.go)
+
+	// routeIx and hopIx index routes and hops by prefix (prefixindex.go),
+	// once every route is read; nil before.
+	routeIx, hopIx *prefixIndex
 }
 
 type paRoute struct {
@@ -391,6 +395,9 @@ func lower(c *Document) (*lowering, *vfp.Document, error) {
 	}
 	if err := l.checkOverlaps(); err != nil {
 		return nil, nil, err
+	}
+	for _, n := range l.nets {
+		n.indexRoutes()
 	}
 	if err := l.checkHostAddrs(); err != nil {
 		return nil, nil, err

@@ -65,6 +65,20 @@ func (m *layered[K, V]) del(k K) {
 	}
 }
 
+// each calls f with every key present and its value, in no order.
+func (m *layered[K, V]) each(f func(K, V)) {
+	for k, v := range m.base {
+		if _, ok := m.delta[k]; !ok {
+			f(k, v)
+		}
+	}
+	for k, e := range m.delta {
+		if !e.gone {
+			f(k, e.v)
+		}
+	}
+}
+
 // len returns the number of keys present.
 func (m *layered[K, V]) len() int { return m.n }
 

@@ -185,8 +185,14 @@ func (l *lowering) addRemote(r *remoteEP) {
 	}
 }
 
-// routeFor returns the longest remote subnet route that holds a.
+// routeFor returns the longest remote subnet route that holds a, or nil.
 func (n *netPlan) routeFor(a netip.Addr) *paRoute {
+	if n.routeIx != nil {
+		if i := n.routeIx.lookup(a); i >= 0 {
+			return &n.routes[i]
+		}
+		return nil
+	}
 	var best *paRoute
 	for i := range n.routes {
 		r := &n.routes[i]

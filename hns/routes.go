@@ -176,6 +176,12 @@ func (n *netPlan) routedPrefixes() []routed {
 
 // hopFor returns the longest host route of n that holds a, or nil.
 func (n *netPlan) hopFor(a netip.Addr) *hostRoute {
+	if n.hopIx != nil {
+		if i := n.hopIx.lookup(a); i >= 0 {
+			return &n.hops[i]
+		}
+		return nil
+	}
 	var best *hostRoute
 	for i := range n.hops {
 		h := &n.hops[i]

@@ -341,25 +341,3 @@ func TestRoutesInvalid(t *testing.T) {
 		})
 	}
 }
-
-// TestRoutesUpdateRefused checks that a change of routes is never taken
-// by Update or UpdateEdits (it changes the ports' layers), and that
-// LowerKept takes it.
-func TestRoutesUpdateRefused(t *testing.T) {
-	d := objectDocument(t, func(d *Document) {})
-	x, err := LowerKept(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	next := *d
-	next.Routes = []RemoteRouteConfig{ovlRoute("r1", "10.244.4.0/24", "192.168.50.2")}
-	if _, _, ok := x.Update(&next); ok {
-		t.Error("Update took a change of routes")
-	}
-	if _, _, ok := x.UpdateEdits(&next, &Edits{}); ok {
-		t.Error("UpdateEdits took a change of routes")
-	}
-	if _, err := LowerKept(&next); err != nil {
-		t.Error(err)
-	}
-}

@@ -31,6 +31,10 @@ type Lowered struct {
 	svc *ServiceChange // load balancers added or removed by Update (services.go)
 	// sets is the ports a change of ACL sets alone changed (aclsets.go).
 	sets *ACLSetChange
+	// routes: the ports' layers a change of routes lowered again
+	// (reroute.go); stale: the remote endpoints it concerns.
+	routes *RouteChange
+	stale  []*remoteEP
 }
 
 // LowerKept is Lower, keeping what lowering learnt for Update. c's slices
@@ -55,13 +59,25 @@ func LowerKept(c *Document) (*Lowered, error) {
 // whole (LowerKept), which says what is wrong with it.
 // x is left as it was.
 func (x *Lowered) Update(c *Document) (next *Lowered, changed []int, ok bool) {
+	rx, ok := x.reroute(c)
+	switch {
+	case !ok:
+		return nil, nil, false
+	case rx != nil:
+		return rx.rerouted(rx.update(c)) // routes changed (reroute.go)
+	}
+	return x.update(c)
+}
+
+// update is Update for a change of x's document with x's routes.
+func (x *Lowered) update(c *Document) (next *Lowered, changed []int, ok bool) {
 	o := &x.src
 	if !reflect.DeepEqual(c.Switch, o.Switch) || !reflect.DeepEqual(c.Uplink, o.Uplink) ||
 		!reflect.DeepEqual(c.Networks, o.Networks) {
 		return nil, nil, false
 	}
 	if !slices.Equal(c.Routes, o.Routes) {
-		return nil, nil, false // routes change the ports' layers: Lower
+		return nil, nil, false // (Update reroutes first)
 	}
 	if !sameACLSets(c.ACLSets, o.ACLSets) {
 		return x.updateACLSets(c, nil) // ACL sets alone (aclsets.go)

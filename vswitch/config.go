@@ -169,6 +169,10 @@ type compiled struct {
 	// policy's with other layers, with the same IDs (services.go,
 	// aclsets.go).
 	newPorts bool
+	// rerouted: the update changes routes (routes.go); its ports are
+	// copies of the running policy's where their layers changed, with
+	// the same IDs.
+	rerouted bool
 }
 
 // gateway is a router identity of the switch.
@@ -310,10 +314,14 @@ func (c *Config) update(cur *compiled, env *vfp.Env, ed *hns.Edits) (*compiled, 
 		}
 		changes = append(changes, ch)
 	}
-	return &compiled{cfg: c, name: cur.name, ports: cur.ports, byName: cur.byName, byMAC: cur.byMAC, byIP: cur.byIP,
+	p := &compiled{cfg: c, name: cur.name, ports: cur.ports, byName: cur.byName, byMAC: cur.byMAC, byIP: cur.byIP,
 		uplink: cur.uplink, host: cur.host, gwMACs: cur.gwMACs, owned: cur.owned, gwIPs: cur.gwIPs, ftable: cur.ftable,
 		vxlan: cur.vxlan, zero6: cur.zero6, pools: cur.pools, lbs: cur.lbs, hostIPs: cur.hostIPs,
-		lowered: x, env: env, incremental: true, changes: changes}, true
+		lowered: x, env: env, incremental: true, changes: changes}
+	if x.Routes() != nil {
+		return p.reroute(cur, x, env) // routes changed (routes.go)
+	}
+	return p, true
 }
 
 // CompilePorts validates c and returns the ports it compiles to, in document

@@ -83,6 +83,9 @@ func (c *Config) updateServices(cur *compiled, env *vfp.Env, x *hns.Lowered, cha
 	if !ok {
 		return nil, false
 	}
+	if ports, ok = reroutePorts(ports, x, st); !ok { // routes changed too (routes.go)
+		return nil, false
+	}
 	p := &compiled{cfg: c, name: cur.name, ports: ports, gwMACs: cur.gwMACs, owned: cur.owned, gwIPs: cur.gwIPs,
 		ftable: cur.ftable, vxlan: cur.vxlan, zero6: cur.zero6, pools: cur.pools, lbs: lbs, hostIPs: cur.hostIPs,
 		lowered: x, env: env, incremental: true, changes: changes, services: svc, newPorts: true}

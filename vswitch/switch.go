@@ -106,7 +106,9 @@ func (p *Prepared) Ports() []*Port { return p.pol.ports }
 // policy's (docs/ARCHITECTURE.md, "Changes of backends"); or as such a
 // change that adds or removes load balancers too, whose ports are the
 // running policy's but for the layers with a load-balancers group and
-// the host's vNIC ("Services added and removed").
+// the host's vNIC ("Services added and removed"); or as a change of
+// routes (with or without those), whose ports are the running policy's
+// but for the layers a route is part of ("Changes of routes").
 func (p *Prepared) Incremental() bool { return p.pol.incremental }
 
 // Prepare validates cfg and compiles it against the switch, for Install;
@@ -185,7 +187,7 @@ func (s *Switch) install(pol, base *compiled) error {
 				return err
 			}
 		}
-		if pol.newPorts {
+		if pol.newPorts || pol.rerouted {
 			// The ports keep their IDs; some are new values.
 			pol.byID = slices.Clone(cur.byID)
 			for _, p := range pol.ports {
