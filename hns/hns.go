@@ -364,9 +364,6 @@ func lower(c *Document) (*lowering, *vfp.Document, error) {
 	if c.Switch.Gateway != nil || len(c.Switch.Gateways) > 0 {
 		return nil, nil, fmt.Errorf("switch.gateway: at the HNS level gateways come from the networks' subnets")
 	}
-	if c.Switch.VXLANPort != 0 {
-		return nil, nil, fmt.Errorf("switch.vxlanPort: at the HNS level the VxlanPort network policy sets it")
-	}
 	if len(c.Switch.NATPools) > 0 {
 		return nil, nil, fmt.Errorf("switch.natPools: at the HNS level OutBoundNAT and PortMapping policies make them")
 	}
@@ -385,6 +382,10 @@ func lower(c *Document) (*lowering, *vfp.Document, error) {
 	if err := l.uplinkConfig(); err != nil {
 		return nil, nil, err
 	}
+	// switch.vxlanPort (ufp), when set, is the port of every Overlay
+	// network: a node's ufpd can start on Linux flannel's 8472 before its
+	// agent makes the network; a VxlanPort policy must then agree.
+	l.vxlanPort, l.vxlanAt = c.Switch.VXLANPort, "switch.vxlanPort"
 	for i := range c.Networks {
 		if err := l.network(i); err != nil {
 			return nil, nil, err

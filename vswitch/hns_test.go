@@ -3,6 +3,7 @@ package vswitch
 import (
 	"encoding"
 	"encoding/json"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -205,8 +206,10 @@ func TestHNSParseErrors(t *testing.T) {
 		{name: "switch gateway at the HNS level", edit: func(t *testing.T, d doc) {
 			d["switch"].(doc)["gateway"] = jsonValue(t, `{"mac": "02:00:00:00:00:01", "ips": ["10.244.0.1"]}`)
 		}, want: "switch.gateway: at the HNS level gateways come from the networks' subnets"},
-		{name: "switch vxlanPort at the HNS level", edit: func(t *testing.T, d doc) { d["switch"].(doc)["vxlanPort"] = 8472 },
-			want: "switch.vxlanPort: at the HNS level the VxlanPort network policy sets it"},
+		{name: "switch vxlanPort and a network's VxlanPort differ", edit: func(t *testing.T, d doc) {
+			d["switch"].(doc)["vxlanPort"] = 8472
+			hnsAdd(t, hnsNet0(d), "Policies", `{"Type": "VxlanPort", "Settings": {"Port": 4789}}`)
+		}, want: "differs from switch.vxlanPort (8472): one switch decodes VXLAN on one port"},
 		{name: "unknown field in a network", edit: func(t *testing.T, d doc) { hnsNet0(d)["Mode"] = "x" },
 			want: `Networks[0].Mode: unknown field "Mode"`},
 
@@ -907,4 +910,44 @@ func hnsOr(a, b string) string {
 		return a
 	}
 	return b
+}
+
+// TestHNSVXLANPortSetting: a network's VxlanPort of 4789 is the port a
+// switch without one decodes on (no restart), and switch.vxlanPort sets
+// the port of Overlay networks without a policy of their own, so that a
+// node's ufpd can start on Linux flannel's 8472 before its agent makes
+// the network; a port that differs from the running one needs a restart.
+func TestHNSVXLANPortSetting(t *testing.T) {
+	const explicit = `{"Type": "VxlanPort", "Settings": {"Port": 4789}},`
+	implicit := strings.Replace(hnsOverlayPolicy, explicit, "", 1)
+	if implicit == hnsOverlayPolicy {
+		t.Fatal("hnsOverlayPolicy has no VxlanPort policy of 4789 to take out")
+	}
+	sw, err := New(mustParseHNS(t, implicit))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sw.Apply(mustParseHNS(t, hnsOverlayPolicy)); err != nil {
+		t.Errorf("VxlanPort 4789 on a switch started without one: %v", err)
+	}
+
+	on8472 := strings.Replace(implicit, `"switch": {"name": "node-1"}`, `"switch": {"name": "node-1", "vxlanPort": 8472}`, 1)
+	sw, err = New(mustParseHNS(t, on8472))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sw.pol.Load().vxlan; got != 8472 {
+		t.Errorf("switch.vxlanPort 8472: the switch decodes VXLAN on %d", got)
+	}
+	with8472 := strings.Replace(hnsOverlayPolicy, `"Port": 4789`, `"Port": 8472`, 1)
+	if err := sw.Apply(mustParseHNS(t, with8472)); err != nil {
+		t.Errorf("VxlanPort 8472 on a switch started on 8472: %v", err)
+	}
+	if err := sw.Apply(mustParseHNS(t, hnsOverlayPolicy)); !errors.Is(err, ErrRestartNeeded) {
+		t.Errorf("VxlanPort 4789 on a switch started on 8472: %v, want %v", err, ErrRestartNeeded)
+	}
+	both := strings.Replace(hnsOverlayPolicy, `"switch": {"name": "node-1"}`, `"switch": {"name": "node-1", "vxlanPort": 8472}`, 1)
+	if _, err := ParseConfig([]byte(both)); err == nil || !strings.Contains(err.Error(), "differs from switch.vxlanPort (8472)") {
+		t.Errorf("switch.vxlanPort 8472 and a VxlanPort of 4789: %v", err)
+	}
 }

@@ -1,6 +1,7 @@
 package vswitch
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -137,7 +138,7 @@ func (s *Switch) PrepareEdits(cfg, base *Config, ed *hns.Edits) (*Prepared, erro
 	if pol.ftable != cur.ftable {
 		return nil, fmt.Errorf("switch.flowTable: %w", ErrRestartNeeded)
 	}
-	if pol.vxlan != cur.vxlan {
+	if cmp.Or(pol.vxlan, dataplane.VXLANPort) != cmp.Or(cur.vxlan, dataplane.VXLANPort) { // 0 is 4789
 		return nil, fmt.Errorf("switch.vxlanPort: %w", ErrRestartNeeded)
 	}
 	if pol.zero6 != cur.zero6 {
