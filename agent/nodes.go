@@ -112,11 +112,16 @@ type routeSet struct {
 	actual  map[string]*api.Route
 	touched map[string]struct{}
 	hold    bool
+	// held: deletions diff kept back while a remote endpoint of ours is
+	// in the route's prefix (ufpd refuses an Overlay remote endpoint
+	// outside every route); tried again at every diff until the
+	// EndpointSlices let go of it.
+	held map[string]struct{}
 }
 
 func newRouteSet() *routeSet {
 	return &routeSet{byNode: map[string][]api.Route{}, desired: map[string]*api.Route{},
-		actual: map[string]*api.Route{}, touched: map[string]struct{}{}}
+		actual: map[string]*api.Route{}, touched: map[string]struct{}{}, held: map[string]struct{}{}}
 }
 
 // set replaces node's routes with rs (nil: none); rs is the set's from
@@ -186,11 +191,15 @@ func (s *routeSet) frozen(node string) []api.Route {
 }
 
 // diff adds to b (of owner) the routes to write and delete, sorted by
-// name; nothing while held.
-func (s *routeSet) diff(b *api.Batch) {
+// name; nothing while held. A route whose prefix still holds a remote
+// endpoint of the batch's outcome (inUse) is not deleted yet: a Node
+// goes before the EndpointSlices drop its pods, and ufpd would refuse
+// the whole batch for that endpoint.
+func (s *routeSet) diff(b *api.Batch, inUse func(netip.Prefix) bool) {
 	if s.hold {
 		return
 	}
+	clear(s.held)
 	for name := range s.touched {
 		d, a := s.desired[name], s.actual[name]
 		switch {
@@ -199,6 +208,10 @@ func (s *routeSet) diff(b *api.Batch) {
 			r.Owner = b.Owner
 			b.Routes = append(b.Routes, r)
 		case d == nil && a != nil:
+			if p, err := netip.ParsePrefix(a.DestinationPrefix); err == nil && inUse(p) {
+				s.held[name] = struct{}{}
+				continue
+			}
 			b.DeleteRoutes = append(b.DeleteRoutes, name)
 		}
 	}
@@ -220,6 +233,9 @@ func (s *routeSet) applied(b *api.Batch) {
 		delete(s.actual, n)
 	}
 	clear(s.touched)
+	for n := range s.held {
+		s.touched[n] = struct{}{}
+	}
 }
 
 // podNet is the agent's pod network (Config.PodNetwork): its node
@@ -453,7 +469,7 @@ func (a *Agent) publish(ctx context.Context, node *corev1.Node, own *ownNode) {
 	}
 	c, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	_, err := a.cfg.Kube.CoreV1().Nodes().Patch(c, node.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "ufp-agent"})
+	_, err := a.cfg.Kube.CoreV1().Nodes().Patch(c, node.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "ufp-agent"}, "status")
 	if err != nil {
 		a.log.Warn("publishing flannel's annotations on the Node failed; will retry", "err", err, "patch", string(patch))
 		a.pn.mark(a.cfg.NodeName, true)
@@ -478,13 +494,13 @@ func (a *Agent) refreshNode(name string) {
 	}
 	delete(p.failed, name) // changed: try again
 	routes, problems := p.cfg.nodeRoutes(a.cfg.Network, p.fams, n)
-	for i := range routes {
-		if own := p.own.cidrs; overlapsAny(routes[i].DestinationPrefix, own) {
-			problems = append(problems, fmt.Sprintf("%s overlaps this node's pod CIDRs %v", routes[i].DestinationPrefix, own))
-			routes = append(routes[:i:i], routes[i+1:]...)
-			break
+	routes = slices.DeleteFunc(routes, func(r api.Route) bool {
+		if own := p.own.cidrs; overlapsAny(r.DestinationPrefix, own) {
+			problems = append(problems, fmt.Sprintf("%s overlaps this node's pod CIDRs %v", r.DestinationPrefix, own))
+			return true
 		}
-	}
+		return false
+	})
 	why := strings.Join(problems, "; ")
 	if why == "" {
 		delete(p.skipped, name)
@@ -492,7 +508,13 @@ func (a *Agent) refreshNode(name string) {
 		p.skipped[name] = why
 		a.log.Warn("node not wholly routed", "node", name, "why", why, "routes", len(routes))
 	}
+	had := len(a.st.routes.byNode[name]) > 0
 	a.st.routes.set(name, routes)
+	if !had && len(routes) > 0 {
+		// Services refused for a backend on this node, before it was
+		// routed, can go now.
+		a.retryFrozen()
+	}
 }
 
 func overlapsAny(prefix string, l []netip.Prefix) bool {

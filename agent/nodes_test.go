@@ -695,3 +695,44 @@ func FuzzNodeRoutes(f *testing.F) {
 		}
 	})
 }
+
+// TestSyncNodeDeletedBeforeItsEndpoints: a Node deleted while a
+// Service's EndpointSlice still has a pod of it keeps its route (ufpd
+// would refuse the whole batch for that remote endpoint) until the slice
+// lets go of the pod; then the route goes.
+func TestSyncNodeDeletedBeforeItsEndpoints(t *testing.T) {
+	r := newNodeRig(t, PodNetwork{Manage: true})
+	svcs := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	r.a.services = corelisters.NewServiceLister(svcs)
+	r.a.translate = testTranslate
+	svcs.Add(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web", ResourceVersion: "1"},
+		Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.10", Ports: []corev1.ServicePort{{Port: 80}}}})
+	slice := func(rv string, addrs ...string) *discoveryv1.EndpointSlice {
+		s := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web-1", ResourceVersion: rv,
+			Labels: map[string]string{discoveryv1.LabelServiceName: "web"}}, AddressType: discoveryv1.AddressTypeIPv4}
+		for _, a := range addrs {
+			s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{a}})
+		}
+		return s
+	}
+	r.a.slices.Add(slice("2", "10.244.2.5", "10.244.3.5"))
+	r.a.queue("default/web")
+	r.node(flannelNode("n1", []string{"10.244.1.0/24"}, []string{"192.168.1.10"}, 0, ""))
+	r.node(flannelNode("n2", []string{"10.244.2.0/24"}, []string{"192.168.1.20"}, 4096, vtep2))
+	r.node(flannelNode("n3", []string{"10.244.3.0/24"}, []string{"192.168.1.30"}, 4096, vtep3))
+	r.mustSync(t, false)
+	r.wantRoutes(t, "node/n2/10.244.2.0_24 -> 192.168.1.20 "+vtep2, "node/n3/10.244.3.0_24 -> 192.168.1.30 "+vtep3)
+
+	r.deleteNode("n2")
+	r.mustSync(t, false)
+	r.wantRoutes(t, "node/n2/10.244.2.0_24 -> 192.168.1.20 "+vtep2, "node/n3/10.244.3.0_24 -> 192.168.1.30 "+vtep3)
+	if ev := recordedEvents(r.rec); strings.Contains(ev, "FailedToProgram") {
+		t.Errorf("a refusal while the deleted Node's pod was a backend: %q", ev)
+	}
+
+	r.a.slices.Update(slice("3", "10.244.3.5"))
+	r.a.queue("default/web")
+	r.mustSync(t, false)
+	r.wantRoutes(t, "node/n3/10.244.3.0_24 -> 192.168.1.30 "+vtep3)
+	wantLBs(t, r.u.memUFPD, map[string]string{"default.web.tcp80.v4.cluster": "remote.10.244.3.5"})
+}

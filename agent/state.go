@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"net/netip"
 	"slices"
 	"sort"
 	"strings"
@@ -288,8 +289,22 @@ func (s *state) diff() *api.Batch {
 	sort.Slice(b.Endpoints, func(i, j int) bool { return b.Endpoints[i].Name < b.Endpoints[j].Name })
 	sort.Strings(b.DeleteLoadBalancers)
 	sort.Strings(b.DeleteEndpoints)
-	s.routes.diff(b)
+	s.routes.diff(b, s.remoteIn)
 	return b
+}
+
+// remoteIn reports whether a desired remote endpoint (what ufpd holds of
+// ours after the batch) has an address in p. Only a route's deletion
+// asks: a walk of every remote endpoint.
+func (s *state) remoteIn(p netip.Prefix) bool {
+	for _, e := range s.desiredEP {
+		for _, ip := range e.ep.IpConfigurations {
+			if a, err := netip.ParseAddr(ip.IpAddress); err == nil && p.Contains(a.Unmap()) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // applied records that ufpd accepted batch b: what it holds of ours is

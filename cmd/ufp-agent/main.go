@@ -75,8 +75,8 @@ func run(ctx context.Context, args []string, stderr io.Writer, getenv func(strin
 		ProxyName:       o.ProxyName,
 		MinSyncPeriod:   time.Duration(o.MinSyncPeriod),
 		SyncPeriod:      time.Duration(o.SyncPeriod),
-		PodNetwork:    c.podNetwork,
-		Log:           log,
+		PodNetwork:      c.podNetwork,
+		Log:             log,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "ufp-agent: %v\n", err)
