@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ufp-dev/ufp/api"
+	"github.com/ufp-dev/ufp/internal/benchproc"
 	"github.com/ufp-dev/ufp/internal/kubetest"
 )
 
@@ -21,7 +22,6 @@ const (
 	buildTimeout  = 10 * time.Minute // go build of ufpd and the agent
 	startTimeout  = 60 * time.Second // ufpd answering on its socket
 	updateTimeout = 30 * time.Second // one update reaching ufpd
-	stopGrace     = 10 * time.Second // from SIGTERM to SIGKILL
 )
 
 type options struct {
@@ -98,7 +98,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 // bench runs the whole measurement and removes what it made. It returns
 // what it measured so far also with an error.
 func bench(ctx context.Context, o options, logw io.Writer) (res *results, err error) {
-	load := loadAverage()
+	load := benchproc.LoadAverage()
 	if err := kubetest.CheckAssets(); err != nil {
 		return nil, fmt.Errorf("%w: run tools/build-kube first", err)
 	}
@@ -138,7 +138,7 @@ func bench(ctx context.Context, o options, logw io.Writer) (res *results, err er
 	if err != nil {
 		return res, err
 	}
-	defer func() { err = errors.Join(err, ufpd.stop()) }()
+	defer func() { err = errors.Join(err, ufpd.Stop()) }()
 	client := api.NewClient(sock)
 
 	say("starting the agent")
@@ -152,7 +152,7 @@ func bench(ctx context.Context, o options, logw io.Writer) (res *results, err er
 	if err != nil {
 		return res, err
 	}
-	defer func() { err = errors.Join(err, agent.stop()) }()
+	defer func() { err = errors.Join(err, agent.Stop()) }()
 	h := &harness{cs: cluster.Client, ufpdc: client, s: o.shape, o: objs, agent: agent, ufpd: ufpd, verbose: o.verbose, say: say}
 	res.sync, err = h.waitProgrammed(ctx, o.syncTimeout)
 	if err != nil {
@@ -174,7 +174,7 @@ func bench(ctx context.Context, o options, logw io.Writer) (res *results, err er
 		if err != nil {
 			return res, fmt.Errorf("updates: %w", err)
 		}
-		if err := agent.traceUpdates(res.updates); err != nil {
+		if err := traceUpdates(agent, res.updates); err != nil {
 			return res, err
 		}
 	}
@@ -189,7 +189,7 @@ func bench(ctx context.Context, o options, logw io.Writer) (res *results, err er
 
 	// ufpd's share of an update: the agent stopped, the same kind of
 	// one-load-balancer batch sent straight to ufpd.
-	if err := agent.stop(); err != nil {
+	if err := agent.Stop(); err != nil {
 		return res, err
 	}
 	say("timing %d one-load-balancer batches sent to ufpd directly", directApplies)

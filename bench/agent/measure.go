@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/ufp-dev/ufp/api"
+	"github.com/ufp-dev/ufp/internal/benchproc"
 	"github.com/ufp-dev/ufp/internal/kubetest"
 )
 
@@ -31,16 +32,16 @@ type harness struct {
 	ufpdc   *api.Client
 	s       shape
 	o       *objects
-	agent   *proc
-	ufpd    *proc
+	agent   *benchproc.Proc
+	ufpd    *benchproc.Proc
 	verbose bool
 	say     func(format string, args ...any)
 }
 
 // alive reports an error if the agent or ufpd has exited.
 func (h *harness) alive() error {
-	for _, p := range []*proc{h.agent, h.ufpd} {
-		if err := p.alive(); err != nil {
+	for _, p := range []*benchproc.Proc{h.agent, h.ufpd} {
+		if err := p.Alive(); err != nil {
 			return err
 		}
 	}
@@ -80,7 +81,7 @@ func (h *harness) waitProgrammed(ctx context.Context, limit time.Duration) (time
 			}
 			checked, lastCheck, last = st.Revision, now, why
 			if ok {
-				return firstSeen[st.Revision].Sub(agent.started), nil
+				return firstSeen[st.Revision].Sub(agent.Started), nil
 			}
 		}
 		select {
@@ -260,13 +261,13 @@ type memories struct {
 }
 
 // readMemories reads the four processes' memory.
-func readMemories(agent, ufpd *proc, cluster *kubetest.Cluster) (memories, error) {
+func readMemories(agent, ufpd *benchproc.Proc, cluster *kubetest.Cluster) (memories, error) {
 	var m memories
 	etcd, apiserver := cluster.PIDs()
 	for _, r := range []struct {
 		pid int
 		dst *memory
-	}{{agent.pid(), &m.agent}, {ufpd.pid(), &m.ufpd}, {apiserver, &m.apiserver}, {etcd, &m.etcd}} {
+	}{{agent.PID(), &m.agent}, {ufpd.PID(), &m.ufpd}, {apiserver, &m.apiserver}, {etcd, &m.etcd}} {
 		v, err := readMemory(r.pid)
 		if err != nil {
 			return m, err

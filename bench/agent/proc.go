@@ -5,21 +5,18 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
-	"github.com/ufp-dev/ufp/api"
 	"github.com/ufp-dev/ufp/hns"
+	"github.com/ufp-dev/ufp/internal/benchproc"
 )
 
 // binaries are the programs built from the tree.
@@ -37,108 +34,11 @@ func build(ctx context.Context, dir, agent string) (binaries, error) {
 		todo = append(todo, struct{ bin, pkg string }{b.agent, "github.com/ufp-dev/ufp/cmd/ufp-agent"})
 	}
 	for _, p := range todo {
-		out, err := exec.CommandContext(ctx, "go", "build", "-o", p.bin, p.pkg).CombinedOutput()
-		if err != nil {
-			return b, fmt.Errorf("go build %s (run the harness inside the ufp module): %w: %s", p.pkg, err, bytes.TrimSpace(out))
+		if err := benchproc.Build(ctx, p.bin, p.pkg); err != nil {
+			return b, err
 		}
 	}
 	return b, nil
-}
-
-// proc is a program the harness started, its output in a log file (and,
-// verbose, passed through).
-type proc struct {
-	name    string
-	cmd     *exec.Cmd
-	log     string
-	exited  chan struct{}
-	err     error     // once exited is closed
-	started time.Time // just before the exec
-}
-
-// start starts argv with its output in dir/name.log, and also to logw
-// if verbose.
-func start(dir, name string, verbose bool, logw io.Writer, argv ...string) (*proc, error) {
-	p := &proc{name: name, log: filepath.Join(dir, name+".log"), exited: make(chan struct{})}
-	f, err := os.Create(p.log)
-	if err != nil {
-		return nil, err
-	}
-	var out io.Writer = f
-	if verbose {
-		out = io.MultiWriter(f, prefixWriter{name + ": ", logw})
-	}
-	p.cmd = exec.Command(argv[0], argv[1:]...)
-	p.cmd.Stdout, p.cmd.Stderr = out, out
-	p.cmd.SysProcAttr = childAttr()
-	p.started = time.Now()
-	if err := p.cmd.Start(); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("starting %s: %w", name, err)
-	}
-	go func() {
-		// Verbose, the output is copied through a pipe until Wait:
-		// the file stays open until then.
-		p.err = p.cmd.Wait()
-		f.Close()
-		close(p.exited)
-	}()
-	return p, nil
-}
-
-// prefixWriter writes each Write to w with a prefix (the programs write
-// a line at a time).
-type prefixWriter struct {
-	prefix string
-	w      io.Writer
-}
-
-func (pw prefixWriter) Write(b []byte) (int, error) {
-	if _, err := io.WriteString(pw.w, pw.prefix+string(b)); err != nil {
-		return 0, err
-	}
-	return len(b), nil
-}
-
-// pid is p's process ID.
-func (p *proc) pid() int { return p.cmd.Process.Pid }
-
-// alive reports an error if p has exited.
-func (p *proc) alive() error {
-	select {
-	case <-p.exited:
-		return fmt.Errorf("%s exited (%v): %s", p.name, p.err, p.logTail())
-	default:
-		return nil
-	}
-}
-
-// stop ends p by its PID: SIGTERM, then SIGKILL after stopGrace.
-func (p *proc) stop() error {
-	if p.alive() != nil {
-		return nil
-	}
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		return fmt.Errorf("stopping %s (pid %d): %w", p.name, p.pid(), err)
-	}
-	select {
-	case <-p.exited:
-		return nil
-	case <-time.After(stopGrace):
-	}
-	p.cmd.Process.Kill()
-	<-p.exited
-	return fmt.Errorf("%s (pid %d) ignored SIGTERM for %v and was killed", p.name, p.pid(), stopGrace)
-}
-
-// logTail is the end of p's log.
-func (p *proc) logTail() string {
-	b, _ := os.ReadFile(p.log)
-	const keep = 3000
-	if len(b) > keep {
-		b = b[len(b)-keep:]
-	}
-	return string(bytes.TrimSpace(b))
 }
 
 // ufpdFile is ufpd's configuration file (docs/UFPD.md).
@@ -160,7 +60,7 @@ type hnsPolicy struct {
 
 // startUFPD runs ufpd on s's document with its API on sock and a state
 // file in dir, and waits for it to answer.
-func startUFPD(ctx context.Context, bin, dir, sock string, s shape, verbose bool, logw io.Writer) (*proc, error) {
+func startUFPD(ctx context.Context, bin, dir, sock string, s shape, verbose bool, logw io.Writer) (*benchproc.Proc, error) {
 	d := s.document()
 	cfg, err := json.MarshalIndent(ufpdFile{
 		Policy: hnsPolicy{Uplink: d.Uplink, Networks: d.Networks, Endpoints: d.Endpoints},
@@ -176,37 +76,36 @@ func startUFPD(ctx context.Context, bin, dir, sock string, s shape, verbose bool
 	if err := os.WriteFile(path, cfg, 0o600); err != nil {
 		return nil, err
 	}
-	p, err := start(dir, "ufpd", verbose, logw, bin, "-config", path)
+	p, err := benchproc.Start(dir, "ufpd", passthrough(verbose, "ufpd", logw), bin, "-config", path)
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
-	c := api.NewClient(sock)
-	for {
-		if _, err := c.Status(ctx); err == nil {
-			return p, nil
-		}
-		if err := p.alive(); err != nil {
-			return nil, err
-		}
-		select {
-		case <-ctx.Done():
-			return nil, errors.Join(fmt.Errorf("ufpd did not answer on %s: %w: %s", sock, ctx.Err(), p.logTail()), p.stop())
-		case <-time.After(50 * time.Millisecond):
-		}
+	if err := benchproc.WaitUFPD(ctx, p, sock); err != nil {
+		return nil, err
 	}
+	return p, nil
+}
+
+// passthrough is where a program's output goes besides its log: verbose,
+// to logw, each line after the program's name.
+func passthrough(verbose bool, name string, logw io.Writer) io.Writer {
+	if !verbose {
+		return nil
+	}
+	return benchproc.PrefixWriter{Prefix: name + ": ", W: logw}
 }
 
 // startAgent runs the agent as node-1 against kubeconfig and ufpd's
 // socket, its logs at debug (the per-update trace) and, if metrics is
 // not empty, its metrics and profiles on that loopback address.
-func startAgent(bin, dir, kubeconfig, sock, metrics string, verbose bool, logw io.Writer) (*proc, error) {
+func startAgent(bin, dir, kubeconfig, sock, metrics string, verbose bool, logw io.Writer) (*benchproc.Proc, error) {
 	args := []string{"--metrics-bind-address="}
 	if metrics != "" {
 		args = []string{"--metrics-bind-address=" + metrics, "--profiling"}
 	}
-	return start(dir, "ufp-agent", verbose, logw, append([]string{bin,
+	return benchproc.Start(dir, "ufp-agent", passthrough(verbose, "ufp-agent", logw), append([]string{bin,
 		"--kubeconfig=" + kubeconfig,
 		"--hostname-override=" + nodeName,
 		"--node-ip=" + nodeIP.String(),
@@ -233,9 +132,9 @@ func freePort() (string, error) {
 // each update the sync that served it. The agent writes a sync's line
 // after ufpd answered, which the harness may have seen first: the log
 // is read again for a while until the last update has its line.
-func (p *proc) traceUpdates(ups []update) error {
+func traceUpdates(p *benchproc.Proc, ups []update) error {
 	for try := 0; ; try++ {
-		b, err := os.ReadFile(p.log)
+		b, err := os.ReadFile(p.Log)
 		if err != nil {
 			return err
 		}

@@ -165,13 +165,3 @@ func (r *results) markdown() []byte {
 	}
 	return b.Bytes()
 }
-
-// loadAverage returns /proc/loadavg's 1, 5 and 15 minute figures.
-func loadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	return strings.Join(f[:min(3, len(f))], " ")
-}

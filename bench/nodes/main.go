@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/ufp-dev/ufp/api"
 	"github.com/ufp-dev/ufp/hns"
+	"github.com/ufp-dev/ufp/internal/benchproc"
 	"github.com/ufp-dev/ufp/internal/kubetest"
 )
 
@@ -29,7 +29,6 @@ const (
 	startTimeout = 60 * time.Second // ufpd answering on its socket
 	syncTimeout  = 2 * time.Minute  // the first sync
 	joinTimeout  = 30 * time.Second // one join or leave reaching ufpd
-	stopGrace    = 10 * time.Second // from SIGTERM to SIGKILL
 )
 
 type options struct {
@@ -145,7 +144,7 @@ func dur(d time.Duration) string {
 // bench runs the whole measurement and removes what it made. It returns
 // what it measured so far also with an error.
 func bench(ctx context.Context, o options, logw io.Writer) (res *results, err error) {
-	res = &results{args: os.Args[1:], load: loadAverage(), nodes: o.nodes}
+	res = &results{args: os.Args[1:], load: benchproc.LoadAverage(), nodes: o.nodes}
 	if err := kubetest.CheckAssets(); err != nil {
 		return nil, fmt.Errorf("%w: run tools/build-kube first", err)
 	}
@@ -183,11 +182,11 @@ func bench(ctx context.Context, o options, logw io.Writer) (res *results, err er
 	if err != nil {
 		return res, err
 	}
-	defer func() { err = errors.Join(err, ufpd.stop()) }()
+	defer func() { err = errors.Join(err, ufpd.Stop()) }()
 	c := api.NewClient(sock)
 
 	say("starting the agent")
-	agent, err := start(dir, "ufp-agent", o.verbose, logw, agentBin,
+	agent, err := benchproc.Start(dir, "ufp-agent", passthrough(o.verbose, logw), agentBin,
 		"--kubeconfig="+cluster.Kubeconfig, "--hostname-override="+selfName, "--pod-network", "--network="+network,
 		"--node-ip="+underlay(self).String()+","+underlay6(self).String(), "--cluster-cidr=10.244.0.0/16,fd00:10:244::/48",
 		"--ufpd-socket="+sock, "--subnet-file="+filepath.Join(dir, "subnet.env"),
@@ -195,9 +194,9 @@ func bench(ctx context.Context, o options, logw io.Writer) (res *results, err er
 	if err != nil {
 		return res, err
 	}
-	defer func() { err = errors.Join(err, agent.stop()) }()
-	h := &harness{c: c, procs: []*proc{agent, ufpd}}
-	if res.sync, err = h.firstSync(ctx, agent.started, 2*o.nodes); err != nil {
+	defer func() { err = errors.Join(err, agent.Stop()) }()
+	h := &harness{c: c, procs: []*benchproc.Proc{agent, ufpd}}
+	if res.sync, err = h.firstSync(ctx, agent.Started, 2*o.nodes); err != nil {
 		return res, fmt.Errorf("first sync: %w", err)
 	}
 	say("first sync in %v", res.sync.Round(time.Millisecond))
@@ -238,16 +237,15 @@ func build(ctx context.Context, bins map[string]string) error {
 	ctx, cancel := context.WithTimeout(ctx, buildTimeout)
 	defer cancel()
 	for bin, pkg := range bins {
-		out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, pkg).CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("go build %s (run the harness inside the ufp module): %w: %s", pkg, err, bytes.TrimSpace(out))
+		if err := benchproc.Build(ctx, bin, pkg); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
 // startUFPD runs ufpd with its API on sock, and waits for it to answer.
-func startUFPD(ctx context.Context, bin, dir, sock string, verbose bool, logw io.Writer) (*proc, error) {
+func startUFPD(ctx context.Context, bin, dir, sock string, verbose bool, logw io.Writer) (*benchproc.Proc, error) {
 	cfg, err := json.MarshalIndent(map[string]any{
 		"policy": map[string]any{"Uplink": uplink(), "Networks": []hns.NetworkConfig{placeholder()}},
 		"log":    map[string]string{"level": "warn"},
@@ -261,34 +259,23 @@ func startUFPD(ctx context.Context, bin, dir, sock string, verbose bool, logw io
 	if err := os.WriteFile(path, cfg, 0o600); err != nil {
 		return nil, err
 	}
-	p, err := start(dir, "ufpd", verbose, logw, bin, "-config", path)
+	p, err := benchproc.Start(dir, "ufpd", passthrough(verbose, logw), bin, "-config", path)
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
-	c := api.NewClient(sock)
-	for {
-		if _, err := c.Status(ctx); err == nil {
-			return p, nil
-		}
-		if err := p.alive(); err != nil {
-			return nil, err
-		}
-		select {
-		case <-ctx.Done():
-			return nil, errors.Join(fmt.Errorf("ufpd did not answer on %s: %w: %s", sock, ctx.Err(), p.logTail()), p.stop())
-		case <-time.After(50 * time.Millisecond):
-		}
+	if err := benchproc.WaitUFPD(ctx, p, sock); err != nil {
+		return nil, err
 	}
+	return p, nil
 }
 
-// loadAverage returns /proc/loadavg's 1, 5 and 15 minute figures.
-func loadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
+// passthrough is where a program's output goes besides its log: verbose,
+// to logw.
+func passthrough(verbose bool, logw io.Writer) io.Writer {
+	if !verbose {
+		return nil
 	}
-	f := strings.Fields(string(b))
-	return strings.Join(f[:min(3, len(f))], " ")
+	return logw
 }

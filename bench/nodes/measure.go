@@ -6,17 +6,18 @@ import (
 	"time"
 
 	"github.com/ufp-dev/ufp/api"
+	"github.com/ufp-dev/ufp/internal/benchproc"
 )
 
 // harness polls ufpd for the agent's routes.
 type harness struct {
 	c     *api.Client
-	procs []*proc // the agent and ufpd: a measure fails if one exits
+	procs []*benchproc.Proc // the agent and ufpd: a measure fails if one exits
 }
 
 func (h *harness) alive() error {
 	for _, p := range h.procs {
-		if err := p.alive(); err != nil {
+		if err := p.Alive(); err != nil {
 			return err
 		}
 	}

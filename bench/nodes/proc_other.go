@@ -1,9 +1,0 @@
-//go:build !linux
-
-package main
-
-import "syscall"
-
-// childAttr: the harness runs on Linux (it reads /proc); elsewhere it
-// only builds.
-func childAttr() *syscall.SysProcAttr { return nil }
