@@ -31,14 +31,17 @@ import (
 	"github.com/ufp-dev/ufp/internal/kubetest"
 )
 
-// The underlay's router and the cluster's VXLAN: Windows flannel's VNI
-// and port, which ufp's agent defaults to.
+// The underlay's router and the cluster's VXLAN: by default Windows
+// flannel's VNI and port, which ufp's agent defaults to; Linux flannel's
+// defaults are VNI 1 on port 8472.
 const (
 	mnRouter    = "192.168.72.254"
 	mnRouter6   = "fd00:72::fe"
 	mnRouterMAC = "02:00:00:00:72:fe"
 	mnVNI       = 4096
 	mnPort      = 4789
+	linuxVNI    = 1
+	linuxPort   = 8472
 )
 
 // mnNode is node number i of the multi-node lab.
@@ -75,6 +78,13 @@ type multiLab struct {
 	router string
 	pods   []*mnPod
 	cniBin string // CNI_PATH of the ufp nodes: cnitool, host-local, ufp-cni
+
+	// The cluster's VXLAN (every node's), mnVNI and mnPort unless the
+	// test sets them before making nodes.
+	vni, port int
+	// seed: the ufp nodes' ufpd starts with a network of its own, which
+	// the agent replaces; without it ufpd starts with none.
+	seed bool
 }
 
 // newMultiLab starts the API server (shared by the package) and makes the
@@ -83,7 +93,7 @@ func newMultiLab(t *testing.T, tools ...string) *multiLab {
 	t.Helper()
 	kubetest.NeedAssets(t)
 	l := newLab(t, append([]string{"ping", "bridge", "sysctl"}, tools...)...)
-	m := &multiLab{l: l}
+	m := &multiLab{l: l, vni: mnVNI, port: mnPort, seed: true}
 	m.kc = kubeCluster.Get(t)
 	m.cs = m.kc.Client
 	m.wire, m.router = l.netns("wire"), l.netns("router")
@@ -120,8 +130,12 @@ func (m *multiLab) kernelNode(t *testing.T, n mnNode, name string) *flannelNode 
 	l.ip("-n", ns, "addr", "add", n.ip().String()+"/24", "dev", "eth0")
 	l.ip("-n", ns, "addr", "add", n.ip6().String()+"/64", "dev", "eth0", "nodad")
 	m.makeNode(t, n, m.nodeName(name))
-	return startFlannel(t, l, m.cs, m.nodeName(name), ns, mnVNI, mnPort, n.ip(), n.ip6(), n.vtepMACs())
+	return startFlannel(t, l, m.cs, m.nodeName(name), ns, m.vni, m.port, n.ip(), n.ip6(), n.vtepMACs())
 }
+
+// netName is the ufpd network the agents make: flannel's name for it on
+// Windows.
+func (m *multiLab) netName() string { return fmt.Sprintf("flannel.%d", m.vni) }
 
 // nodeName is the Kubernetes name of the lab's node role.
 func (m *multiLab) nodeName(role string) string { return m.l.tag + "-" + role }

@@ -31,10 +31,6 @@ import (
 	"github.com/ufp-dev/ufp/vswitch"
 )
 
-// mnNet is the ufpd network the agents make (flannel's name for it on
-// Windows).
-const mnNet = "flannel.4096"
-
 // The cluster's ranges, as the agents and the pods' OutBoundNAT
 // exceptions know them (kubetest's Service ranges).
 var (
@@ -46,6 +42,8 @@ var (
 type ufpNode struct {
 	n          mnNode
 	role, name string // the lab's role; the Node's name
+	net        string // the ufpd network its agent makes
+	vni, port  int    // the cluster's VXLAN
 	ns         string
 	sock       string
 	subnetFile string
@@ -65,7 +63,8 @@ func (u *ufpNode) owner() string { return "ufp-agent/" + u.name }
 func (m *multiLab) ufpNode(t *testing.T, n mnNode, role string) *ufpNode {
 	t.Helper()
 	l := m.l
-	u := &ufpNode{n: n, role: role, name: m.nodeName(role), conf: m.nodeName(role) + "-pods"}
+	u := &ufpNode{n: n, role: role, name: m.nodeName(role), conf: m.nodeName(role) + "-pods",
+		net: m.netName(), vni: m.vni, port: m.port}
 	u.ns = m.nodeNS(n, role)
 	m.makeNode(t, n, u.name)
 	dir := t.TempDir()
@@ -73,32 +72,8 @@ func (m *multiLab) ufpNode(t *testing.T, n mnNode, role string) *ufpNode {
 	u.subnetFile = filepath.Join(dir, "subnet.env")
 	rc := restartConfig{
 		ufpdConfig: ufpdConfig{
-			Policy: &vswitch.Config{
-				Switch: vfp.SwitchConfig{Name: u.name},
-				Uplink: &hns.UplinkConfig{
-					Name: "uplink", MacAddress: n.mac(), HostPort: "vEthernet",
-					IpAddresses:    []string{n.ip().String() + "/24", n.ip6().String() + "/64"},
-					DefaultGateway: mnRouter, DefaultGatewayV6: mnRouter6,
-					// The router only: every other node's provider
-					// address is reached through it.
-					Neighbors: []hns.NeighborConfig{{IpAddress: mnRouter, MacAddress: mnRouterMAC}, {IpAddress: mnRouter6, MacAddress: mnRouterMAC}},
-				},
-				// ufpd starts with a network, which the agent
-				// replaces with the one it makes from the Node:
-				// this seed has the node's IPv4 subnet only, and a
-				// router MAC other than the VtepMAC the agent
-				// derives from the node's name.
-				Networks: []hns.NetworkConfig{{
-					Name: mnNet, Type: hns.TypeOverlay,
-					Ipams: []hns.IpamConfig{{Type: "Static", Subnets: []hns.SubnetConfig{
-						subnet(n.cidr().String(), hostIn(n.cidr(), 1).String(), mnVNI)}}},
-					Policies: []hns.PolicyConfig{
-						pol("ProviderAddress", hns.ProviderAddressSettings{ProviderAddress: n.ip().String()}),
-						pol("DrMacAddress", hns.DrMacAddressSettings{Address: fmt.Sprintf("02:00:00:00:72:%02x", 0x80+n.i)}),
-					},
-				}},
-			},
-			Log: ufpdLog{Level: "info"},
+			Policy: u.policy(m.seed),
+			Log:    ufpdLog{Level: "info"},
 			Devices: []ufpdDevice{
 				{Port: "vEthernet", Type: "tap", Name: "vEthernet", NetNS: u.ns},
 				{Port: "uplink", Type: "afpacket", Name: "eth0", NetNS: u.ns},
@@ -119,10 +94,53 @@ func (m *multiLab) ufpNode(t *testing.T, n mnNode, role string) *ufpNode {
 	u.c = u.cl.c
 	u.u = l.runUfpd(u.ns, cfgPath, rc.ufpdConfig)
 	u.cl.u = u.u
+	if !m.seed {
+		u.checkNoNetwork(t)
+	}
 	u.agent = m.startAgent(t, u)
 	m.waitSubnetFile(t, u)
 	m.writeCNIConf(t, u)
 	return u
+}
+
+// policy is node u's ufpd policy: its uplink on the underlay (the router
+// its only neighbour) and, with seed, a network of its own. The switch
+// decodes VXLAN on the cluster's port: a port other than 4789 is set as
+// switch.vxlanPort, which holds with no network at all, before the agent
+// makes one.
+func (u *ufpNode) policy(seed bool) *vswitch.Config {
+	n := u.n
+	c := &vswitch.Config{
+		Switch: vfp.SwitchConfig{Name: u.name},
+		Uplink: &hns.UplinkConfig{
+			Name: "uplink", MacAddress: n.mac(), HostPort: "vEthernet",
+			IpAddresses:    []string{n.ip().String() + "/24", n.ip6().String() + "/64"},
+			DefaultGateway: mnRouter, DefaultGatewayV6: mnRouter6,
+			// The router only: every other node's provider
+			// address is reached through it.
+			Neighbors: []hns.NeighborConfig{{IpAddress: mnRouter, MacAddress: mnRouterMAC}, {IpAddress: mnRouter6, MacAddress: mnRouterMAC}},
+		},
+	}
+	if u.port != mnPort {
+		c.Switch.VXLANPort = uint16(u.port)
+	}
+	if !seed {
+		return c
+	}
+	// ufpd starts with a network, which the agent replaces with the one
+	// it makes from the Node: this seed has the node's IPv4 subnet only,
+	// and a router MAC other than the VtepMAC the agent derives from the
+	// node's name.
+	c.Networks = []hns.NetworkConfig{{
+		Name: u.net, Type: hns.TypeOverlay,
+		Ipams: []hns.IpamConfig{{Type: "Static", Subnets: []hns.SubnetConfig{
+			subnet(n.cidr().String(), hostIn(n.cidr(), 1).String(), uint32(u.vni))}}},
+		Policies: []hns.PolicyConfig{
+			pol("ProviderAddress", hns.ProviderAddressSettings{ProviderAddress: n.ip().String()}),
+			pol("DrMacAddress", hns.DrMacAddressSettings{Address: fmt.Sprintf("02:00:00:00:72:%02x", 0x80+n.i)}),
+		},
+	}}
+	return c
 }
 
 // cniFor is cniFor with the CNI binaries built once for the lab.
@@ -148,11 +166,11 @@ func mnAgentArgs(u *ufpNode) []string {
 	return []string{
 		"--hostname-override", u.name,
 		"--node-ip", n.ip().String() + "," + n.ip6().String(),
-		"--network", mnNet,
+		"--network", u.net,
 		"--source-vip", hostIn(n.cidr(), 250).String() + "," + hostIn(n.cidr6(), 0xfa).String(),
 		"--cluster-cidr", strings.Join(mnClusterCIDRs, ","),
 		"--ufpd-socket", u.sock,
-		"--pod-network", "--network-type", "Overlay", "--vni", fmt.Sprint(mnVNI), "--vxlan-port", fmt.Sprint(mnPort),
+		"--pod-network", "--network-type", "Overlay", "--vni", fmt.Sprint(u.vni), "--vxlan-port", fmt.Sprint(u.port),
 		"--manage-network", "--flannel-annotations", "--subnet-file", u.subnetFile,
 	}
 }
@@ -187,8 +205,8 @@ func (m *multiLab) startAgent(t *testing.T, u *ufpNode) *agentProc {
 }
 
 // waitSubnetFile waits until node u's agent has written its subnet file
-// with the node's subnets, and has replaced ufpd's seed network with its
-// own (both families' subnets).
+// with the node's subnets, and has made its network (both families'
+// subnets; it replaces ufpd's seed, if any).
 func (m *multiLab) waitSubnetFile(t *testing.T, u *ufpNode) {
 	t.Helper()
 	want := []string{
@@ -208,13 +226,13 @@ func (m *multiLab) waitSubnetFile(t *testing.T, u *ufpNode) {
 		}
 		if time.Now().After(end) {
 			t.Fatalf("node %s: no subnet file with %v and network %s within %v: %v (file: %q)\nthe agent's log:\n%s",
-				u.name, want, mnNet, kubeConverge, err, b, u.agent.logTail())
+				u.name, want, u.net, kubeConverge, err, b, u.agent.logTail())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 }
 
-// network returns ufpd's network mnNet.
+// network returns ufpd's network of the agent, u.net.
 func (u *ufpNode) network() (*api.Network, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), labIOTimeout)
 	defer cancel()
@@ -223,11 +241,26 @@ func (u *ufpNode) network() (*api.Network, error) {
 		return nil, err
 	}
 	for i := range nets {
-		if nets[i].Name == mnNet {
+		if nets[i].Name == u.net {
 			return &nets[i], nil
 		}
 	}
-	return nil, fmt.Errorf("ufpd has no network %s", mnNet)
+	return nil, fmt.Errorf("ufpd has no network %s", u.net)
+}
+
+// checkNoNetwork checks that node u's ufpd has no network (before its
+// agent runs).
+func (u *ufpNode) checkNoNetwork(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), labIOTimeout)
+	defer cancel()
+	nets, err := u.c.Networks(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(nets) > 0 {
+		t.Fatalf("node %s: ufpd started with networks %+v, want none", u.name, nets)
+	}
 }
 
 // hasSubnets checks that network nw has exactly the subnets want.
@@ -282,7 +315,7 @@ func (m *multiLab) writeCNIConf(t *testing.T, u *ufpNode) {
 	t.Helper()
 	u.cl.writeConf(t, u.conf, map[string]any{
 		"cniVersion": "1.1.0", "type": "ufp-cni",
-		"socket": u.sock, "network": mnNet, "subnetFile": u.subnetFile,
+		"socket": u.sock, "network": u.net, "subnetFile": u.subnetFile,
 		"delegate": map[string]any{
 			"type": "win-overlay",
 			"policies": []any{map[string]any{"name": "EndpointPolicy", "value": map[string]any{
@@ -397,7 +430,7 @@ func (m *multiLab) vtepMACs(name string, n mnNode) ([2]string, error) {
 	if err != nil {
 		return [2]string{}, err
 	}
-	leases, why := flannelLeases(node, mnVNI)
+	leases, why := flannelLeases(node, m.vni)
 	var macs [2]string
 	for _, ls := range leases {
 		switch {
