@@ -736,3 +736,43 @@ func TestSyncNodeDeletedBeforeItsEndpoints(t *testing.T) {
 	r.wantRoutes(t, "node/n3/10.244.3.0_24 -> 192.168.1.30 "+vtep3)
 	wantLBs(t, r.u.memUFPD, map[string]string{"default.web.tcp80.v4.cluster": "remote.10.244.3.5"})
 }
+
+// TestSyncServiceRetriedWhenNodeRouted: a Service whose backend ufpd
+// refuses because no route holds it yet (its Node has no flannel
+// annotations) is sent again once the Node is routed, not at the next
+// full resync.
+func TestSyncServiceRetriedWhenNodeRouted(t *testing.T) {
+	r := newNodeRig(t, PodNetwork{Manage: true})
+	const route = "node/n2/10.244.2.0_24"
+	r.u.refuse = func(b *api.Batch) *api.Error {
+		if _, ok := r.u.routes[route]; ok || slices.ContainsFunc(b.Routes, func(x api.Route) bool { return x.Name == route }) {
+			return nil
+		}
+		for _, ep := range b.Endpoints {
+			if ep.IpConfigurations[0].IpAddress == "10.244.2.5" {
+				return &api.Error{Message: "endpoint " + ep.Name + ": no remote subnet route holds 10.244.2.5", Object: "endpoint " + ep.Name, Status: 400}
+			}
+		}
+		return nil
+	}
+	svcs := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	r.a.services = corelisters.NewServiceLister(svcs)
+	r.a.translate = testTranslate
+	svcs.Add(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web", ResourceVersion: "1"},
+		Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.10", Ports: []corev1.ServicePort{{Port: 80}}}})
+	r.a.slices.Add(&discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web-1", ResourceVersion: "2",
+		Labels: map[string]string{discoveryv1.LabelServiceName: "web"}}, AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.244.2.5"}}}})
+	r.a.queue("default/web")
+	r.node(flannelNode("n1", []string{"10.244.1.0/24"}, []string{"192.168.1.10"}, 0, ""))
+	r.node(flannelNode("n2", []string{"10.244.2.0/24"}, []string{"192.168.1.20"}, 4096, "")) // no VtepMAC yet
+	r.mustSync(t, false)
+	if ev := recordedEvents(r.rec); !strings.Contains(ev, "FailedToProgram") || len(r.u.lbBackends()) != 0 {
+		t.Fatalf("programmed before its backend's Node was routed: %v; events %q", r.u.lbBackends(), ev)
+	}
+	r.node(flannelNode("n2", []string{"10.244.2.0/24"}, []string{"192.168.1.20"}, 4096, vtep2))
+	r.mustSync(t, false)
+	r.mustSync(t, false)
+	r.wantRoutes(t, route+" -> 192.168.1.20 "+vtep2)
+	wantLBs(t, r.u.memUFPD, map[string]string{"default.web.tcp80.v4.cluster": "remote.10.244.2.5"})
+}
