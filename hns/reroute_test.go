@@ -309,3 +309,27 @@ func FuzzReroute(f *testing.F) {
 		}
 	})
 }
+
+// TestRerouteWithACLSets: a change of routes and of ACL sets together is
+// lowered by Update and UpdateEdits as Lower lowers it, or left to Lower.
+func TestRerouteWithACLSets(t *testing.T) {
+	pool := overlayRoutePool()
+	d := objectDocument(t, func(d *Document) { d.Routes = []RemoteRouteConfig{pool[0]} })
+	x, err := LowerKept(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := *d
+	next.Routes = []RemoteRouteConfig{pool[0], pool[1]}
+	next.ACLSets = []ACLSetConfig{setOf("pod-a", "pod-a", allowWeb, denyIn)}
+	want, err := LowerKept(&next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _, ok := x.Update(&next); ok && !reflect.DeepEqual(got.Doc, want.Doc) {
+		t.Errorf("Update lowered routes and ACL sets changed together unlike Lower")
+	}
+	if got, _, ok := x.UpdateEdits(&next, editsOf(d, &next)); ok && !reflect.DeepEqual(got.Doc, want.Doc) {
+		t.Errorf("UpdateEdits lowered routes and ACL sets changed together unlike Lower")
+	}
+}
